@@ -1,0 +1,80 @@
+// Package channels holds the adapters that deliver messages to providers:
+// webhook (any HTTP gateway), sandbox (simulated, in process), and the real
+// provider channels. Render uses a channel to validate and normalise
+// recipients and bodies; dispatch uses it to send.
+//
+// Where to edit what:
+//   - channel.go: the Channel / Sender interfaces and Result.
+//   - registry.go: which channels exist.
+//   - webhook.go, sandbox.go, ...: one file per adapter.
+//   - httpclass.go: mapping HTTP answers and Retry-After onto error classes.
+package channels
+
+import (
+	"context"
+	"time"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Message is one recipient's send as an adapter sees it.
+type Message struct {
+	// ID is the job id: the idempotency key, identical for every attempt at
+	// this task and recipient.
+	ID      string
+	TaskID  string
+	To      string
+	Body    string
+	Account string
+	Attempt int
+	// Vars are the recipient's merged variables (for provider-side templates).
+	Vars map[string]any
+}
+
+// Result is the outcome of one message. The zero Class means sent.
+type Result struct {
+	// Class is empty when the provider accepted the message.
+	Class shared.ErrorClass
+	// Code is the provider's answer: an HTTP status or a provider error code.
+	Code string
+	// Err describes the failure for people; never contains secrets.
+	Err string
+	// RetryAfter is the provider's requested wait, when it gave one.
+	RetryAfter time.Duration
+	// ProviderID is the provider's message id, when it gives one.
+	ProviderID string
+}
+
+// OK reports whether the message was accepted.
+func (r Result) OK() bool { return r.Class == "" }
+
+// Channel is one kind of provider.
+type Channel interface {
+	// Name is the value of "channel" in tasks and accounts.
+	Name() string
+	// NormalizeRecipient validates to for this channel and returns its
+	// canonical form, used both for sending and for duplicate detection.
+	NormalizeRecipient(to string) (string, error)
+	// CheckBody validates a rendered body against the channel's limits.
+	CheckBody(body string) error
+	// NewSender builds a sender for one account. getenv resolves the
+	// account's secret_env. It is called again whenever the account changes.
+	NewSender(acct *shared.Account, getenv func(string) string) (Sender, error)
+}
+
+// Sender delivers messages through one account.
+type Sender interface {
+	// Send delivers msgs, all with the same Body, at most the account's
+	// max_batch of them, and returns one Result per message in order.
+	Send(ctx context.Context, msgs []Message) []Result
+}
+
+// Fail builds a failed Result for every message, for errors that hit a
+// whole call.
+func Fail(n int, r Result) []Result {
+	out := make([]Result, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}

@@ -1,0 +1,101 @@
+package channels
+
+import (
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Sandbox is a simulated provider inside the dispatch process, for demos,
+// benchmarks and tests. With every option zero it accepts everything at no
+// cost, so a benchmark measures the pipeline alone.
+type Sandbox struct{}
+
+// Name implements Channel.
+func (Sandbox) Name() string { return "sandbox" }
+
+// NormalizeRecipient accepts what the webhook channel accepts.
+func (Sandbox) NormalizeRecipient(to string) (string, error) { return Webhook{}.NormalizeRecipient(to) }
+
+// CheckBody accepts any body within the global limit.
+func (Sandbox) CheckBody(string) error { return nil }
+
+// SandboxOptions are the sandbox-specific account fields.
+type SandboxOptions struct {
+	// Latency of every call. Defaults to 0.
+	Latency shared.Duration `json:"latency"`
+	// FailRate is the share of calls answered with a retryable 503.
+	FailRate float64 `json:"fail_rate"`
+	// RateLimitedRate is the share of calls answered with 429.
+	RateLimitedRate float64 `json:"rate_limited_rate"`
+	// RetryAfter is sent with simulated 429s. Defaults to 1s.
+	RetryAfter shared.Duration `json:"retry_after"`
+	// PermanentPrefix: recipients starting with it are rejected permanently.
+	PermanentPrefix string `json:"permanent_prefix"`
+	// FatalPrefix: recipients starting with it get an account-fatal answer.
+	FatalPrefix string `json:"fatal_prefix"`
+}
+
+// NewSender implements Channel.
+func (Sandbox) NewSender(acct *shared.Account, _ func(string) string) (Sender, error) {
+	var o SandboxOptions
+	if len(acct.Raw) > 0 {
+		if err := json.Unmarshal(acct.Raw, &o); err != nil {
+			return nil, fmt.Errorf("sandbox options: %v", err)
+		}
+	}
+	for name, v := range map[string]float64{"fail_rate": o.FailRate, "rate_limited_rate": o.RateLimitedRate} {
+		if v < 0 || v > 1 {
+			return nil, fmt.Errorf("%s: must be between 0 and 1, got %v", name, v)
+		}
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = shared.Duration(time.Second)
+	}
+	return &sandboxSender{opts: o}, nil
+}
+
+type sandboxSender struct{ opts SandboxOptions }
+
+func (s *sandboxSender) Send(ctx context.Context, msgs []Message) []Result {
+	if d := s.opts.Latency.D(); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Fail(len(msgs), Result{Class: shared.ClassRetryable, Code: "timeout", Err: ctx.Err().Error()})
+		case <-t.C:
+		}
+	}
+	out := make([]Result, len(msgs))
+	for i, m := range msgs {
+		out[i] = s.decide(m)
+	}
+	return out
+}
+
+func (s *sandboxSender) decide(m Message) Result {
+	o := s.opts
+	switch {
+	case o.FatalPrefix != "" && strings.HasPrefix(m.To, o.FatalPrefix):
+		return Result{Class: shared.ClassAccountFatal, Code: "401", Err: "sandbox: account token revoked"}
+	case o.PermanentPrefix != "" && strings.HasPrefix(m.To, o.PermanentPrefix):
+		return Result{Class: shared.ClassPermanent, Code: "400", Err: "sandbox: recipient rejected"}
+	}
+	if o.RateLimitedRate > 0 || o.FailRate > 0 {
+		x := rand.Float64()
+		if x < o.RateLimitedRate {
+			return Result{Class: shared.ClassRateLimited, Code: "429", Err: "sandbox: rate limited", RetryAfter: o.RetryAfter.D()}
+		}
+		if x < o.RateLimitedRate+o.FailRate {
+			return Result{Class: shared.ClassRetryable, Code: "503", Err: "sandbox: service unavailable"}
+		}
+	}
+	return Result{ProviderID: "sbx-" + m.ID}
+}

@@ -1,0 +1,178 @@
+package channels
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Webhook posts each message to the account's endpoint, as the contract's
+// webhook protocol describes. The recipient is opaque to it.
+type Webhook struct{}
+
+// Name implements Channel.
+func (Webhook) Name() string { return "webhook" }
+
+// NormalizeRecipient trims spaces; any non-empty string up to 256 bytes goes.
+func (Webhook) NormalizeRecipient(to string) (string, error) {
+	to = strings.TrimSpace(to)
+	if to == "" {
+		return "", errors.New("must not be empty")
+	}
+	if len(to) > shared.MaxRecipientBytes {
+		return "", fmt.Errorf("is %d bytes, limit is %d", len(to), shared.MaxRecipientBytes)
+	}
+	return to, nil
+}
+
+// CheckBody accepts any body within the global limit.
+func (Webhook) CheckBody(string) error { return nil }
+
+// webhookOptions are the webhook-specific account fields.
+type webhookOptions struct {
+	// Timeout per request. Defaults to 10s.
+	Timeout shared.Duration `json:"timeout"`
+}
+
+// NewSender implements Channel.
+func (Webhook) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+	if acct.Endpoint == "" {
+		return nil, errors.New("endpoint: required for webhook accounts")
+	}
+	u, err := url.Parse(acct.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("endpoint: %q is not an http(s) URL", acct.Endpoint)
+	}
+	var opts webhookOptions
+	if len(acct.Raw) > 0 {
+		if err := json.Unmarshal(acct.Raw, &opts); err != nil {
+			return nil, fmt.Errorf("timeout: %v", err)
+		}
+	}
+	timeout := opts.Timeout.D()
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	s := &webhookSender{
+		account:  acct.Name,
+		endpoint: acct.Endpoint,
+		client: &http.Client{Timeout: timeout, Transport: &http.Transport{
+			MaxIdleConnsPerHost: acct.Concurrency + 1,
+			IdleConnTimeout:     90 * time.Second,
+		}},
+	}
+	if acct.SecretEnv != "" {
+		s.secret = []byte(getenv(acct.SecretEnv))
+		if len(s.secret) == 0 {
+			return nil, fmt.Errorf("secret_env: environment variable %s is empty or unset", acct.SecretEnv)
+		}
+	}
+	return s, nil
+}
+
+type webhookSender struct {
+	account  string
+	endpoint string
+	secret   []byte
+	client   *http.Client
+}
+
+// webhookBody is the JSON posted to the gateway.
+type webhookBody struct {
+	ID      string `json:"id"`
+	TaskID  string `json:"task_id"`
+	To      string `json:"to"`
+	Body    string `json:"body"`
+	Account string `json:"account"`
+	Attempt int    `json:"attempt"`
+}
+
+// Send posts each message in turn (webhook accounts are not batched).
+func (s *webhookSender) Send(ctx context.Context, msgs []Message) []Result {
+	out := make([]Result, len(msgs))
+	for i, m := range msgs {
+		out[i] = s.sendOne(ctx, m)
+	}
+	return out
+}
+
+// Sign returns the X-Broadcast-Signature value for body under secret.
+func Sign(secret, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
+	payload, err := json.Marshal(webhookBody{ID: m.ID, TaskID: m.TaskID, To: m.To, Body: m.Body, Account: s.account, Attempt: m.Attempt})
+	if err != nil {
+		return Result{Class: shared.ClassPermanent, Code: "encode", Err: err.Error()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, bytes.NewReader(payload))
+	if err != nil {
+		return Result{Class: shared.ClassPermanent, Code: "request", Err: err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", m.ID)
+	if len(s.secret) > 0 {
+		req.Header.Set("X-Broadcast-Signature", Sign(s.secret, payload))
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		code := "network"
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			code = "timeout"
+		}
+		// url.Error repeats the endpoint, which is configuration, not a secret.
+		return Result{Class: shared.ClassRetryable, Code: code, Err: err.Error()}
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	class := ClassifyHTTP(resp.StatusCode)
+	r := Result{Class: class, Code: strconv.Itoa(resp.StatusCode)}
+	if class == "" {
+		r.ProviderID = providerID(answer)
+		return r
+	}
+	r.Err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer)))
+	if len(r.Err) > 300 {
+		r.Err = r.Err[:300]
+	}
+	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+		r.RetryAfter = d
+	}
+	return r
+}
+
+// providerID picks a message id out of a gateway's JSON answer, if any.
+func providerID(answer []byte) string {
+	var v struct {
+		ID        string `json:"id"`
+		MessageID string `json:"message_id"`
+	}
+	if json.Unmarshal(answer, &v) != nil {
+		return ""
+	}
+	if v.MessageID != "" {
+		return v.MessageID
+	}
+	return v.ID
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}

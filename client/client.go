@@ -1,0 +1,98 @@
+// Package client is the Go side of Broadcast's contract for operators and
+// tests: submit a task, read and follow its progress. Everything it does can
+// also be done with the nats CLI.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Submit publishes a task on broadcast.tasks. When the task has an id it is
+// also sent as Nats-Msg-Id, so a quick resubmission is dropped by the stream
+// itself. It returns the task id ("" when the task has none: ingest then
+// assigns a ULID).
+func Submit(ctx context.Context, js jetstream.JetStream, task []byte) (string, error) {
+	var probe struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(task, &probe)
+	msg := nats.NewMsg(shared.SubjectTasks)
+	msg.Data = task
+	if probe.ID != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, probe.ID)
+	}
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return "", fmt.Errorf("publish task: %w", err)
+	}
+	return probe.ID, nil
+}
+
+// ErrNoProgress is returned when a task has no progress value yet.
+var ErrNoProgress = errors.New("no progress for this task yet")
+
+// Get reads a task's progress.
+func Get(ctx context.Context, js jetstream.JetStream, taskID string) (*shared.Progress, error) {
+	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, taskID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, ErrNoProgress
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p shared.Progress
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return nil, fmt.Errorf("progress of %s: %w", taskID, err)
+	}
+	return &p, nil
+}
+
+// Follow calls fn with every progress update of the task until the task is
+// final (returning its last progress) or ctx ends.
+func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(*shared.Progress)) (*shared.Progress, error) {
+	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.Watch(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var last *shared.Progress
+	for {
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return last, errors.New("progress watch closed")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var p shared.Progress
+			if err := json.Unmarshal(e.Value(), &p); err != nil {
+				continue
+			}
+			last = &p
+			if fn != nil {
+				fn(&p)
+			}
+			if p.State.Final() {
+				return last, nil
+			}
+		}
+	}
+}

@@ -1,0 +1,5 @@
+package main
+
+import "os"
+
+var getenv = os.Getenv

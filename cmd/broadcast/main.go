@@ -1,0 +1,80 @@
+// Command broadcast runs Broadcast's services and its operator tools.
+//
+//	broadcast ingest|render|dispatch|status   run one service against NATS_URL
+//	broadcast all                            run all four services against NATS_URL
+//	broadcast dev                            embedded nats-server + all services + a sandbox account
+//	broadcast demo                           a 2,000-recipient broadcast on embedded defaults
+//	broadcast send FILE                      publish a task and follow it to its final state
+//	broadcast watch ID                       follow a task's progress
+//	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: broadcast <command> [flags]
+
+services (connect to NATS_URL):
+  ingest, render, dispatch, status   run one service
+  all                                run all four in one process
+
+tools:
+  dev          embedded nats-server on 127.0.0.1:4222 + all services + a sandbox account
+  demo         send a 2,000-recipient broadcast with injected faults on embedded defaults
+  send FILE    publish the task in FILE (- for stdin) and follow it to its final state
+  watch ID     follow a task's progress until it is final
+  gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
+
+environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
+run "broadcast <command> -h" for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "ingest", "render", "dispatch", "status", "all":
+		err = runServiceCommand(ctx, cmd, args)
+	case "dev":
+		err = runDev(ctx, args)
+	case "demo":
+		err = runDemo(ctx, args)
+	case "send":
+		err = runSend(ctx, args)
+	case "watch":
+		err = runWatch(ctx, args)
+	case "gateway":
+		err = runGateway(ctx, args)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "broadcast: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "broadcast:", err)
+		var ec exitCode
+		if errors.As(err, &ec) {
+			os.Exit(int(ec))
+		}
+		os.Exit(1)
+	}
+}
+
+// exitCode lets a command choose its exit status.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }

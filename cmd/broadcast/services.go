@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/ingest"
+	"github.com/broadcastd/broadcast/services/render"
+	"github.com/broadcastd/broadcast/services/status"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// serviceOverrides lets dev and demo tune services beyond the environment.
+type serviceOverrides struct {
+	dispatch func(*dispatch.Config)
+}
+
+func newLogger() (*slog.Logger, error) {
+	return shared.NewLogger(os.Stderr, shared.LogConfigFromEnv())
+}
+
+func runServiceCommand(ctx context.Context, name string, args []string) error {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	replicas := fs.Int("replicas", 1, "replicas for streams and buckets created at start (3 on a cluster)")
+	_ = fs.Parse(args)
+	log, err := newLogger()
+	if err != nil {
+		return err
+	}
+	nc, js, err := shared.Setup(ctx, shared.NATSConfigFromEnv(), name, shared.TopologyConfig{Replicas: *replicas}, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	names := []string{name}
+	if name == "all" {
+		names = []string{"ingest", "render", "dispatch", "status"}
+	}
+	return runServices(ctx, js, log, names, serviceOverrides{})
+}
+
+// runServices runs the named services until ctx ends or one fails; a failure
+// stops the others.
+func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, names []string, o serviceOverrides) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type runner interface{ Run(context.Context) error }
+	var runners []runner
+	for _, n := range names {
+		var r runner
+		var err error
+		switch n {
+		case "ingest":
+			var c ingest.Config
+			if c, err = ingest.ConfigFromEnv(); err == nil {
+				c.Logger = log
+				r, err = ingest.New(js, c)
+			}
+		case "render":
+			var c render.Config
+			if c, err = render.ConfigFromEnv(); err == nil {
+				c.Logger = log
+				r, err = render.New(js, c)
+			}
+		case "dispatch":
+			var c dispatch.Config
+			if c, err = dispatch.ConfigFromEnv(); err == nil {
+				c.Logger = log
+				if o.dispatch != nil {
+					o.dispatch(&c)
+				}
+				r, err = dispatch.New(js, c)
+			}
+		case "status":
+			var c status.Config
+			if c, err = status.ConfigFromEnv(); err == nil {
+				c.Logger = log
+				r, err = status.New(js, c)
+			}
+		default:
+			err = fmt.Errorf("unknown service %q", n)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+		runners = append(runners, r)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(runners))
+	for i, r := range runners {
+		wg.Go(func() {
+			if err := r.Run(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", names[i], err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}

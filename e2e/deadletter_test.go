@@ -1,0 +1,36 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// deadLetters reads every dead letter of a task.
+func deadLetters(t *testing.T, ts *natstest.Server, taskID string) []shared.DeadLetter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ts.JS.OrderedConsumer(ctx, shared.StreamDead, jetstream.OrderedConsumerConfig{FilterSubjects: []string{shared.DeadSubject(taskID)}})
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	var out []shared.DeadLetter
+	for uint64(len(out)) < info.NumPending {
+		b, err := c.Fetch(100, jetstream.FetchMaxWait(2*time.Second))
+		require.NoError(t, err)
+		for m := range b.Messages() {
+			var d shared.DeadLetter
+			require.NoError(t, json.Unmarshal(m.Data(), &d))
+			out = append(out, d)
+		}
+	}
+	return out
+}

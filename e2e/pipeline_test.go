@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+func fastRetries() natstest.PipelineConfig {
+	return natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}}
+}
+
+// TestWebhookBroadcastEndToEnd sends 1,000 recipients through a gateway
+// that answers 10% 503 and 5% 429, and checks every count against the
+// gateway's own ledger.
+func TestWebhookBroadcastEndToEnd(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	const secret = "e2e-signing-secret"
+	gw := startGateway(t, gateway.Config{FailRate: 0.10, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "reject-", Seed: 7, Secret: secret})
+	const rate, burst = 200, 10
+	ts.PutAccount(t, "hook-a", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"E2E_HOOK_SECRET","rate_per_sec":%d,"burst":%d,"concurrency":8}`, gw.URL+"/send", rate, burst))
+	cfg := fastRetries()
+	cfg.Dispatch.Getenv = func(name string) string {
+		if name == "E2E_HOOK_SECRET" {
+			return secret
+		}
+		return ""
+	}
+	natstest.StartPipeline(t, ts, cfg)
+
+	task := shared.Task{ID: "e2e-1000", Channel: "webhook", Template: "Hi {{.name}}, code {{.code}}", Defaults: map[string]any{"code": "C-9"}, MaxAttempts: 10}
+	const n = 1000
+	wantFailed, wantSkipped := 0, 0
+	for i := range n {
+		r := shared.Recipient{To: fmt.Sprintf("user-%04d", i), Vars: map[string]any{"name": fmt.Sprintf("N%d", i)}}
+		switch {
+		case i%50 == 0:
+			r.To = fmt.Sprintf("reject-%04d", i)
+			wantFailed++
+		case i == 3:
+			r.Vars = nil // lacks name
+			wantSkipped++
+		}
+		task.Recipients = append(task.Recipients, r)
+	}
+	task.Recipients = append(task.Recipients, task.Recipients[10], task.Recipients[11]) // listed twice
+	submit(t, ts, task)
+
+	p := ts.WaitFinal(t, task.ID, 90*time.Second)
+	l := gw.Ledger()
+	wantSent := n - wantFailed - wantSkipped
+
+	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, n, p.Total)
+	require.Equal(t, 2, p.Duplicates)
+	require.Equal(t, wantSent, p.Sent)
+	require.Equal(t, wantFailed, p.Failed)
+	require.Equal(t, wantSkipped, p.Skipped)
+	require.Equal(t, 0, p.Retrying)
+	require.Equal(t, p.Total, p.Done())
+
+	// The gateway's own count agrees, and no recipient was accepted twice.
+	require.Equal(t, wantSent, l.AcceptedKeys(), "distinct recipients the gateway accepted")
+	require.Equal(t, 0, l.Duplicates, "recipients accepted more than once")
+	require.Equal(t, wantSent, l.Accepted)
+	require.Zero(t, l.BadSignature, "every request carried a valid HMAC signature")
+	require.Zero(t, l.BadRequest)
+	require.Equal(t, wantFailed, l.Injected["400"], "each permanent reject is tried exactly once")
+	require.Positive(t, l.Injected["503"], "faults were injected")
+	require.Positive(t, l.Injected["429"], "rate limits were injected")
+	require.Equal(t, "Hi N1, code C-9", l.Bodies["e2e-1000.1"])
+	for key, body := range l.Bodies {
+		require.NotContains(t, body, "<no value>", key)
+	}
+
+	// Pacing: no second carries more than rate+burst requests.
+	require.LessOrEqual(t, gw.maxInAnySecond(), rate+burst)
+
+	// Failed recipients are in DEAD, one each.
+	dead := deadLetters(t, ts, task.ID)
+	require.Len(t, dead, wantFailed)
+	for _, d := range dead {
+		require.True(t, strings.HasPrefix(d.Job.To, "reject-"), d.Job.To)
+		require.Equal(t, shared.ClassPermanent, d.Class)
+		require.Equal(t, "400", d.Code)
+	}
+
+	evs := countByKind(ts.Events(t, task.ID))
+	require.Equal(t, wantSent, evs[shared.EventSent])
+	require.Equal(t, wantFailed, evs[shared.EventFailed])
+	require.Equal(t, wantSkipped, evs[shared.EventSkipped])
+	require.Equal(t, l.Injected["503"]+l.Injected["429"], evs[shared.EventRetrying], "a retrying event per retryable answer")
+}
+
+// TestDuplicateTaskIDIgnored resubmits a finished task's id without a
+// Nats-Msg-Id (so the stream's window cannot catch it) and checks nothing
+// is sent again.
+func TestDuplicateTaskIDIgnored(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gateway.Config{Seed: 1})
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":500,"burst":50,"concurrency":8}`, gw.URL))
+	pl := natstest.StartPipeline(t, ts, fastRetries())
+
+	task := shared.Task{ID: "dup-task", Channel: "webhook", Template: "x {{.to}}"}
+	for i := range 20 {
+		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("r%d", i)})
+	}
+	submit(t, ts, task)
+	first := ts.WaitFinal(t, task.ID, 30*time.Second)
+	require.Equal(t, shared.StateSucceeded, first.State)
+	require.Equal(t, 20, gw.Ledger().Accepted)
+
+	task.Template = "changed {{.to}}"
+	submit(t, ts, task)
+	natstest.Eventually(t, 10*time.Second, func() bool { return pl.Ingest.Stats.DuplicateIDs.Load() == 1 })
+	time.Sleep(500 * time.Millisecond) // give a wrongly accepted copy time to send
+	require.Equal(t, 20, gw.Ledger().Requests, "the duplicate sent nothing")
+	again := ts.Progress(t, task.ID)
+	require.Equal(t, first.Sent, again.Sent)
+	require.Equal(t, first.State, again.State)
+	require.Equal(t, int64(1), pl.Ingest.Stats.Accepted.Load())
+}

@@ -1,0 +1,96 @@
+package natstest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/ingest"
+	"github.com/broadcastd/broadcast/services/render"
+	"github.com/broadcastd/broadcast/services/status"
+)
+
+// PipelineConfig tunes the services a test runs.
+type PipelineConfig struct {
+	Ingest   ingest.Config
+	Render   render.Config
+	Dispatch dispatch.Config
+	Status   status.Config
+}
+
+// Pipeline is the four services running in this process against ts.
+type Pipeline struct {
+	Ingest   *ingest.Service
+	Render   *render.Service
+	Dispatch *dispatch.Service
+	Status   *status.Service
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// TestLogger logs to stderr at LOG_LEVEL when set (debugging), else nowhere.
+func TestLogger() *slog.Logger {
+	if lvl := os.Getenv("LOG_LEVEL"); lvl != "" {
+		var l slog.Level
+		_ = l.UnmarshalText([]byte(lvl))
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// StartPipeline runs ingest, render, dispatch and status, each on its own
+// connection as in production, until the test ends.
+func StartPipeline(t testing.TB, ts *Server, c PipelineConfig) *Pipeline {
+	t.Helper()
+	log := TestLogger()
+	c.Ingest.Logger, c.Render.Logger, c.Dispatch.Logger, c.Status.Logger = log, log, log, log
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pipeline{cancel: cancel}
+	var err error
+	p.Ingest, err = ingest.New(ts.newJS(t), c.Ingest)
+	require.NoError(t, err)
+	p.Render, err = render.New(ts.newJS(t), c.Render)
+	require.NoError(t, err)
+	p.Dispatch, err = dispatch.New(ts.newJS(t), c.Dispatch)
+	require.NoError(t, err)
+	p.Status, err = status.New(ts.newJS(t), c.Status)
+	require.NoError(t, err)
+	for _, r := range []interface{ Run(context.Context) error }{p.Ingest, p.Render, p.Dispatch, p.Status} {
+		p.wg.Go(func() {
+			if err := r.Run(ctx); err != nil {
+				t.Errorf("service stopped: %v", err)
+			}
+		})
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// Stop stops every service and waits for them; calling it twice is safe.
+func (p *Pipeline) Stop() {
+	p.cancel()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+func (ts *Server) newJS(t testing.TB) jetstream.JetStream {
+	nc, err := nats.Connect(ts.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}

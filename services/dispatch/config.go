@@ -1,0 +1,81 @@
+package dispatch
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/broadcastd/broadcast/channels"
+)
+
+// Config tunes the dispatch service.
+type Config struct {
+	// BackoffBase is the delay before the second attempt; each further
+	// attempt doubles it. Defaults to 1 second.
+	BackoffBase time.Duration
+	// BackoffMax caps the retry delay. Defaults to 5 minutes.
+	BackoffMax time.Duration
+	// AccountFatalDelay is how long a job waits when its account answered
+	// with an account-fatal error. Defaults to 60 seconds.
+	AccountFatalDelay time.Duration
+	// Channels defaults to channels.Builtin().
+	Channels channels.Registry
+	// Getenv resolves accounts' secret_env. Defaults to os.Getenv.
+	Getenv func(string) string
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+// ConfigFromEnv reads DISPATCH_BACKOFF_BASE and DISPATCH_BACKOFF_MAX (Go
+// durations).
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	for name, dst := range map[string]*time.Duration{
+		"DISPATCH_BACKOFF_BASE": &c.BackoffBase,
+		"DISPATCH_BACKOFF_MAX":  &c.BackoffMax,
+	} {
+		if v := os.Getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return c, fmt.Errorf("%s: %q is not a duration like 1s", name, v)
+			}
+			*dst = d
+		}
+	}
+	return c, c.validate()
+}
+
+func (c *Config) validate() error {
+	if c.BackoffBase < 0 {
+		return fmt.Errorf("BackoffBase: must not be negative")
+	}
+	if c.BackoffMax < 0 {
+		return fmt.Errorf("BackoffMax: must not be negative")
+	}
+	if c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffMax < c.BackoffBase {
+		return fmt.Errorf("BackoffMax: %s is below BackoffBase %s", c.BackoffMax, c.BackoffBase)
+	}
+	return nil
+}
+
+func (c *Config) withDefaults() {
+	if c.BackoffBase == 0 {
+		c.BackoffBase = time.Second
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 5 * time.Minute
+	}
+	if c.AccountFatalDelay == 0 {
+		c.AccountFatalDelay = time.Minute
+	}
+	if c.Channels == nil {
+		c.Channels = channels.Builtin()
+	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}

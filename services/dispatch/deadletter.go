@@ -1,0 +1,66 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// giveUp describes a job dispatch will not attempt again.
+type giveUp struct {
+	job     *shared.Job
+	attempt int
+	account string
+	class   shared.ErrorClass
+	code    string
+	err     string
+}
+
+func (g *giveUp) Error() string { return fmt.Sprintf("%s (%s): %s", g.class, g.code, g.err) }
+
+// deadLetter keeps a given-up job in DEAD, then publishes its failed event.
+// The consume loop terminates the message only after both are stored.
+func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) error {
+	var g *giveUp
+	if !errors.As(cause, &g) {
+		g = &giveUp{class: shared.ClassPermanent, code: "error", err: cause.Error()}
+	}
+	now := time.Now().UTC()
+	dl := shared.DeadLetter{Account: g.account, Attempts: g.attempt, Class: g.class, Code: g.code, Error: g.err, At: now}
+	taskID := shared.TaskFromSubject(msg.Subject())
+	if g.job != nil {
+		dl.Job = *g.job
+		taskID = g.job.TaskID
+	}
+	if taskID == "" {
+		taskID = "unknown"
+	}
+	data, err := json.Marshal(dl)
+	if err != nil {
+		return err
+	}
+	out := nats.NewMsg(shared.DeadSubject(taskID))
+	if g.job != nil {
+		out.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:dead:%d", g.job.MsgID(), g.attempt))
+	} else {
+		// An undecodable job keeps its raw bytes so a person can see it.
+		dl.Error += "; raw job: " + string(msg.Data())
+		data, _ = json.Marshal(dl)
+	}
+	out.Data = data
+	if _, err := s.js.PublishMsg(ctx, out); err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	if g.job == nil {
+		return nil
+	}
+	return s.publish(ctx, &shared.Event{TaskID: g.job.TaskID, JobID: g.job.ID, To: g.job.To, Account: g.account,
+		Kind: shared.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now})
+}

@@ -1,0 +1,73 @@
+package ingest
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/broadcastd/broadcast/channels"
+)
+
+// Config tunes the ingest service.
+type Config struct {
+	// BatchSize is how many recipients travel in one render batch.
+	// Defaults to 500.
+	BatchSize int
+	// Concurrency is how many tasks are ingested at once. Defaults to 2.
+	Concurrency int
+	// Channels knows the channels tasks may name. Defaults to channels.Builtin().
+	Channels channels.Registry
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+// ConfigFromEnv reads INGEST_BATCH_SIZE and INGEST_CONCURRENCY.
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	var err error
+	if c.BatchSize, err = envInt("INGEST_BATCH_SIZE"); err != nil {
+		return c, err
+	}
+	if c.Concurrency, err = envInt("INGEST_CONCURRENCY"); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+func envInt(name string) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a whole number", name, v)
+	}
+	return n, nil
+}
+
+func (c *Config) validate() error {
+	if c.BatchSize < 0 || c.BatchSize > 10_000 {
+		return fmt.Errorf("BatchSize: must be between 1 and 10000, got %d", c.BatchSize)
+	}
+	if c.Concurrency < 0 {
+		return fmt.Errorf("Concurrency: must be positive, got %d", c.Concurrency)
+	}
+	return nil
+}
+
+func (c *Config) withDefaults() {
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 2
+	}
+	if c.Channels == nil {
+		c.Channels = channels.Builtin()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}

@@ -1,0 +1,21 @@
+// Package ingest turns submitted tasks into render work.
+//
+// Consumes: stream TASKS (subject broadcast.tasks) with the durable consumer
+// "ingest".
+//
+// Publishes:
+//   - KV broadcast_tasks: one record per accepted task id (create-only, so a
+//     repeated id is ignored long after the stream's duplicate window);
+//   - broadcast.events.<task>.accepted with total and duplicates, or
+//     broadcast.events.<task>.rejected with the field and reason;
+//   - broadcast.render.<task>: recipients in batches, each with a
+//     Nats-Msg-Id, so a crash mid-expansion never enqueues a batch twice.
+//
+// Tasks that do not decode at all still get a rejected event and progress,
+// under the id the message carries (the id field or its Nats-Msg-Id header),
+// or under a fresh ULID that is logged with the TASKS sequence.
+//
+// Where to edit what: ingest.go (the consumer and the handler's steps),
+// validate.go (checks that need configuration: channel, accounts),
+// expand.go (recipient dedup and batching), config.go (settings).
+package ingest

@@ -1,0 +1,252 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// ConsumerName is the durable consumer ingest reads TASKS with.
+const ConsumerName = "ingest"
+
+// consumerConfig is declared next to the handler it feeds.
+func consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "ingest: validates, dedups and expands tasks",
+		FilterSubject: shared.SubjectTasks,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       60 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 16,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+}
+
+// Stats counts what ingest did since start.
+type Stats struct {
+	Accepted, Rejected, DuplicateIDs atomic.Int64
+}
+
+// Service is the ingest service.
+type Service struct {
+	js       jetstream.JetStream
+	cfg      Config
+	log      *slog.Logger
+	accounts *shared.AccountWatcher
+	tasks    jetstream.KeyValue
+	Stats    Stats
+}
+
+// New prepares the service; Run starts it.
+func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.withDefaults()
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "ingest")}, nil
+}
+
+// Run consumes tasks until ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	var err error
+	if s.tasks, err = s.js.KeyValue(ctx, shared.BucketTasks); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamTasks, consumerConfig())
+	if err != nil {
+		return fmt.Errorf("ingest: consumer: %w", err)
+	}
+	s.log.Info("ingest started", "batch_size", s.cfg.BatchSize)
+	return shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
+		Concurrency: s.cfg.Concurrency,
+		AckWait:     consumerConfig().AckWait,
+		RetryDelay:  2 * time.Second,
+		Logger:      s.log,
+	})
+}
+
+// handle runs one submission through validate, dedup, record, expand.
+func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return shared.Permanent(err)
+	}
+	seq := meta.Sequence.Stream
+	headerID := msg.Headers().Get(jetstream.MsgIDHeader)
+
+	task, err := shared.DecodeTask(msg.Data())
+	if err != nil {
+		return s.reject(ctx, salvageID(msg.Data(), headerID), err, seq)
+	}
+	if task.ID == "" {
+		task.ID = headerID
+	}
+	if task.ID == "" {
+		task.ID = ulid.Make().String()
+	}
+	task.Normalize()
+	if err := task.Validate(time.Now()); err != nil {
+		return s.reject(ctx, task.ID, err, seq)
+	}
+	ch, err := s.checkConfigured(task)
+	if err != nil {
+		return s.reject(ctx, task.ID, err, seq)
+	}
+	log := s.log.With(shared.KeyTaskID, task.ID, shared.KeySeq, seq)
+
+	// Expansion is deterministic, so a redelivery computes the same batches
+	// and the same indices, and the Nats-Msg-Ids drop what was published.
+	exp := expand(ch, task.Recipients)
+	recipients := task.Recipients
+	record := shared.TaskRecord{Task: *task, Seq: seq, Total: len(exp.recipients), Duplicates: exp.duplicates, AcceptedAt: time.Now().UTC()}
+	record.Task.Recipients = nil
+	fresh, err := s.claim(ctx, &record)
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		s.Stats.DuplicateIDs.Add(1)
+		log.Warn("task id seen before; submission ignored")
+		return nil
+	}
+	task.Recipients = recipients
+
+	state := shared.StateProcessing
+	if err := shared.PublishEvent(ctx, s.js, &shared.Event{
+		TaskID: task.ID, Kind: shared.EventAccepted, Index: -1, State: state,
+		Total: record.Total, Duplicates: record.Duplicates, At: record.AcceptedAt,
+	}); err != nil {
+		return fmt.Errorf("publish accepted: %w", err)
+	}
+	if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
+		return err
+	}
+	record.Expanded = true
+	if err := s.putRecord(ctx, &record); err != nil {
+		log.Warn("could not mark task expanded", "err", err)
+	}
+	s.Stats.Accepted.Add(1)
+	log.Info("task accepted", "total", record.Total, "duplicates", record.Duplicates, "channel", task.Channel)
+	return nil
+}
+
+// claim creates the task's record. It reports fresh=false when the id
+// belongs to another submission. A redelivery of the claiming submission
+// (same stream sequence) is fresh, so a crash mid-expansion resumes.
+func (s *Service) claim(ctx context.Context, r *shared.TaskRecord) (fresh bool, err error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return false, shared.Permanent(err)
+	}
+	_, err = s.tasks.Create(ctx, r.Task.ID, data)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return false, fmt.Errorf("record task: %w", err)
+	}
+	entry, err := s.tasks.Get(ctx, r.Task.ID)
+	if err != nil {
+		return false, fmt.Errorf("read task record: %w", err)
+	}
+	var prev shared.TaskRecord
+	if json.Unmarshal(entry.Value(), &prev) != nil {
+		return false, nil
+	}
+	return prev.Seq == r.Seq, nil
+}
+
+func (s *Service) putRecord(ctx context.Context, r *shared.TaskRecord) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = s.tasks.Put(ctx, r.Task.ID, data)
+	return err
+}
+
+// publishBatches publishes render batches asynchronously and waits for every
+// ack; any failure returns an error so the whole task is retried (dedup ids
+// make the retry cheap and exact).
+func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(bs))
+	for _, b := range bs {
+		data, err := json.Marshal(b)
+		if err != nil {
+			return shared.Permanent(err)
+		}
+		id := fmt.Sprintf("%s.rb.%d", b.TaskID, b.First)
+		if b.Test {
+			id = fmt.Sprintf("%s.rbt.%d", b.TaskID, b.First)
+		}
+		f, err := s.js.PublishAsync(shared.RenderSubject(b.TaskID), data, jetstream.WithMsgID(id))
+		if err != nil {
+			return fmt.Errorf("publish render batch: %w", err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish render batch: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// reject records an invalid submission as rejected: nothing is dropped
+// silently. Status turns the event into progress with the error.
+func (s *Service) reject(ctx context.Context, id string, cause error, seq uint64) error {
+	if !shared.ValidID(id) {
+		id = ulid.Make().String()
+	}
+	// An id that belongs to an accepted task keeps its progress: the bad
+	// resubmission is a duplicate, not a reason to mark the task rejected.
+	if _, err := s.tasks.Get(ctx, id); err == nil {
+		s.Stats.DuplicateIDs.Add(1)
+		s.log.Warn("invalid resubmission of an accepted task id ignored", shared.KeyTaskID, id, shared.KeySeq, seq, "err", cause)
+		return nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("read task record: %w", err)
+	}
+	s.Stats.Rejected.Add(1)
+	s.log.Warn("task rejected", shared.KeyTaskID, id, shared.KeySeq, seq, "err", cause)
+	err := shared.PublishEvent(ctx, s.js, &shared.Event{
+		TaskID: id, Kind: shared.EventRejected, Index: -1, Error: cause.Error(),
+		State: shared.StateRejected, Code: fmt.Sprintf("tasks_seq=%d", seq),
+	})
+	if err != nil {
+		return fmt.Errorf("publish rejected: %w", err)
+	}
+	return nil
+}
+
+// salvageID finds an id for a task that did not decode: its "id" field if
+// that much parses, else the Nats-Msg-Id header.
+func salvageID(data []byte, headerID string) string {
+	var probe struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(data, &probe) == nil {
+		if id, ok := probe.ID.(string); ok && shared.ValidID(id) {
+			return id
+		}
+	}
+	return headerID
+}

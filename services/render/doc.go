@@ -1,0 +1,19 @@
+// Package render fills each recipient's message before it is enqueued.
+//
+// Consumes: stream RENDER (broadcast.render.<task>) with the durable consumer
+// "render": recipient batches published by ingest. Reads the task spec from
+// KV broadcast_tasks and the accounts from KV broadcast_accounts.
+//
+// Publishes:
+//   - broadcast.jobs.<account>.<priority>: one job per recipient with the final
+//     text, with Nats-Msg-Id = the job id, so re-running a batch never
+//     enqueues twice;
+//   - broadcast.events.<task>.skipped for recipients that cannot be sent: an
+//     invalid address, a template variable the recipient lacks (templates run
+//     with missingkey=error, never "<no value>"), a body over the channel's
+//     limits.
+//
+// Where to edit what: render.go (consumer and per-recipient steps),
+// spec.go (the cached task spec), route.go (which account gets a
+// recipient), config.go (settings).
+package render

@@ -1,0 +1,145 @@
+package render
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// ConsumerName is the durable consumer render reads RENDER with.
+const ConsumerName = "render"
+
+func consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "render: fills templates and enqueues jobs",
+		FilterSubject: shared.SubjectRenderPrefix + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       60 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 64,
+	}
+}
+
+// Service is the render service.
+type Service struct {
+	js       jetstream.JetStream
+	cfg      Config
+	log      *slog.Logger
+	tasks    jetstream.KeyValue
+	accounts *shared.AccountWatcher
+	cache    specCache
+}
+
+// New prepares the service; Run starts it.
+func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.withDefaults()
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "render"), cache: specCache{specs: map[string]*spec{}}}, nil
+}
+
+// Run consumes render batches until ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	var err error
+	if s.tasks, err = s.js.KeyValue(ctx, shared.BucketTasks); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamRender, consumerConfig())
+	if err != nil {
+		return fmt.Errorf("render: consumer: %w", err)
+	}
+	s.log.Info("render started")
+	return shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
+		Concurrency: s.cfg.Concurrency,
+		AckWait:     consumerConfig().AckWait,
+		RetryDelay:  2 * time.Second,
+		Logger:      s.log,
+	})
+}
+
+func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
+	var b shared.RenderBatch
+	if err := json.Unmarshal(msg.Data(), &b); err != nil {
+		return shared.Permanent(fmt.Errorf("render batch: %w", err))
+	}
+	sp, err := s.spec(ctx, b.TaskID)
+	if err != nil {
+		return err
+	}
+	t := &sp.task
+	accounts := s.accounts.ForTask(t.Channel, t.Accounts)
+	if len(accounts) == 0 {
+		s.log.Warn("no enabled account for task; batch waits", shared.KeyTaskID, t.ID, "channel", t.Channel)
+		return shared.RetryAfter(s.cfg.NoAccountRetry, shared.ErrNoAccount)
+	}
+	now := time.Now().UTC()
+	futures := make([]jetstream.PubAckFuture, 0, len(b.Recipients))
+	for i, r := range b.Recipients {
+		index := b.First + i
+		jobID := shared.JobID(t.ID, index, b.Test)
+		skip := func(code, reason string) error {
+			f, err := shared.PublishEventAsync(s.js, &shared.Event{
+				TaskID: t.ID, JobID: jobID, To: r.To, Kind: shared.EventSkipped,
+				Index: index, Code: code, Error: reason, Class: shared.ClassPermanent,
+			})
+			if err == nil {
+				futures = append(futures, f)
+			}
+			return err
+		}
+		var perr error
+		if r.Invalid != "" {
+			perr = skip("invalid_recipient", r.Invalid)
+		} else if body, err := sp.tmpl.Render(t.Defaults, r.Vars, r.To); err != nil {
+			perr = skip("template", "template: "+err.Error())
+		} else if err := sp.channel.CheckBody(body); err != nil {
+			perr = skip("body", "body: "+err.Error())
+		} else {
+			acct := pickAccount(accounts, r.To)
+			job := shared.Job{
+				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
+				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
+				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
+				Vars: r.Vars, Test: b.Test,
+			}
+			perr = s.publishJob(&job, &futures)
+		}
+		if perr != nil {
+			return fmt.Errorf("publish: %w", perr)
+		}
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *Service) publishJob(job *shared.Job, futures *[]jetstream.PubAckFuture) error {
+	data, err := json.Marshal(job)
+	if err != nil {
+		return err
+	}
+	f, err := s.js.PublishAsync(shared.JobSubject(job.Account, job.Priority), data, jetstream.WithMsgID(job.MsgID()))
+	if err != nil {
+		return err
+	}
+	*futures = append(*futures, f)
+	return nil
+}

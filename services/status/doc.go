@@ -1,0 +1,21 @@
+// Package status folds outcome events into one progress value per task.
+//
+// Consumes: stream EVENTS (broadcast.events.>) with the durable consumer
+// "status", in stream order, acknowledging with AckAll only after a flush.
+//
+// Publishes: KV broadcast_progress (key = task id, value = shared.Progress),
+// written at most every flush interval (not once per event), and a
+// checkpoint per task in object store broadcast_status.
+//
+// Exactness: every event carries its recipient's index; the fold keeps one
+// outcome byte per recipient (none, retrying, sent, failed, skipped, expired,
+// cancelled), so a redelivered or duplicated event finds its recipient
+// already in that state and changes nothing. The outcome array is
+// checkpointed before events are acknowledged, so after a crash the
+// unacknowledged events are folded again onto the last checkpoint with the
+// same result.
+//
+// Where to edit what: status.go (the consume and flush loop), fold.go (how
+// an event changes a task's progress), checkpoint.go (saving and loading
+// fold state), rate.go (smoothed rate and ETA), config.go (settings).
+package status

@@ -1,0 +1,203 @@
+package status
+
+import (
+	"time"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// outcome is one recipient's state in the fold.
+type outcome byte
+
+const (
+	outNone outcome = iota
+	outRetrying
+	outSent
+	outFailed
+	outSkipped
+	outExpired
+	outCancelled
+)
+
+func outcomeOf(k shared.EventKind) (outcome, bool) {
+	switch k {
+	case shared.EventRetrying:
+		return outRetrying, true
+	case shared.EventSent:
+		return outSent, true
+	case shared.EventFailed:
+		return outFailed, true
+	case shared.EventSkipped:
+		return outSkipped, true
+	case shared.EventExpired:
+		return outExpired, true
+	case shared.EventCancelled:
+		return outCancelled, true
+	}
+	return outNone, false
+}
+
+// taskFold is the fold state of one task.
+type taskFold struct {
+	P        shared.Progress `json:"progress"`
+	Outcomes []byte          `json:"outcomes"`
+	// Tests holds test recipients' outcomes; they are not part of total.
+	Tests    map[int]outcome `json:"tests,omitempty"`
+	Accepted bool            `json:"accepted"`
+	Rate     rateMeter       `json:"rate"`
+
+	dirty     bool
+	lastWrite time.Time
+}
+
+func newFold(taskID string) *taskFold {
+	return &taskFold{P: shared.Progress{TaskID: taskID, State: shared.StatePending}, Tests: map[int]outcome{}}
+}
+
+// apply folds one event in and reports whether progress changed.
+func (f *taskFold) apply(ev *shared.Event) bool {
+	switch ev.Kind {
+	case shared.EventAccepted:
+		return f.accept(ev)
+	case shared.EventRejected:
+		if f.Accepted {
+			return false
+		}
+		f.P.State, f.P.Error = shared.StateRejected, ev.Error
+		f.P.CreatedAt, f.P.UpdatedAt = ev.At, ev.At
+		at := ev.At
+		f.P.FinishedAt = &at
+		return true
+	}
+	to, ok := outcomeOf(ev.Kind)
+	if !ok || ev.Index < 0 {
+		return false
+	}
+	if _, _, test, err := shared.ParseJobID(ev.JobID); err == nil && test {
+		from := f.Tests[ev.Index]
+		if allowed(from, to) {
+			f.Tests[ev.Index] = to
+			return true
+		}
+		return false
+	}
+	if ev.Index >= len(f.Outcomes) {
+		if f.Accepted {
+			return false // an index beyond total is not this task's
+		}
+		grown := make([]byte, ev.Index+1)
+		copy(grown, f.Outcomes)
+		f.Outcomes = grown
+	}
+	from := outcome(f.Outcomes[ev.Index])
+	if !allowed(from, to) {
+		return false
+	}
+	f.Outcomes[ev.Index] = byte(to)
+	f.count(from, -1)
+	f.count(to, +1)
+	if f.P.StartedAt == nil {
+		at := ev.At
+		f.P.StartedAt = &at
+	}
+	if to == outSent {
+		f.Rate.add(1)
+	}
+	f.finishIfDone(ev.At)
+	return true
+}
+
+// allowed says which transitions an event may make. Final outcomes stick,
+// so a late or repeated event never changes a count; a failed recipient
+// can still become sent (dead letters retried).
+func allowed(from, to outcome) bool {
+	switch from {
+	case outNone:
+		return true
+	case outRetrying:
+		return to != outRetrying
+	case outFailed:
+		return to == outSent
+	}
+	return false
+}
+
+func (f *taskFold) count(o outcome, d int) {
+	switch o {
+	case outRetrying:
+		f.P.Retrying += d
+	case outSent:
+		f.P.Sent += d
+	case outFailed:
+		f.P.Failed += d
+	case outSkipped:
+		f.P.Skipped += d
+	case outExpired:
+		f.P.Expired += d
+	case outCancelled:
+		f.P.Cancelled += d
+	}
+}
+
+func (f *taskFold) accept(ev *shared.Event) bool {
+	if f.Accepted {
+		return false
+	}
+	if f.P.State == shared.StateRejected {
+		// The id was rejected before and is now accepted with a fixed task.
+		*f = *newFold(f.P.TaskID)
+	}
+	f.Accepted = true
+	f.P.Total, f.P.Duplicates = ev.Total, ev.Duplicates
+	f.P.CreatedAt = ev.At
+	f.P.Error = ""
+	f.P.State = shared.StateProcessing
+	if ev.State != "" {
+		f.P.State = ev.State
+	}
+	if len(f.Outcomes) < ev.Total {
+		grown := make([]byte, ev.Total)
+		copy(grown, f.Outcomes)
+		f.Outcomes = grown
+	}
+	f.finishIfDone(ev.At)
+	return true
+}
+
+// finishIfDone sets the final state once every recipient has an outcome.
+func (f *taskFold) finishIfDone(at time.Time) {
+	p := &f.P
+	if !f.Accepted || p.State.Final() || p.Done() < p.Total {
+		return
+	}
+	switch {
+	case p.Cancelled > 0:
+		p.State = shared.StateCancelled
+	case p.Sent == p.Total:
+		p.State = shared.StateSucceeded
+	case p.Sent > 0:
+		p.State = shared.StatePartial
+	default:
+		p.State = shared.StateFailed
+	}
+	p.FinishedAt = &at
+}
+
+// refresh recomputes the derived fields before a write.
+func (f *taskFold) refresh(now time.Time) {
+	p := &f.P
+	if done := p.Done(); done > 0 {
+		p.SuccessRate = round4(float64(p.Sent) / float64(done))
+	}
+	p.RatePerSec = round4(f.Rate.perSecond(now))
+	p.ETASeconds = 0
+	if !p.State.Final() && p.RatePerSec > 0 {
+		p.ETASeconds = float64(int(float64(p.Total-p.Done())/p.RatePerSec + 0.5))
+	}
+	if p.State.Final() {
+		p.RatePerSec = round4(f.Rate.average())
+	}
+	p.UpdatedAt = now
+}
+
+func round4(v float64) float64 { return float64(int64(v*10000+0.5)) / 10000 }

@@ -1,0 +1,117 @@
+package status
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+func ev(kind shared.EventKind, index, attempt int) *shared.Event {
+	return &shared.Event{TaskID: "t", JobID: shared.JobID("t", index, false), Kind: kind, Index: index, Attempt: attempt, At: time.Now()}
+}
+
+// TestFoldIsExactUnderRedeliveryAndDuplicates replays a task's event log
+// with random duplicates and redeliveries of earlier events, and checks the
+// counts equal those of the clean log.
+func TestFoldIsExactUnderRedeliveryAndDuplicates(t *testing.T) {
+	t.Parallel()
+	const n = 500
+	var log []*shared.Event
+	log = append(log, &shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: n, Duplicates: 3, At: time.Now()})
+	for i := range n {
+		switch i % 10 {
+		case 0:
+			log = append(log, ev(shared.EventSkipped, i, 0))
+		case 1:
+			log = append(log, ev(shared.EventRetrying, i, 1), ev(shared.EventRetrying, i, 2), ev(shared.EventFailed, i, 3))
+		case 2, 3:
+			log = append(log, ev(shared.EventRetrying, i, 1), ev(shared.EventSent, i, 2))
+		default:
+			log = append(log, ev(shared.EventSent, i, 1))
+		}
+	}
+	clean := newFold("t")
+	for _, e := range log {
+		clean.apply(e)
+	}
+	require.Equal(t, n, clean.P.Total)
+	require.Equal(t, 3, clean.P.Duplicates)
+	require.Equal(t, 50, clean.P.Skipped)
+	require.Equal(t, 50, clean.P.Failed)
+	require.Equal(t, 400, clean.P.Sent)
+	require.Equal(t, 0, clean.P.Retrying)
+	require.Equal(t, shared.StatePartial, clean.P.State)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		noisy := newFold("t")
+		for i, e := range log {
+			noisy.apply(e)
+			// Redeliver an earlier event now and then, and duplicate this one.
+			if rng.IntN(3) == 0 {
+				noisy.apply(log[rng.IntN(i+1)])
+			}
+			if rng.IntN(5) == 0 {
+				noisy.apply(e)
+			}
+		}
+		require.Equal(t, clean.P.Sent, noisy.P.Sent, "round %d", round)
+		require.Equal(t, clean.P.Failed, noisy.P.Failed, "round %d", round)
+		require.Equal(t, clean.P.Skipped, noisy.P.Skipped, "round %d", round)
+		require.Equal(t, 0, noisy.P.Retrying, "round %d", round)
+		require.Equal(t, clean.P.State, noisy.P.State, "round %d", round)
+	}
+}
+
+func TestFoldRetryingIsAGauge(t *testing.T) {
+	t.Parallel()
+	f := newFold("t")
+	f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: 3})
+	f.apply(ev(shared.EventRetrying, 0, 1))
+	f.apply(ev(shared.EventRetrying, 1, 1))
+	f.apply(ev(shared.EventRetrying, 1, 2))
+	require.Equal(t, 2, f.P.Retrying)
+	f.apply(ev(shared.EventSent, 0, 2))
+	require.Equal(t, 1, f.P.Retrying)
+	require.Equal(t, shared.StateProcessing, f.P.State)
+	f.apply(ev(shared.EventFailed, 1, 3))
+	f.apply(ev(shared.EventSent, 2, 1))
+	require.Equal(t, 0, f.P.Retrying)
+	require.Equal(t, shared.StatePartial, f.P.State)
+	require.NotNil(t, f.P.FinishedAt)
+}
+
+func TestFoldFinalStates(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		kinds []shared.EventKind
+		want  shared.TaskState
+	}{
+		{[]shared.EventKind{shared.EventSent, shared.EventSent}, shared.StateSucceeded},
+		{[]shared.EventKind{shared.EventSent, shared.EventSkipped}, shared.StatePartial},
+		{[]shared.EventKind{shared.EventFailed, shared.EventSkipped}, shared.StateFailed},
+		{[]shared.EventKind{shared.EventSent, shared.EventCancelled}, shared.StateCancelled},
+	} {
+		f := newFold("t")
+		f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: len(c.kinds)})
+		for i, k := range c.kinds {
+			require.Equal(t, shared.StateProcessing, f.P.State)
+			f.apply(ev(k, i, 1))
+		}
+		require.Equal(t, c.want, f.P.State, "%v", c.kinds)
+	}
+}
+
+func TestFoldIgnoresIndexBeyondTotalAndRejectAfterAccept(t *testing.T) {
+	t.Parallel()
+	f := newFold("t")
+	f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: 2})
+	require.False(t, f.apply(ev(shared.EventSent, 5, 1)))
+	require.False(t, f.apply(&shared.Event{TaskID: "t", Kind: shared.EventRejected, Index: -1, Error: "x"}))
+	require.Equal(t, 0, f.P.Sent)
+	require.Equal(t, shared.StateProcessing, f.P.State)
+}

@@ -1,0 +1,208 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// ConsumerName is the durable consumer status reads EVENTS with.
+const ConsumerName = "status"
+
+func consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "status: folds events into progress",
+		FilterSubject: shared.SubjectEventsPrefix + ">",
+		// AckAll: one ack after a flush covers every event folded before it.
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       60 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 200_000,
+	}
+}
+
+// Service is the status service.
+type Service struct {
+	js          jetstream.JetStream
+	cfg         Config
+	log         *slog.Logger
+	progress    jetstream.KeyValue
+	checkpoints jetstream.ObjectStore
+
+	mu    sync.Mutex
+	folds map[string]*taskFold
+	// Folded counts events folded since start (for metrics and tests).
+	Folded int64
+}
+
+// New prepares the service; Run starts it.
+func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.withDefaults()
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "status"), folds: map[string]*taskFold{}}, nil
+}
+
+// Run folds events until ctx is cancelled, flushing once more before it
+// returns.
+func (s *Service) Run(ctx context.Context) error {
+	var err error
+	if s.progress, err = s.js.KeyValue(ctx, shared.BucketProgress); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if s.checkpoints, err = s.js.ObjectStore(ctx, shared.BucketStatus); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamEvents, consumerConfig())
+	if err != nil {
+		return fmt.Errorf("status: consumer: %w", err)
+	}
+	msgs := make(chan jetstream.Msg, 4096)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(2000), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		s.log.Debug("consume", "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("status: consume: %w", err)
+	}
+	defer cc.Stop()
+	s.log.Info("status started")
+
+	ticker := time.NewTicker(s.cfg.FlushInterval)
+	defer ticker.Stop()
+	var last jetstream.Msg
+	unflushed := 0
+	flush := func(ctx context.Context) {
+		if err := s.flush(ctx); err != nil {
+			s.log.Warn("flush failed; events stay unacknowledged and will be folded again", "err", err)
+			return
+		}
+		if last != nil {
+			if err := last.Ack(); err != nil {
+				s.log.Warn("ack failed; events will be redelivered and folded idempotently", "err", err)
+			}
+			last, unflushed = nil, 0
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			flush(fctx)
+			cancel()
+			return nil
+		case m := <-msgs:
+			if err := s.fold(ctx, m); err != nil {
+				// Only a checkpoint read can fail here; without its state the
+				// event cannot be folded exactly, so stop and retry later.
+				s.log.Warn("cannot fold event; will retry", "err", err)
+				_ = m.NakWithDelay(time.Second)
+				continue
+			}
+			last = m
+			unflushed++
+			if unflushed >= s.cfg.MaxUnflushed {
+				flush(ctx)
+			}
+		case <-ticker.C:
+			flush(ctx)
+		}
+	}
+}
+
+// fold applies one event to its task's state.
+func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
+	var ev shared.Event
+	if err := json.Unmarshal(m.Data(), &ev); err != nil || !shared.ValidID(ev.TaskID) {
+		s.log.Warn("event does not decode; skipped", shared.KeySubject, m.Subject(), "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.folds[ev.TaskID]
+	if f == nil {
+		var err error
+		if f, err = s.loadCheckpoint(ctx, ev.TaskID); err != nil {
+			return err
+		}
+		if f == nil {
+			f = newFold(ev.TaskID)
+		}
+		s.folds[ev.TaskID] = f
+	}
+	if f.apply(&ev) {
+		f.dirty = true
+	}
+	s.Folded++
+	return nil
+}
+
+// flush writes every changed task: checkpoint first, then progress. A
+// running task is written at least once a second so its rate and ETA stay
+// live even while it only waits.
+func (s *Service) flush(ctx context.Context) error {
+	now := time.Now().UTC()
+	s.mu.Lock()
+	var todo []*taskFold
+	for _, f := range s.folds {
+		if !f.dirty && !f.P.State.Final() && now.Sub(f.lastWrite) >= time.Second {
+			f.dirty = true
+		}
+		if f.dirty {
+			f.refresh(now)
+			todo = append(todo, f)
+		}
+	}
+	// Snapshot under the lock; write outside it.
+	type write struct {
+		f    *taskFold
+		snap []byte
+		prog []byte
+	}
+	writes := make([]write, 0, len(todo))
+	for _, f := range todo {
+		prog, err := json.Marshal(f.P)
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		writes = append(writes, write{f: f, prog: prog})
+	}
+	s.mu.Unlock()
+
+	for _, w := range writes {
+		s.mu.Lock()
+		err := s.saveCheckpoint(ctx, w.f)
+		s.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", w.f.P.TaskID, err)
+		}
+		if _, err := s.progress.Put(ctx, w.f.P.TaskID, w.prog); err != nil {
+			return fmt.Errorf("progress %s: %w", w.f.P.TaskID, err)
+		}
+	}
+	s.mu.Lock()
+	for _, w := range writes {
+		w.f.dirty = false
+		w.f.lastWrite = now
+		// Finished tasks leave memory; a late event reloads the checkpoint.
+		if w.f.P.State.Final() {
+			delete(s.folds, w.f.P.TaskID)
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}

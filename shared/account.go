@@ -1,0 +1,134 @@
+package shared
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Account defaults, applied when a field is absent or zero.
+const (
+	DefaultRatePerSec  = 10
+	DefaultConcurrency = 4
+	MaxConcurrency     = 1000
+)
+
+// Account is a sender account, kept in KV broadcast_accounts under its name.
+// Channel-specific fields stay in Raw for the channel adapter to read.
+type Account struct {
+	Name    string `json:"-"`
+	Channel string `json:"channel"`
+	// Endpoint overrides the provider's base URL (webhook: the URL posted to).
+	Endpoint string `json:"endpoint,omitempty"`
+	// SecretEnv names the environment variable holding the token or signing
+	// secret. The secret itself never appears in KV.
+	SecretEnv string `json:"secret_env,omitempty"`
+	// RatePerSec is the account's send rate ceiling. Defaults to 10.
+	RatePerSec float64 `json:"rate_per_sec"`
+	// Burst is the token bucket size. Defaults to 1.
+	Burst int `json:"burst"`
+	// Concurrency caps in-flight requests. Defaults to 4.
+	Concurrency int `json:"concurrency"`
+	// DailyCap is distinct recipients per rolling 24 h; 0 means none.
+	DailyCap int `json:"daily_cap"`
+	// PerRecipientInterval is the minimum gap between two sends to one
+	// recipient through this account. Defaults to 0s.
+	PerRecipientInterval Duration `json:"per_recipient_interval"`
+	// MaxBatch is how many recipients one provider call may carry. Defaults to 1.
+	MaxBatch int `json:"max_batch"`
+	// Enabled is true unless set to false.
+	Enabled *bool `json:"enabled,omitempty"`
+
+	Raw json.RawMessage `json:"-"`
+}
+
+// IsEnabled reports whether the account may send.
+func (a *Account) IsEnabled() bool { return a.Enabled == nil || *a.Enabled }
+
+// DecodeAccount parses and validates the account stored under name, filling
+// defaults. Errors name the field.
+func DecodeAccount(name string, data []byte) (*Account, error) {
+	if !ValidID(name) {
+		return nil, fieldErr("name", "account name must match [A-Za-z0-9_-]{1,64}, got %q", truncate(name, 80))
+	}
+	var a Account
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&a); err != nil {
+		return nil, jsonFieldError("account", err)
+	}
+	a.Name = name
+	a.Raw = append(json.RawMessage(nil), data...)
+	if a.Channel == "" {
+		return nil, fieldErr("channel", "required")
+	}
+	if a.RatePerSec == 0 {
+		a.RatePerSec = DefaultRatePerSec
+	}
+	if a.RatePerSec < 0 || math.IsNaN(a.RatePerSec) || math.IsInf(a.RatePerSec, 0) {
+		return nil, fieldErr("rate_per_sec", "must be positive, got %v", a.RatePerSec)
+	}
+	if a.Burst == 0 {
+		a.Burst = 1
+	}
+	if a.Burst < 0 {
+		return nil, fieldErr("burst", "must be positive, got %d", a.Burst)
+	}
+	if a.Concurrency == 0 {
+		a.Concurrency = DefaultConcurrency
+	}
+	if a.Concurrency < 0 || a.Concurrency > MaxConcurrency {
+		return nil, fieldErr("concurrency", "must be between 1 and %d, got %d", MaxConcurrency, a.Concurrency)
+	}
+	if a.DailyCap < 0 {
+		return nil, fieldErr("daily_cap", "must not be negative, got %d", a.DailyCap)
+	}
+	if a.PerRecipientInterval < 0 {
+		return nil, fieldErr("per_recipient_interval", "must not be negative")
+	}
+	if a.MaxBatch == 0 {
+		a.MaxBatch = 1
+	}
+	if a.MaxBatch < 0 {
+		return nil, fieldErr("max_batch", "must be positive, got %d", a.MaxBatch)
+	}
+	return &a, nil
+}
+
+// Duration is a time.Duration that reads and writes Go duration strings
+// ("6s", "1m30s") and also accepts a number of seconds.
+type Duration time.Duration
+
+// UnmarshalJSON accepts "1.5s" or 1.5 (seconds).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		if s == "" {
+			*d = 0
+			return nil
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q (want e.g. \"6s\")", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return errors.New("duration must be a string like \"6s\" or a number of seconds")
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

@@ -1,0 +1,161 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// AccountChange is delivered to an AccountWatcher's callback. Account is nil
+// when the account was deleted or its value no longer parses.
+type AccountChange struct {
+	Name    string
+	Account *Account
+}
+
+// AccountWatcher keeps a live view of KV broadcast_accounts: edits apply
+// without a restart.
+type AccountWatcher struct {
+	mu       sync.RWMutex
+	accounts map[string]*Account
+	invalid  map[string]error
+	ready    chan struct{}
+	onChange func(AccountChange)
+	log      *slog.Logger
+}
+
+// WatchAccounts starts watching the accounts bucket and returns once the
+// current values are loaded. onChange (optional) is called for every change,
+// including the initial values, from a single goroutine.
+func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger, onChange func(AccountChange)) (*AccountWatcher, error) {
+	kv, err := js.KeyValue(ctx, BucketAccounts)
+	if err != nil {
+		return nil, fmt.Errorf("accounts bucket: %w", err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch accounts: %w", err)
+	}
+	aw := &AccountWatcher{
+		accounts: map[string]*Account{},
+		invalid:  map[string]error{},
+		ready:    make(chan struct{}),
+		onChange: onChange,
+		log:      log,
+	}
+	go aw.run(ctx, w)
+	select {
+	case <-aw.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return aw, nil
+}
+
+func (aw *AccountWatcher) run(ctx context.Context, w jetstream.KeyWatcher) {
+	defer w.Stop()
+	readyClosed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil { // end of the initial values
+				if !readyClosed {
+					close(aw.ready)
+					readyClosed = true
+				}
+				continue
+			}
+			aw.apply(e)
+		}
+	}
+}
+
+func (aw *AccountWatcher) apply(e jetstream.KeyValueEntry) {
+	name := e.Key()
+	var acct *Account
+	if e.Operation() == jetstream.KeyValuePut {
+		a, err := DecodeAccount(name, e.Value())
+		if err != nil {
+			// A bad edit must not take down a running account silently: it is
+			// logged loudly and the account stops until fixed.
+			aw.log.Error("invalid account in KV; account stopped until fixed", KeyAccount, name, "err", err)
+			aw.mu.Lock()
+			aw.invalid[name] = err
+			delete(aw.accounts, name)
+			aw.mu.Unlock()
+		} else {
+			acct = a
+			aw.mu.Lock()
+			aw.accounts[name] = a
+			delete(aw.invalid, name)
+			aw.mu.Unlock()
+		}
+	} else {
+		aw.mu.Lock()
+		delete(aw.accounts, name)
+		delete(aw.invalid, name)
+		aw.mu.Unlock()
+	}
+	if aw.onChange != nil {
+		aw.onChange(AccountChange{Name: name, Account: acct})
+	}
+}
+
+// Get returns the named account, or nil.
+func (aw *AccountWatcher) Get(name string) *Account {
+	aw.mu.RLock()
+	defer aw.mu.RUnlock()
+	return aw.accounts[name]
+}
+
+// Invalid returns the error of an account whose KV value does not parse.
+func (aw *AccountWatcher) Invalid(name string) error {
+	aw.mu.RLock()
+	defer aw.mu.RUnlock()
+	return aw.invalid[name]
+}
+
+// All returns every valid account, sorted by name.
+func (aw *AccountWatcher) All() []*Account {
+	aw.mu.RLock()
+	defer aw.mu.RUnlock()
+	out := make([]*Account, 0, len(aw.accounts))
+	for _, a := range aw.accounts {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ErrNoAccount is returned when a task has no usable sender account.
+var ErrNoAccount = errors.New("no enabled account")
+
+// ForTask returns the enabled accounts a task of channel may use: the named
+// ones, or every enabled account of the channel when names is empty.
+func (aw *AccountWatcher) ForTask(channel string, names []string) []*Account {
+	var out []*Account
+	if len(names) == 0 {
+		for _, a := range aw.All() {
+			if a.Channel == channel && a.IsEnabled() {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	for _, n := range names {
+		if a := aw.Get(n); a != nil && a.Channel == channel && a.IsEnabled() {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,17 @@
+// Package shared holds Broadcast's contract and the machinery every service
+// uses: subject and bucket names, the JSON shapes that travel on the wire
+// (task, job, event, progress, account, dead letter), the one EnsureTopology
+// that creates every stream, KV bucket and object store, the consume loop that
+// maps a handler's result to Ack / dead-letter+Term / NakWithDelay, NATS
+// connection settings read from the environment, and slog setup.
+//
+// Where to edit what:
+//   - subjects.go: subject, stream and bucket names, id syntax.
+//   - task.go: the task users publish and its validation.
+//   - job.go, event.go, progress.go, account.go, deadletter.go: wire shapes.
+//   - topology.go: stream / KV / object store definitions.
+//   - consume.go, outcome.go: the consume loop and the errors handlers return.
+//   - nats.go, logging.go: connection and logging from the environment.
+//
+// Nothing that only one service uses belongs here.
+package shared

@@ -1,0 +1,94 @@
+package shared
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EventKind names an outcome; it is the last token of the event subject.
+type EventKind string
+
+// Event kinds of the contract.
+const (
+	EventAccepted  EventKind = "accepted"
+	EventRejected  EventKind = "rejected"
+	EventSent      EventKind = "sent"
+	EventRetrying  EventKind = "retrying"
+	EventFailed    EventKind = "failed"
+	EventSkipped   EventKind = "skipped"
+	EventExpired   EventKind = "expired"
+	EventCancelled EventKind = "cancelled"
+)
+
+// Event is published on broadcast.events.<task>.<kind> for every outcome.
+// The first nine fields are the contract; the rest are optional extensions.
+type Event struct {
+	TaskID  string    `json:"task_id"`
+	JobID   string    `json:"job_id"`
+	To      string    `json:"to"`
+	Account string    `json:"account"`
+	Kind    EventKind `json:"kind"`
+	Attempt int       `json:"attempt"`
+	Code    string    `json:"code"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
+
+	// Index is the recipient's position among the task's distinct recipients;
+	// status uses it to count each recipient exactly once. -1 for task-level
+	// events.
+	Index int `json:"index"`
+	// Class is the error class of a retrying or failed outcome.
+	Class ErrorClass `json:"class,omitempty"`
+	// Total and Duplicates are set on accepted events.
+	Total      int `json:"total,omitempty"`
+	Duplicates int `json:"duplicates,omitempty"`
+	// State, on task-level events, is the state the task enters
+	// (accepted: pending, scheduled, awaiting_approval or processing).
+	State TaskState `json:"state,omitempty"`
+	// RatePerSec is the account's effective send rate when the event was made.
+	RatePerSec float64 `json:"rate_per_sec,omitempty"`
+	// ProviderID is the provider's message id on sent events, when it gives one.
+	ProviderID string `json:"provider_id,omitempty"`
+	// LatencyMS is how long the provider call took.
+	LatencyMS float64 `json:"latency_ms,omitempty"`
+}
+
+// MsgID is the Nats-Msg-Id of the event, so a republished outcome within the
+// stream's duplicate window is stored once. Status counts exactly regardless.
+func (e *Event) MsgID() string {
+	if e.JobID == "" {
+		return e.TaskID + ":" + string(e.Kind)
+	}
+	return e.JobID + ":" + string(e.Kind) + ":" + itoa(e.Attempt)
+}
+
+// PublishEvent stores ev on its subject and waits for the stream's ack. The
+// event's MsgID makes a republished outcome a no-op within the duplicate
+// window; status counts exactly beyond it.
+func PublishEvent(ctx context.Context, js jetstream.JetStream, ev *Event) error {
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = js.Publish(ctx, EventSubject(ev.TaskID, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
+	return err
+}
+
+// PublishEventAsync is PublishEvent without waiting; the caller waits on the
+// returned future (or on js.PublishAsyncComplete).
+func PublishEventAsync(js jetstream.JetStream, ev *Event) (jetstream.PubAckFuture, error) {
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	return js.PublishAsync(EventSubject(ev.TaskID, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
+}

@@ -1,0 +1,82 @@
+package shared
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Job is one send: a rendered message for one recipient (or, for batch
+// channels, one of the recipients of a merged call), published by render on
+// broadcast.jobs.<account>.<priority> and consumed by dispatch.
+type Job struct {
+	// ID is stable for a task and recipient across attempts and crashes; it
+	// is the Idempotency-Key sent to providers.
+	ID          string    `json:"id"`
+	TaskID      string    `json:"task_id"`
+	Index       int       `json:"index"`
+	To          string    `json:"to"`
+	Body        string    `json:"body"`
+	Channel     string    `json:"channel"`
+	Account     string    `json:"account"`
+	Priority    Priority  `json:"priority"`
+	MaxAttempts int       `json:"max_attempts"`
+	ExpiresAt   time.Time `json:"expires_at,omitzero"`
+	EnqueuedAt  time.Time `json:"enqueued_at"`
+	// Vars are the recipient's merged variables, kept for channels whose
+	// provider fills its own templates (WhatsApp template messages).
+	Vars map[string]any `json:"vars,omitempty"`
+	// Test marks a test recipient, sent before the task is approved.
+	Test bool `json:"test,omitempty"`
+	// Attempts is how many attempts were made before this message was
+	// published (a job re-published to wait out a long delay carries its
+	// count along). The current attempt is Attempts + the delivery count.
+	Attempts int `json:"attempts,omitempty"`
+	// Generation increases each time dead letters are retried, so the
+	// re-queued job is not dropped as a duplicate publish.
+	Generation int `json:"generation,omitempty"`
+}
+
+// JobID is the job id of the recipient at index in task. Test recipients use
+// a "t" prefix so they never collide with the task's own recipients.
+func JobID(taskID string, index int, test bool) string {
+	if test {
+		return taskID + ".t" + strconv.Itoa(index)
+	}
+	return taskID + "." + strconv.Itoa(index)
+}
+
+// ParseJobID splits a job id into task id, index and test flag.
+func ParseJobID(id string) (taskID string, index int, test bool, err error) {
+	taskID, rest, ok := strings.Cut(id, ".")
+	if !ok {
+		return "", 0, false, fmt.Errorf("job id %q has no index", id)
+	}
+	if r, ok := strings.CutPrefix(rest, "t"); ok {
+		test, rest = true, r
+	}
+	index, err = strconv.Atoi(rest)
+	if err != nil || index < 0 {
+		return "", 0, false, fmt.Errorf("job id %q has a bad index", id)
+	}
+	return taskID, index, test, nil
+}
+
+// MsgID is the Nats-Msg-Id the job is published with, so re-running a render
+// batch within the duplicate window never enqueues twice.
+func (j *Job) MsgID() string {
+	if j.Generation == 0 {
+		return j.ID
+	}
+	return j.ID + ":g" + strconv.Itoa(j.Generation)
+}
+
+// LedgerKey is the key of the job's entry in the idempotency ledger.
+func (j *Job) LedgerKey() string { return LedgerKey(j.TaskID, j.ID) }
+
+// LedgerKey is the ledger key for jobID of taskID. It groups a task's entries
+// under one prefix so they can be listed and purged together.
+func LedgerKey(taskID, jobID string) string {
+	return taskID + "." + strings.TrimPrefix(jobID, taskID+".")
+}

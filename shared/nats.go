@@ -1,0 +1,122 @@
+package shared
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultNATSURL is used when NATS_URL is unset.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// NATSConfig says how to reach the server.
+type NATSConfig struct {
+	// URL of the server(s), comma separated. Defaults to nats://127.0.0.1:4222.
+	URL string
+	// User and Password authenticate with a user from nats.conf.
+	User, Password string
+	// Creds is a credentials file (production). Takes precedence over User.
+	Creds string
+}
+
+// NATSConfigFromEnv reads NATS_URL, NATS_USER, NATS_PASSWORD and NATS_CREDS.
+func NATSConfigFromEnv() NATSConfig {
+	c := NATSConfig{
+		URL:      os.Getenv("NATS_URL"),
+		User:     os.Getenv("NATS_USER"),
+		Password: os.Getenv("NATS_PASSWORD"),
+		Creds:    os.Getenv("NATS_CREDS"),
+	}
+	if c.URL == "" {
+		c.URL = DefaultNATSURL
+	}
+	return c
+}
+
+// Connect dials NATS with reconnects that never give up, so a service
+// outlives a server restart. name identifies the client in server logs.
+func Connect(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name("broadcast-" + name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Warn("NATS async error", "err", err, KeySubject, subj)
+		}),
+	}
+	switch {
+	case c.Creds != "":
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	case c.User != "":
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	nc, err := nats.Connect(c.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", c.URL, err)
+	}
+	return nc, nil
+}
+
+// WaitConnected blocks until nc is connected or ctx ends; with
+// RetryOnFailedConnect a client may start before the server does.
+func WaitConnected(ctx context.Context, nc *nats.Conn) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for NATS: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Setup connects, waits for the server, and ensures the topology exists:
+// what every service does first.
+func Setup(ctx context.Context, c NATSConfig, name string, topo TopologyConfig, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := Connect(c, name, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := WaitConnected(ctx, nc); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	// The server may still be recovering its streams right after a restart.
+	var terr error
+	for attempt := 0; attempt < 50; attempt++ {
+		if terr = EnsureTopology(ctx, js, topo); terr == nil {
+			return nc, js, nil
+		}
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	nc.Close()
+	return nil, nil, fmt.Errorf("ensure topology: %w", terr)
+}

@@ -1,0 +1,77 @@
+package shared
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Stream names.
+const (
+	StreamTasks  = "TASKS"
+	StreamRender = "RENDER"
+	StreamJobs   = "JOBS"
+	StreamEvents = "EVENTS"
+	StreamDead   = "DEAD"
+)
+
+// KV bucket and object store names.
+const (
+	BucketProgress   = "broadcast_progress"
+	BucketAccounts   = "broadcast_accounts"
+	BucketTasks      = "broadcast_tasks"
+	BucketLedger     = "broadcast_ledger"
+	BucketRecipients = "broadcast_recipients"
+	BucketStatus     = "broadcast_status"
+)
+
+// Subjects. Those in the contract (tasks, control, events, dead) must never be
+// renamed; render and jobs subjects are internal but stable.
+const (
+	SubjectTasks         = "broadcast.tasks"
+	SubjectControlPrefix = "broadcast.control."
+	SubjectEventsPrefix  = "broadcast.events."
+	SubjectDeadPrefix    = "broadcast.dead."
+	SubjectRenderPrefix  = "broadcast.render."
+	SubjectJobsPrefix    = "broadcast.jobs."
+	SubjectDelayPrefix   = "broadcast.delay."
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidID reports whether s is usable as a task id or account name: it must be
+// a valid KV key and a single subject token.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// EventSubject is where an event of kind for task is published.
+func EventSubject(taskID string, kind EventKind) string {
+	return SubjectEventsPrefix + taskID + "." + string(kind)
+}
+
+// DeadSubject is where a given-up job of task is kept.
+func DeadSubject(taskID string) string { return SubjectDeadPrefix + taskID }
+
+// ControlSubject is the request/reply subject controlling task.
+func ControlSubject(taskID string) string { return SubjectControlPrefix + taskID }
+
+// RenderSubject carries recipient batches of task from ingest to render.
+func RenderSubject(taskID string) string { return SubjectRenderPrefix + taskID }
+
+// JobSubject carries jobs for account at priority from render to dispatch.
+func JobSubject(account string, p Priority) string {
+	return SubjectJobsPrefix + account + "." + string(p)
+}
+
+// JobsFilter matches every job of account, whatever its priority.
+func JobsFilter(account string) string { return SubjectJobsPrefix + account + ".>" }
+
+// TaskFromSubject returns the task token of an events, dead, render or control
+// subject, or "" when the subject has none.
+func TaskFromSubject(subject string) string {
+	for _, p := range []string{SubjectEventsPrefix, SubjectDeadPrefix, SubjectRenderPrefix, SubjectControlPrefix} {
+		if rest, ok := strings.CutPrefix(subject, p); ok {
+			task, _, _ := strings.Cut(rest, ".")
+			return task
+		}
+	}
+	return ""
+}

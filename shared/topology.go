@@ -1,0 +1,127 @@
+package shared
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TopologyConfig tunes the server objects EnsureTopology creates.
+type TopologyConfig struct {
+	// Replicas for every stream, bucket and object store. Defaults to 1; use 3
+	// on a three-node cluster.
+	Replicas int
+	// Retention is how long tasks, events, dead letters and ledger entries
+	// are kept. Defaults to 30 days.
+	Retention time.Duration
+}
+
+func (c TopologyConfig) withDefaults() TopologyConfig {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	return c
+}
+
+// Streams returns the definitions of every stream.
+func Streams(c TopologyConfig) []jetstream.StreamConfig {
+	c = c.withDefaults()
+	return []jetstream.StreamConfig{
+		{
+			Name:        StreamTasks,
+			Description: "Tasks submitted by users; kept for audit and replay.",
+			Subjects:    []string{SubjectTasks},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      c.Retention,
+			Duplicates:  2 * time.Minute,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
+		{
+			Name:        StreamRender,
+			Description: "Recipient batches from ingest waiting to be rendered.",
+			Subjects:    []string{SubjectRenderPrefix + ">"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Duplicates:  2 * time.Minute,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
+		{
+			Name:              StreamJobs,
+			Description:       "Rendered sends per account and priority, and jobs waiting out a delay.",
+			Subjects:          []string{SubjectJobsPrefix + ">", SubjectDelayPrefix + ">"},
+			Retention:         jetstream.WorkQueuePolicy,
+			Duplicates:        2 * time.Minute,
+			Storage:           jetstream.FileStorage,
+			Replicas:          c.Replicas,
+			AllowMsgSchedules: true,
+		},
+		{
+			Name:        StreamEvents,
+			Description: "One event per outcome, folded by status into progress.",
+			Subjects:    []string{SubjectEventsPrefix + ">"},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      c.Retention,
+			Duplicates:  2 * time.Minute,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
+		{
+			Name:        StreamDead,
+			Description: "Recipients given up on, with their job and last error, for inspection and retry-dead.",
+			Subjects:    []string{SubjectDeadPrefix + ">"},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      c.Retention,
+			Duplicates:  2 * time.Minute,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
+	}
+}
+
+// Buckets returns the definitions of every KV bucket.
+func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	return []jetstream.KeyValueConfig{
+		{Bucket: BucketProgress, Description: "Task progress, written by status.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: BucketAccounts, Description: "Sender accounts; edits apply live.", History: 5, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: BucketTasks, Description: "Accepted tasks: the task-id dedup ledger and the spec render reads.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: BucketLedger, Description: "Idempotency ledger per (task, recipient).", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+	}
+}
+
+// ObjectStores returns the definitions of every object store.
+func ObjectStores(c TopologyConfig) []jetstream.ObjectStoreConfig {
+	c = c.withDefaults()
+	return []jetstream.ObjectStoreConfig{
+		{Bucket: BucketRecipients, Description: "Recipient lists (JSONL or CSV).", Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: BucketStatus, Description: "Status checkpoints: per-recipient outcomes of each task.", Storage: jetstream.FileStorage, Replicas: c.Replicas},
+	}
+}
+
+// EnsureTopology creates or updates every stream, KV bucket and object store.
+// It is idempotent and every service calls it at start, so the services can
+// start in any order.
+func EnsureTopology(ctx context.Context, js jetstream.JetStream, c TopologyConfig) error {
+	for _, sc := range Streams(c) {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range Buckets(c) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("kv %s: %w", kc.Bucket, err)
+		}
+	}
+	for _, oc := range ObjectStores(c) {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
+			return fmt.Errorf("object store %s: %w", oc.Bucket, err)
+		}
+	}
+	return nil
+}
