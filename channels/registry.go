@@ -12,7 +12,7 @@ type Registry map[string]Channel
 // Builtin returns every channel this build supports.
 func Builtin() Registry {
 	r := Registry{}
-	for _, c := range []Channel{Webhook{}, Sandbox{}} {
+	for _, c := range []Channel{Webhook{}, Sandbox{}, WhatsApp{}, WxPusher{}, SMTP{}} {
 		r[c.Name()] = c
 	}
 	return r
