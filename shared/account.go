@@ -39,6 +39,12 @@ type Account struct {
 	PerRecipientInterval Duration `json:"per_recipient_interval"`
 	// MaxBatch is how many recipients one provider call may carry. Defaults to 1.
 	MaxBatch int `json:"max_batch"`
+	// MinRatePerSec is the floor adaptive pacing never goes below after
+	// rate-limit answers. Defaults to rate_per_sec/20.
+	MinRatePerSec float64 `json:"min_rate_per_sec,omitempty"`
+	// RecoverAfter is how many successes in a row step a slowed account's
+	// rate back up (by a tenth of rate_per_sec). Defaults to 50.
+	RecoverAfter int `json:"recover_after,omitempty"`
 	// Enabled is true unless set to false.
 	Enabled *bool `json:"enabled,omitempty"`
 
@@ -87,6 +93,18 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	}
 	if a.PerRecipientInterval < 0 {
 		return nil, fieldErr("per_recipient_interval", "must not be negative")
+	}
+	if a.MinRatePerSec < 0 || a.MinRatePerSec > a.RatePerSec {
+		return nil, fieldErr("min_rate_per_sec", "must be between 0 and rate_per_sec (%v), got %v", a.RatePerSec, a.MinRatePerSec)
+	}
+	if a.MinRatePerSec == 0 {
+		a.MinRatePerSec = a.RatePerSec / 20
+	}
+	if a.RecoverAfter < 0 {
+		return nil, fieldErr("recover_after", "must not be negative, got %d", a.RecoverAfter)
+	}
+	if a.RecoverAfter == 0 {
+		a.RecoverAfter = 50
 	}
 	if a.MaxBatch == 0 {
 		a.MaxBatch = 1

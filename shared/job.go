@@ -27,6 +27,9 @@ type Job struct {
 	// Vars are the recipient's merged variables, kept for channels whose
 	// provider fills its own templates (WhatsApp template messages).
 	Vars map[string]any `json:"vars,omitempty"`
+	// Pool is the accounts the task may use; empty means every enabled
+	// account of the channel. A job moves only within its pool.
+	Pool []string `json:"pool,omitempty"`
 	// Test marks a test recipient, sent before the task is approved.
 	Test bool `json:"test,omitempty"`
 	// Attempts is how many attempts were made before this message was

@@ -22,6 +22,8 @@ const (
 	BucketLedger     = "broadcast_ledger"
 	BucketRecipients = "broadcast_recipients"
 	BucketStatus     = "broadcast_status"
+	BucketHealth     = "broadcast_health"
+	BucketSends      = "broadcast_sends"
 )
 
 // Subjects. Those in the contract (tasks, control, events, dead) must never be

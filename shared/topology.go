@@ -92,6 +92,10 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		{Bucket: BucketAccounts, Description: "Sender accounts; edits apply live.", History: 5, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: BucketTasks, Description: "Accepted tasks: the task-id dedup ledger and the spec render reads.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: BucketLedger, Description: "Idempotency ledger per (task, recipient).", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: BucketHealth, Description: "Account health and effective rate, written by dispatch.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is <account>.<recipient hash> and lives 24 h after its last
+		// send: the rolling window behind daily_cap and per_recipient_interval.
+		{Bucket: BucketSends, Description: "Rolling 24 h send log per account and recipient.", History: 1, TTL: 24 * time.Hour, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

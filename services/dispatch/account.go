@@ -2,11 +2,13 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/time/rate"
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/shared"
@@ -16,31 +18,50 @@ import (
 // alive with progress acks.
 const ackWait = 30 * time.Second
 
+// priorityGroup is the pinned priority group of every account consumer.
+const priorityGroup = "dispatch"
+
 // ConsumerName is the durable consumer of account's jobs.
 func ConsumerName(account string) string { return "dispatch-" + account }
 
+// consumerConfig pins each account's consumer to one client at a time
+// (PriorityPolicyPinned): whichever dispatch process holds the pin is the
+// account's only sender, so its local token bucket is the account's rate
+// across all replicas. When the owner dies its connection closes and the
+// server pins another replica within about a second; PinnedTTL bounds the
+// takeover if the owner hangs instead.
 func consumerConfig(a *shared.Account) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerName(a.Name),
-		Description:   "dispatch: jobs of account " + a.Name,
-		FilterSubject: shared.JobsFilter(a.Name),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxDeliver:    -1,
-		// The in-flight cap: JetStream never has more than this many of the
-		// account's jobs out, across every dispatch process.
-		MaxAckPending: a.Concurrency,
+		Durable:        ConsumerName(a.Name),
+		Description:    "dispatch: jobs of account " + a.Name,
+		FilterSubject:  shared.JobsFilter(a.Name),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ackWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  a.Concurrency, // the in-flight cap, across every process
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{priorityGroup},
+		PinnedTTL:      10 * time.Second,
 	}
 }
 
-// accountRunner owns one account's consumer, token bucket and sender.
+// accountRunner owns one account's consumer, pacer, caps and sender.
 type accountRunner struct {
-	svc     *Service
-	limiter *rate.Limiter
+	svc   *Service
+	name  string
+	pacer *pacer
+	log   *slog.Logger
 
-	mu      sync.RWMutex
-	acct    *shared.Account
-	sender  channels.Sender
+	mu          sync.RWMutex
+	acct        *shared.Account
+	sender      channels.Sender
+	caps        *capTracker
+	paused      bool
+	pauseReason string
+	pausedSince time.Time
+	authFails   int
+	lastActive  time.Time
+
 	ctx     context.Context
 	cancel  context.CancelFunc
 	stopped chan struct{}
@@ -50,29 +71,45 @@ func newAccountRunner(parent context.Context, s *Service, a *shared.Account, sen
 	ctx, cancel := context.WithCancel(parent)
 	return &accountRunner{
 		svc:     s,
+		name:    a.Name,
 		acct:    a,
 		sender:  sender,
-		limiter: rate.NewLimiter(rate.Limit(a.RatePerSec), a.Burst),
+		pacer:   newPacer(a.RatePerSec, a.MinRatePerSec, a.Burst, a.RecoverAfter),
+		log:     s.log.With(shared.KeyAccount, a.Name),
 		ctx:     ctx,
 		cancel:  cancel,
 		stopped: make(chan struct{}),
 	}
 }
 
-// canUpdateInPlace reports whether a change only touches pacing or adapter
-// settings, so the consumer keeps running.
+// canUpdateInPlace reports whether a change leaves the consumer as it is.
 func (r *accountRunner) canUpdateInPlace(a *shared.Account) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.acct.Concurrency == a.Concurrency && r.acct.Channel == a.Channel
+	return r.acct.Concurrency == a.Concurrency
 }
 
+// update applies an account edit. An edit is also how an operator clears a
+// pause: whoever fixed the token says so by saving the account.
 func (r *accountRunner) update(a *shared.Account, sender channels.Sender) {
 	r.mu.Lock()
+	old := r.sender
 	r.acct, r.sender = a, sender
+	wasPaused := r.paused
+	r.paused, r.pauseReason, r.authFails = false, "", 0
 	r.mu.Unlock()
-	r.limiter.SetLimit(rate.Limit(a.RatePerSec))
-	r.limiter.SetBurst(a.Burst)
+	closeSender(old)
+	r.pacer.configure(a.RatePerSec, a.MinRatePerSec, a.Burst, a.RecoverAfter)
+	if wasPaused {
+		r.log.Info("account edited; pause cleared")
+	}
+	r.writeHealth(r.ctx)
+}
+
+func closeSender(s channels.Sender) {
+	if c, ok := s.(io.Closer); ok {
+		_ = c.Close()
+	}
 }
 
 func (r *accountRunner) current() (*shared.Account, channels.Sender) {
@@ -81,11 +118,87 @@ func (r *accountRunner) current() (*shared.Account, channels.Sender) {
 	return r.acct, r.sender
 }
 
+// draining reports whether the account must not send (disabled or paused)
+// and why; its jobs then move to healthy accounts.
+func (r *accountRunner) draining() (bool, string) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if !r.acct.IsEnabled() {
+		return true, "account " + r.name + " is disabled"
+	}
+	if r.paused {
+		return true, "account " + r.name + " is paused: " + r.pauseReason
+	}
+	return false, ""
+}
+
+// pause stops the account sending until its value is edited.
+func (r *accountRunner) pause(reason string) {
+	r.mu.Lock()
+	if r.paused {
+		r.mu.Unlock()
+		return
+	}
+	r.paused, r.pauseReason, r.pausedSince = true, reason, time.Now().UTC()
+	r.mu.Unlock()
+	r.log.Error("ACCOUNT PAUSED: it sends nothing until its value in broadcast_accounts is edited; its jobs move to healthy accounts",
+		"reason", reason)
+	r.writeHealth(r.ctx)
+}
+
+// writeHealth publishes the account's health and effective rate.
+func (r *accountRunner) writeHealth(ctx context.Context) {
+	cur, ceiling := r.pacer.effective()
+	r.mu.RLock()
+	h := shared.AccountHealth{State: shared.HealthHealthy, RatePerSec: cur, Ceiling: ceiling, DailyCap: r.dailyCap(), UpdatedAt: time.Now().UTC()}
+	if r.paused {
+		h.State, h.Reason, h.Since = shared.HealthPaused, r.pauseReason, r.pausedSince
+	}
+	caps := r.caps
+	r.mu.RUnlock()
+	if caps != nil {
+		h.DailyUsed = caps.used(time.Now())
+	}
+	data, _ := json.Marshal(h)
+	if _, err := r.svc.healthKV.Put(ctx, r.name, data); err != nil && ctx.Err() == nil {
+		r.log.Warn("could not write account health", "err", err)
+	}
+}
+
+// dailyCap is the account's cap (a WhatsApp tier counts as one). Call with
+// r.mu held.
+func (r *accountRunner) dailyCap() int { return channels.EffectiveDailyCap(r.acct) }
+
+// capTracker returns the account's cap tracker, starting it on first use.
+func (r *accountRunner) capTracker(ctx context.Context) (*capTracker, error) {
+	r.mu.RLock()
+	c := r.caps
+	r.mu.RUnlock()
+	if c != nil {
+		return c, nil
+	}
+	c, err := newCapTracker(r.ctx, r.svc.sends, r.name, r.log)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.caps == nil {
+		r.caps = c
+	}
+	c = r.caps
+	r.mu.Unlock()
+	return c, nil
+}
+
 func (r *accountRunner) run() {
 	defer close(r.stopped)
 	ctx := r.ctx
+	select {
+	case <-r.svc.ready:
+	case <-ctx.Done():
+		return
+	}
 	a, _ := r.current()
-	log := r.svc.log.With(shared.KeyAccount, a.Name)
 	var cons jetstream.Consumer
 	for {
 		var err error
@@ -93,22 +206,45 @@ func (r *accountRunner) run() {
 		if err == nil {
 			break
 		}
-		log.Warn("cannot create account consumer; retrying", "err", err)
+		r.log.Warn("cannot create account consumer; retrying", "err", err)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
 		}
 	}
+	go r.reportHealth(ctx)
 	err := shared.Consume(ctx, cons, r.handle, shared.ConsumeConfig{
 		Concurrency: a.Concurrency,
 		AckWait:     ackWait,
 		RetryDelay:  r.svc.cfg.BackoffBase,
 		DeadLetter:  r.svc.deadLetter,
-		Logger:      log,
+		PullOptions: []jetstream.PullConsumeOpt{jetstream.PullPriorityGroup(priorityGroup)},
+		Logger:      r.log,
 	})
 	if err != nil {
-		log.Error("account consumer stopped", "err", err)
+		r.log.Error("account consumer stopped", "err", err)
+	}
+}
+
+// reportHealth refreshes the health value while this process is the
+// account's active sender, so dashboards and render see its effective rate
+// and remaining daily capacity.
+func (r *accountRunner) reportHealth(ctx context.Context) {
+	t := time.NewTicker(r.svc.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.mu.RLock()
+			active := time.Since(r.lastActive) < 3*r.svc.cfg.HealthInterval
+			r.mu.RUnlock()
+			if active {
+				r.writeHealth(ctx)
+			}
+		}
 	}
 }
 
@@ -116,4 +252,6 @@ func (r *accountRunner) run() {
 func (r *accountRunner) stop() {
 	r.cancel()
 	<-r.stopped
+	_, s := r.current()
+	closeSender(s)
 }

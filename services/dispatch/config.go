@@ -19,6 +19,16 @@ type Config struct {
 	// AccountFatalDelay is how long a job waits when its account answered
 	// with an account-fatal error. Defaults to 60 seconds.
 	AccountFatalDelay time.Duration
+	// LongWait is the shortest retry wait handed to a JetStream scheduled
+	// message instead of NakWithDelay, which would hold a MaxAckPending slot
+	// for the whole wait. Defaults to 3 seconds.
+	LongWait time.Duration
+	// NoHealthyWait is how long a job waits when its account cannot send
+	// and no healthy account of its pool can take it. Defaults to 30 seconds.
+	NoHealthyWait time.Duration
+	// HealthInterval is how often the active owner of an account refreshes
+	// its health value. Defaults to 2 seconds.
+	HealthInterval time.Duration
 	// Channels defaults to channels.Builtin().
 	Channels channels.Registry
 	// Getenv resolves accounts' secret_env. Defaults to os.Getenv.
@@ -34,6 +44,7 @@ func ConfigFromEnv() (Config, error) {
 	for name, dst := range map[string]*time.Duration{
 		"DISPATCH_BACKOFF_BASE": &c.BackoffBase,
 		"DISPATCH_BACKOFF_MAX":  &c.BackoffMax,
+		"DISPATCH_LONG_WAIT":    &c.LongWait,
 	} {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -68,6 +79,15 @@ func (c *Config) withDefaults() {
 	}
 	if c.AccountFatalDelay == 0 {
 		c.AccountFatalDelay = time.Minute
+	}
+	if c.LongWait == 0 {
+		c.LongWait = 3 * time.Second
+	}
+	if c.NoHealthyWait == 0 {
+		c.NoHealthyWait = 30 * time.Second
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = 2 * time.Second
 	}
 	if c.Channels == nil {
 		c.Channels = channels.Builtin()

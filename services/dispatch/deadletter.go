@@ -21,6 +21,7 @@ type giveUp struct {
 	class   shared.ErrorClass
 	code    string
 	err     string
+	history []shared.AttemptError
 }
 
 func (g *giveUp) Error() string { return fmt.Sprintf("%s (%s): %s", g.class, g.code, g.err) }
@@ -33,7 +34,7 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 		g = &giveUp{class: shared.ClassPermanent, code: "error", err: cause.Error()}
 	}
 	now := time.Now().UTC()
-	dl := shared.DeadLetter{Account: g.account, Attempts: g.attempt, Class: g.class, Code: g.code, Error: g.err, At: now}
+	dl := shared.DeadLetter{Account: g.account, Attempts: g.attempt, Class: g.class, Code: g.code, Error: g.err, At: now, History: g.history}
 	taskID := shared.TaskFromSubject(msg.Subject())
 	if g.job != nil {
 		dl.Job = *g.job

@@ -11,16 +11,21 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// Service is the dispatch service: one runner per enabled account.
+// Service is the dispatch service: one runner per account.
 type Service struct {
-	js     jetstream.JetStream
-	cfg    Config
-	log    *slog.Logger
-	ledger jetstream.KeyValue
+	js       jetstream.JetStream
+	cfg      Config
+	log      *slog.Logger
+	ledger   jetstream.KeyValue
+	healthKV jetstream.KeyValue
+	sends    jetstream.KeyValue
+	accounts *shared.AccountWatcher
+	health   *shared.HealthWatcher
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
 	ctx     context.Context
+	ready   chan struct{}
 	wg      sync.WaitGroup
 }
 
@@ -30,19 +35,26 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), runners: map[string]*accountRunner{}}, nil
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"),
+		runners: map[string]*accountRunner{}, ready: make(chan struct{})}, nil
 }
 
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	if s.ledger, err = s.js.KeyValue(ctx, shared.BucketLedger); err != nil {
-		return fmt.Errorf("dispatch: %w", err)
+	for name, dst := range map[string]*jetstream.KeyValue{shared.BucketLedger: &s.ledger, shared.BucketHealth: &s.healthKV, shared.BucketSends: &s.sends} {
+		if *dst, err = s.js.KeyValue(ctx, name); err != nil {
+			return fmt.Errorf("dispatch: %s: %w", name, err)
+		}
 	}
 	s.ctx = ctx
-	if _, err := shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
+	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
+	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	close(s.ready)
 	s.log.Info("dispatch started")
 	<-ctx.Done()
 	s.mu.Lock()
@@ -54,47 +66,57 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// accountChanged applies an edit of broadcast_accounts: pacing changes apply
-// in place; concurrency, channel or endpoint changes restart the account's
-// consumer; disabled or deleted accounts stop.
+// accountChanged applies an edit of broadcast_accounts: pacing and adapter
+// changes apply in place, a concurrency change restarts the consumer. A
+// disabled or deleted account keeps its runner, which moves its queued jobs
+// to healthy accounts instead of sending them.
 func (s *Service) accountChanged(c shared.AccountChange) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	log := s.log.With(shared.KeyAccount, c.Name)
 	old := s.runners[c.Name]
-	if c.Account == nil || !c.Account.IsEnabled() {
-		if old != nil {
-			log.Info("account stopped (disabled, deleted or invalid)")
-			old.stop()
-			delete(s.runners, c.Name)
+	acct := c.Account
+	if acct == nil {
+		if old == nil {
+			return
 		}
-		return
+		// Deleted or unreadable: keep draining its queue with the last
+		// known settings, marked disabled.
+		prev, _ := old.current()
+		cp := *prev
+		disabled := false
+		cp.Enabled = &disabled
+		acct = &cp
+		log.Warn("account deleted or invalid; its queued jobs move to healthy accounts")
 	}
-	ch, err := s.cfg.Channels.Get(c.Account.Channel)
+	ch, err := s.cfg.Channels.Get(acct.Channel)
 	if err != nil {
 		log.Error("account has an unknown channel; not started", "err", err)
 		return
 	}
-	sender, err := ch.NewSender(c.Account, s.cfg.Getenv)
+	sender, err := ch.NewSender(acct, s.cfg.Getenv)
 	if err != nil {
-		log.Error("account misconfigured; not started", "err", err)
-		if old != nil {
-			old.stop()
-			delete(s.runners, c.Name)
+		log.Error("account misconfigured; its jobs move to healthy accounts", "err", err)
+		if old == nil {
+			return
 		}
-		return
+		prev, sender0 := old.current()
+		cp := *prev
+		disabled := false
+		cp.Enabled = &disabled
+		acct, sender = &cp, sender0
 	}
-	if old != nil && old.canUpdateInPlace(c.Account) {
-		old.update(c.Account, sender)
-		log.Info("account updated", "rate_per_sec", c.Account.RatePerSec, "burst", c.Account.Burst)
+	if old != nil && old.canUpdateInPlace(acct) {
+		old.update(acct, sender)
+		log.Info("account updated", "enabled", acct.IsEnabled(), "rate_per_sec", acct.RatePerSec, "burst", acct.Burst)
 		return
 	}
 	if old != nil {
 		old.stop()
 	}
-	r := newAccountRunner(s.ctx, s, c.Account, sender)
+	r := newAccountRunner(s.ctx, s, acct, sender)
 	s.runners[c.Name] = r
 	s.wg.Go(r.run)
-	log.Info("account started", "channel", c.Account.Channel, "rate_per_sec", c.Account.RatePerSec,
-		"burst", c.Account.Burst, "concurrency", c.Account.Concurrency)
+	log.Info("account started", "channel", acct.Channel, "enabled", acct.IsEnabled(), "rate_per_sec", acct.RatePerSec,
+		"burst", acct.Burst, "concurrency", acct.Concurrency)
 }

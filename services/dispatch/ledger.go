@@ -11,36 +11,52 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// ledgerEntry records that a job was accepted by its provider. Its presence
-// is what stops a redelivered job from being sent again.
+// maxHistory bounds the attempt errors kept per job.
+const maxHistory = 20
+
+// ledgerEntry is a job's entry in the idempotency ledger. State "sent" is
+// what stops a redelivered job from being sent again; "retrying" entries
+// keep the errors of earlier attempts for the dead letter.
 type ledgerEntry struct {
-	State      string    `json:"state"`
-	Account    string    `json:"account"`
-	Attempt    int       `json:"attempt"`
-	ProviderID string    `json:"provider_id,omitempty"`
-	At         time.Time `json:"at"`
+	State      string                `json:"state"`
+	Account    string                `json:"account"`
+	Attempt    int                   `json:"attempt"`
+	ProviderID string                `json:"provider_id,omitempty"`
+	At         time.Time             `json:"at"`
+	History    []shared.AttemptError `json:"history,omitempty"`
 }
 
-// sentBefore returns the ledger entry of a job already sent, or nil.
-func (s *Service) sentBefore(ctx context.Context, job *shared.Job) (*ledgerEntry, error) {
+// readLedger returns the job's ledger entry, or an empty one.
+func (s *Service) readLedger(ctx context.Context, job *shared.Job) (*ledgerEntry, error) {
 	e, err := s.ledger.Get(ctx, job.LedgerKey())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
+		return &ledgerEntry{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	var le ledgerEntry
-	if err := json.Unmarshal(e.Value(), &le); err != nil || le.State != "sent" {
-		return nil, nil
+	if err := json.Unmarshal(e.Value(), &le); err != nil {
+		return &ledgerEntry{}, nil
 	}
 	return &le, nil
 }
 
-// recordSent writes the ledger entry after the provider accepted the job.
-func (s *Service) recordSent(ctx context.Context, job *shared.Job, le ledgerEntry) error {
-	le.State = "sent"
-	data, _ := json.Marshal(le)
-	_, err := s.ledger.Put(ctx, job.LedgerKey(), data)
+// writeLedger stores the entry.
+func (s *Service) writeLedger(ctx context.Context, job *shared.Job, le *ledgerEntry) error {
+	data, err := json.Marshal(le)
+	if err != nil {
+		return err
+	}
+	_, err = s.ledger.Put(ctx, job.LedgerKey(), data)
 	return err
+}
+
+// addAttempt appends a failed attempt to the entry's history.
+func (le *ledgerEntry) addAttempt(a shared.AttemptError) {
+	le.State = "retrying"
+	le.History = append(le.History, a)
+	if len(le.History) > maxHistory {
+		le.History = le.History[len(le.History)-maxHistory:]
+	}
 }

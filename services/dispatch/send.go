@@ -12,8 +12,13 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// handle takes one job through ledger check, expiry, pacing, the provider
-// call and the outcome's event. It returns what the consume loop should do.
+// maxAuthFailures is how many 401/403 answers in a row pause an account.
+const maxAuthFailures = 3
+
+// handle takes one job through the ledger, expiry, the account's health,
+// caps and pacing, the provider call, and the outcome. It returns what the
+// consume loop should do; waits longer than Config.LongWait are scheduled
+// re-publications, so they hold no MaxAckPending slot.
 func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	s := r.svc
 	var job shared.Job
@@ -26,25 +31,55 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	attempt := job.Attempts + int(meta.NumDelivered)
 	acct, sender := r.current()
-	log := s.log.With(shared.KeyTaskID, job.TaskID, shared.KeyJobID, job.ID, shared.KeyAccount, acct.Name, shared.KeyAttempt, attempt)
+	log := r.log.With(shared.KeyTaskID, job.TaskID, shared.KeyJobID, job.ID, shared.KeyAttempt, attempt)
+	r.mu.Lock()
+	r.lastActive = time.Now()
+	r.mu.Unlock()
 
 	// A job recorded as sent was accepted by the provider before a crash or a
 	// lost ack: acknowledge it without sending, and make sure its event exists.
-	if le, err := s.sentBefore(ctx, &job); err != nil {
+	le, err := s.readLedger(ctx, &job)
+	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
-	} else if le != nil {
+	}
+	if le.State == "sent" {
 		log.Debug("job already sent; not sending again")
 		return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: le.Account,
 			Kind: shared.EventSent, Attempt: le.Attempt, Index: job.Index, ProviderID: le.ProviderID, At: le.At})
 	}
-
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
 		return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: acct.Name,
 			Kind: shared.EventExpired, Attempt: attempt - 1, Index: job.Index, Code: "expired",
 			Error: "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the send"})
 	}
+	if drain, why := r.draining(); drain {
+		return r.reroute(ctx, &job, attempt-1, why)
+	}
 
-	if err := r.limiter.Wait(ctx); err != nil {
+	// Caps: a reached daily cap or a too-recent send to this recipient delays
+	// the job without spending an attempt.
+	var caps *capTracker
+	if dailyCap, gap := channels.EffectiveDailyCap(acct), acct.PerRecipientInterval.D(); dailyCap > 0 || gap > 0 {
+		if caps, err = r.capTracker(ctx); err != nil {
+			return err
+		}
+		if adm := caps.admit(job.To, time.Now(), dailyCap, gap); !adm.ok {
+			log.Debug("send delayed by caps", "code", adm.code, "reason", adm.reason, "wait", adm.wait)
+			if adm.code == "daily_cap" {
+				ev := r.event(&job, shared.EventRetrying, attempt-1)
+				ev.Code, ev.Error = adm.code, adm.reason
+				if err := s.publish(ctx, ev); err != nil {
+					return err
+				}
+			}
+			return s.delayJob(ctx, &job, acct.Name, attempt-1, adm.wait)
+		}
+	}
+
+	if err := r.pacer.wait(ctx); err != nil {
+		if caps != nil {
+			caps.release(ctx, job.To, false, time.Now())
+		}
 		// Stopping: leave the job for redelivery without spending an attempt.
 		return shared.RetryAfter(time.Second, err)
 	}
@@ -52,46 +87,143 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	res := sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
 		Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
 	latency := time.Since(start)
-	ev := &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: acct.Name, Attempt: attempt,
-		Index: job.Index, Code: res.Code, Error: res.Err, Class: res.Class,
-		RatePerSec: float64(r.limiter.Limit()), LatencyMS: float64(latency.Microseconds()) / 1000}
+	if caps != nil {
+		caps.release(ctx, job.To, res.OK(), time.Now())
+	}
+	ev := r.event(&job, shared.EventSent, attempt)
+	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
+	ev.LatencyMS = float64(latency.Microseconds()) / 1000
 
 	if res.OK() {
-		ev.Kind, ev.ProviderID = shared.EventSent, res.ProviderID
-		if err := s.recordSent(ctx, &job, ledgerEntry{Account: acct.Name, Attempt: attempt, ProviderID: res.ProviderID, At: time.Now().UTC()}); err != nil {
-			// The send happened; the event below still counts it. Only a
-			// crash before the ack could now repeat it.
+		r.noteSuccess()
+		ev.ProviderID = res.ProviderID
+		entry := &ledgerEntry{State: "sent", Account: acct.Name, Attempt: attempt, ProviderID: res.ProviderID, At: time.Now().UTC()}
+		if err := s.writeLedger(ctx, &job, entry); err != nil {
+			// The send happened and the event below counts it; only a crash
+			// before the ack could now repeat it (with the same key).
 			log.Error("ledger write failed after a successful send", "err", err)
 		}
 		return s.publish(ctx, ev)
 	}
 
 	log = log.With(shared.KeyClass, res.Class, "code", res.Code)
+	le.addAttempt(shared.AttemptError{Attempt: attempt, Account: acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
+	r.noteFailure(res, log)
+
+	if res.Class == shared.ClassAccountFatal {
+		// The recipient is not at fault: the job moves to a healthy account.
+		if err := s.writeLedger(ctx, &job, le); err != nil {
+			log.Warn("could not record attempt error", "err", err)
+		}
+		ev.Kind = shared.EventRetrying
+		if err := s.publish(ctx, ev); err != nil {
+			return err
+		}
+		if attempt >= job.MaxAttempts {
+			return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History})
+		}
+		_, why := r.draining()
+		return r.reroute(ctx, &job, attempt, why)
+	}
 	if !res.Class.Retryable() || attempt >= job.MaxAttempts {
 		reason := "permanent error"
 		if res.Class.Retryable() {
 			reason = fmt.Sprintf("gave up after %d attempts", attempt)
 		}
 		log.Warn("send failed; giving up", "reason", reason, "err", res.Err)
-		return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err})
+		return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History})
 	}
 
 	delay := backoff(attempt, s.cfg.BackoffBase, s.cfg.BackoffMax)
-	switch res.Class {
-	case shared.ClassRateLimited, shared.ClassRecipientDelay:
-		if res.RetryAfter > delay {
-			delay = res.RetryAfter
-		}
-	case shared.ClassAccountFatal:
-		log.Error("account-fatal answer from provider; job held", "err", res.Err)
-		delay = max(delay, s.cfg.AccountFatalDelay)
+	if res.Class == shared.ClassRateLimited || res.Class == shared.ClassRecipientDelay {
+		delay = max(delay, res.RetryAfter)
+	}
+	if err := s.writeLedger(ctx, &job, le); err != nil {
+		log.Warn("could not record attempt error", "err", err)
 	}
 	log.Info("send failed; will retry", "err", res.Err, "delay", delay)
 	ev.Kind = shared.EventRetrying
+	ev.RatePerSec, _ = r.pacer.effective()
 	if err := s.publish(ctx, ev); err != nil {
 		return err
 	}
+	if delay >= s.cfg.LongWait {
+		return s.delayJob(ctx, &job, acct.Name, attempt, delay)
+	}
 	return shared.RetryAfter(delay, fmt.Errorf("%s: %s", res.Class, res.Err))
+}
+
+// event starts an event about job with the account's effective rate.
+func (r *accountRunner) event(job *shared.Job, kind shared.EventKind, attempt int) *shared.Event {
+	rate, _ := r.pacer.effective()
+	return &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
+		Attempt: attempt, Index: job.Index, RatePerSec: rate}
+}
+
+// noteSuccess steps the adaptive rate up after a run of successes.
+func (r *accountRunner) noteSuccess() {
+	r.mu.Lock()
+	r.authFails = 0
+	r.mu.Unlock()
+	if changed, from, to := r.pacer.succeeded(); changed {
+		r.log.Info("rate stepped up after a run of successes", "from", from, "to", to)
+		r.writeHealth(r.ctx)
+	}
+}
+
+// noteFailure slows the account on rate limits and pauses it on
+// account-fatal answers or repeated auth failures.
+func (r *accountRunner) noteFailure(res channels.Result, log interface {
+	Warn(string, ...any)
+}) {
+	switch res.Class {
+	case shared.ClassRateLimited:
+		if from, to, slowed := r.pacer.rateLimited(res.RetryAfter); slowed {
+			log.Warn("rate limited by provider; account slowed", "rate_from", from, "rate_to", to, "retry_after", res.RetryAfter)
+			r.writeHealth(r.ctx)
+		}
+		return
+	case shared.ClassAccountFatal:
+		r.pause(fmt.Sprintf("account-fatal answer (%s): %s", res.Code, res.Err))
+		return
+	}
+	if res.Code == "401" || res.Code == "403" {
+		r.mu.Lock()
+		r.authFails++
+		n := r.authFails
+		r.mu.Unlock()
+		if n >= maxAuthFailures {
+			r.pause(fmt.Sprintf("%d auth failures in a row (last %s)", n, res.Code))
+		}
+		return
+	}
+	r.mu.Lock()
+	r.authFails = 0
+	r.mu.Unlock()
+}
+
+// reroute moves a job off an account that must not send: to a healthy
+// account of its pool, or, when there is none, back onto this account
+// after a wait, with a retrying event saying why.
+func (r *accountRunner) reroute(ctx context.Context, job *shared.Job, attempts int, why string) error {
+	s := r.svc
+	var candidates []*shared.Account
+	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, job.Pool)) {
+		if a.Name != r.name {
+			candidates = append(candidates, a)
+		}
+	}
+	if to := shared.PickAccount(candidates, job.To, s.health); to != nil {
+		r.log.Debug("job moved to a healthy account", shared.KeyJobID, job.ID, "to", to.Name, "why", why)
+		return s.moveJob(ctx, job, to.Name, attempts)
+	}
+	ev := r.event(job, shared.EventRetrying, attempts)
+	ev.Code, ev.Class = "no_healthy_account", shared.ClassAccountFatal
+	ev.Error = why + "; no healthy " + job.Channel + " account to move to, waiting"
+	if err := s.publish(ctx, ev); err != nil {
+		return err
+	}
+	return s.delayJob(ctx, job, r.name, attempts, s.cfg.NoHealthyWait)
 }
 
 // publish stores an event; failing to do so retries the job, so every

@@ -14,6 +14,6 @@
 //     limits.
 //
 // Where to edit what: render.go (consumer and per-recipient steps),
-// spec.go (the cached task spec), route.go (which account gets a
-// recipient), config.go (settings).
+// spec.go (the cached task spec), config.go (settings). Account choice is
+// shared.PickAccount (capacity-weighted, sticky per recipient).
 package render

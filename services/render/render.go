@@ -34,6 +34,7 @@ type Service struct {
 	log      *slog.Logger
 	tasks    jetstream.KeyValue
 	accounts *shared.AccountWatcher
+	health   *shared.HealthWatcher
 	cache    specCache
 }
 
@@ -53,6 +54,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("render: %w", err)
 	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamRender, consumerConfig())
@@ -78,7 +82,14 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	t := &sp.task
+	// Paused accounts get no new work; if every account of the task is
+	// paused, jobs still go to one of them and wait there (dispatch moves
+	// them as soon as a healthy account exists), so the task's progress
+	// shows why it waits.
 	accounts := s.accounts.ForTask(t.Channel, t.Accounts)
+	if usable := s.health.Usable(accounts); len(usable) > 0 {
+		accounts = usable
+	}
 	if len(accounts) == 0 {
 		s.log.Warn("no enabled account for task; batch waits", shared.KeyTaskID, t.ID, "channel", t.Channel)
 		return shared.RetryAfter(s.cfg.NoAccountRetry, shared.ErrNoAccount)
@@ -106,12 +117,12 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		} else if err := sp.channel.CheckBody(body); err != nil {
 			perr = skip("body", "body: "+err.Error())
 		} else {
-			acct := pickAccount(accounts, r.To)
+			acct := shared.PickAccount(accounts, r.To, s.health)
 			job := shared.Job{
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
-				Vars: r.Vars, Test: b.Test,
+				Vars: r.Vars, Test: b.Test, Pool: t.Accounts,
 			}
 			perr = s.publishJob(&job, &futures)
 		}

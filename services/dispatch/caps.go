@@ -1,0 +1,175 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// capWindow is daily_cap's rolling window.
+const capWindow = 24 * time.Hour
+
+// capTracker enforces daily_cap (distinct recipients per rolling 24 h) and
+// per_recipient_interval for one account. Its memory is a live view of the
+// account's keys in KV broadcast_sends, so every dispatch replica sees the
+// sends of the others and a new owner starts with the true count.
+type capTracker struct {
+	kv      jetstream.KeyValue
+	account string
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	last     map[string]time.Time // recipient hash -> last send
+	inFlight map[string]bool      // recipient hash -> a send is under way
+	ready    chan struct{}
+}
+
+func newCapTracker(ctx context.Context, kv jetstream.KeyValue, account string, log *slog.Logger) (*capTracker, error) {
+	c := &capTracker{kv: kv, account: account, log: log, last: map[string]time.Time{}, inFlight: map[string]bool{}, ready: make(chan struct{})}
+	w, err := kv.Watch(ctx, account+".*", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch sends of %s: %w", account, err)
+	}
+	go c.follow(ctx, w)
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return c, nil
+}
+
+func (c *capTracker) follow(ctx context.Context, w jetstream.KeyWatcher) {
+	defer w.Stop()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				if initial {
+					close(c.ready)
+					initial = false
+				}
+				continue
+			}
+			_, h, _ := strings.Cut(e.Key(), ".")
+			at := e.Created()
+			if ns, err := strconv.ParseInt(string(e.Value()), 10, 64); err == nil {
+				at = time.Unix(0, ns)
+			}
+			c.mu.Lock()
+			if at.After(c.last[h]) {
+				c.last[h] = at
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+func recipientHash(to string) string {
+	sum := sha256.Sum256([]byte(to))
+	return hex.EncodeToString(sum[:12])
+}
+
+// admission is what admit decided.
+type admission struct {
+	ok     bool
+	wait   time.Duration
+	code   string // "daily_cap" or "per_recipient_interval"
+	reason string
+}
+
+// admit reserves a send to `to` now, or says how long to wait and why.
+func (c *capTracker) admit(to string, now time.Time, dailyCap int, interval time.Duration) admission {
+	h := recipientHash(to)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, seen := c.last[h]
+	if seen && now.Sub(last) >= capWindow {
+		delete(c.last, h)
+		seen = false
+	}
+	if c.inFlight[h] {
+		return admission{wait: max(interval, time.Second), code: "per_recipient_interval", reason: "another send to this recipient is under way"}
+	}
+	if interval > 0 && seen && now.Sub(last) < interval {
+		return admission{wait: interval - now.Sub(last), code: "per_recipient_interval",
+			reason: fmt.Sprintf("per_recipient_interval %s: last send to this recipient %s ago", interval, now.Sub(last).Round(time.Millisecond))}
+	}
+	if dailyCap > 0 && !seen {
+		used, oldest := c.usedLocked(now)
+		if used >= dailyCap {
+			wait := time.Minute
+			if !oldest.IsZero() {
+				wait = max(oldest.Add(capWindow).Sub(now), time.Second)
+			}
+			return admission{wait: wait, code: "daily_cap",
+				reason: fmt.Sprintf("daily_cap %d reached on account %s; next slot in %s", dailyCap, c.account, wait.Round(time.Second))}
+		}
+	}
+	c.inFlight[h] = true
+	return admission{ok: true}
+}
+
+// usedLocked counts distinct recipients in the window (plus sends under
+// way) and finds the oldest entry. It prunes expired entries as it goes.
+func (c *capTracker) usedLocked(now time.Time) (int, time.Time) {
+	var oldest time.Time
+	for h, t := range c.last {
+		if now.Sub(t) >= capWindow {
+			delete(c.last, h)
+			continue
+		}
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	n := len(c.last)
+	for h := range c.inFlight {
+		if _, ok := c.last[h]; !ok {
+			n++
+		}
+	}
+	return n, oldest
+}
+
+// used returns the distinct recipients in the window.
+func (c *capTracker) used(now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, _ := c.usedLocked(now)
+	return n
+}
+
+// release ends a reservation; a send that reached the provider is recorded
+// in memory and in KV, where the other replicas see it.
+func (c *capTracker) release(ctx context.Context, to string, sent bool, now time.Time) {
+	h := recipientHash(to)
+	c.mu.Lock()
+	delete(c.inFlight, h)
+	if sent {
+		c.last[h] = now
+	}
+	c.mu.Unlock()
+	if !sent {
+		return
+	}
+	if _, err := c.kv.Put(ctx, c.account+"."+h, []byte(strconv.FormatInt(now.UnixNano(), 10))); err != nil {
+		c.log.Warn("could not record send for caps", shared.KeyAccount, c.account, "err", err)
+	}
+}

@@ -1,0 +1,52 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// delayJob re-publishes job to come back after d as a JetStream scheduled
+// message (Nats-Schedule: @at), so the wait holds no MaxAckPending slot the
+// way a NakWithDelay would. attempts is the attempt count the copy carries.
+// The schedule subject is unique per job, so a repeated delay of the same
+// job replaces its schedule instead of adding a second copy.
+func (s *Service) delayJob(ctx context.Context, job *shared.Job, account string, attempts int, d time.Duration) error {
+	cp := *job
+	cp.Account = account
+	cp.Attempts = attempts
+	data, err := json.Marshal(&cp)
+	if err != nil {
+		return err
+	}
+	// Schedules have one-second resolution: round up so the job never comes
+	// back before its time.
+	at := time.Now().Add(d).Truncate(time.Second).Add(time.Second)
+	subject := shared.SubjectDelayPrefix + account + "." + job.ID
+	_, err = s.js.Publish(ctx, subject, data,
+		jetstream.WithScheduleAt(at),
+		jetstream.WithScheduleTarget(shared.JobSubject(account, job.Priority)))
+	if err != nil {
+		return fmt.Errorf("schedule job for %s: %w", at.Format(time.RFC3339), err)
+	}
+	return nil
+}
+
+// moveJob hands job to another account now.
+func (s *Service) moveJob(ctx context.Context, job *shared.Job, to string, attempts int) error {
+	cp := *job
+	cp.Account = to
+	cp.Attempts = attempts
+	data, err := json.Marshal(&cp)
+	if err != nil {
+		return err
+	}
+	_, err = s.js.Publish(ctx, shared.JobSubject(to, job.Priority), data,
+		jetstream.WithMsgID(fmt.Sprintf("%s:to:%s:%d", job.MsgID(), to, attempts)))
+	return err
+}

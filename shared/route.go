@@ -1,0 +1,57 @@
+package shared
+
+import (
+	"hash/fnv"
+	"math"
+)
+
+// PickAccount chooses the sender account for a recipient among candidates,
+// with weighted rendezvous hashing: the same recipient keeps landing on the
+// same account while the pool is unchanged (so per-recipient gaps are
+// enforced where the sends happen), and accounts with more remaining
+// capacity get proportionally more recipients. health may be nil.
+func PickAccount(candidates []*Account, to string, health *HealthWatcher) *Account {
+	if len(candidates) == 0 {
+		return nil
+	}
+	if len(candidates) == 1 {
+		return candidates[0]
+	}
+	var best *Account
+	bestScore := math.Inf(-1)
+	for _, a := range candidates {
+		w := capacityWeight(a, health.Get(a.Name))
+		if w <= 0 {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(a.Name))
+		h.Write([]byte{0})
+		h.Write([]byte(to))
+		// Map the hash to (0,1) and score it: -w/ln(u) is the classic
+		// weighted rendezvous score.
+		u := (float64(h.Sum64()>>11) + 0.5) / (1 << 53)
+		score := -w / math.Log(u)
+		if score > bestScore {
+			best, bestScore = a, score
+		}
+	}
+	if best == nil { // every account is out of capacity: spread evenly
+		h := fnv.New32a()
+		h.Write([]byte(to))
+		return candidates[int(h.Sum32()%uint32(len(candidates)))]
+	}
+	return best
+}
+
+// capacityWeight is how much an account can still take: its remaining
+// daily cap when it has one, else a day at its configured rate.
+func capacityWeight(a *Account, h *AccountHealth) float64 {
+	if h != nil && h.DailyCap > 0 {
+		return float64(h.Remaining())
+	}
+	if a.DailyCap > 0 {
+		return float64(a.DailyCap)
+	}
+	return a.RatePerSec * 86400
+}
