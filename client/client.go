@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,4 +96,43 @@ func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(
 			}
 		}
 	}
+}
+
+// Control sends a control request (pause, resume, cancel, retry-dead) for a
+// task and returns the reply. A refused request returns the reply and an
+// error carrying its message.
+func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*shared.ControlReply, error) {
+	req, _ := json.Marshal(shared.ControlRequest{Action: action})
+	msg, err := nc.RequestWithContext(ctx, shared.ControlSubject(taskID), req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", action, taskID, err)
+	}
+	var reply shared.ControlReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return nil, fmt.Errorf("%s %s: bad reply: %w", action, taskID, err)
+	}
+	if !reply.OK {
+		return &reply, fmt.Errorf("%s %s: %s", action, taskID, reply.Error)
+	}
+	return &reply, nil
+}
+
+// List returns the progress of every task, most recently created first.
+func List(ctx context.Context, js jetstream.JetStream) ([]*shared.Progress, error) {
+	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*shared.Progress
+	for key := range lister.Keys() {
+		if p, err := Get(ctx, js, key); err == nil {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	return out, nil
 }

@@ -108,3 +108,27 @@ func countByKind(evs []shared.Event) map[shared.EventKind]int {
 }
 
 func gatewayOK() gateway.Config { return gateway.Config{Seed: 1} }
+
+func (rg *recordingGateway) lastArrival() time.Time {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	var last time.Time
+	for _, t := range rg.at {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+func (rg *recordingGateway) firstArrival() time.Time {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	var first time.Time
+	for _, t := range rg.at {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}

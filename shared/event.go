@@ -52,6 +52,9 @@ type Event struct {
 	RatePerSec float64 `json:"rate_per_sec,omitempty"`
 	// ProviderID is the provider's message id on sent events, when it gives one.
 	ProviderID string `json:"provider_id,omitempty"`
+	// Requeued marks the retrying event of a dead letter put back in the
+	// queue by retry-dead: it moves the recipient from failed to retrying.
+	Requeued bool `json:"requeued,omitempty"`
 	// LatencyMS is how long the provider call took.
 	LatencyMS float64 `json:"latency_ms,omitempty"`
 }
@@ -61,6 +64,9 @@ type Event struct {
 func (e *Event) MsgID() string {
 	if e.JobID == "" {
 		return e.TaskID + ":" + string(e.Kind)
+	}
+	if e.Requeued {
+		return e.JobID + ":requeued:" + e.At.Format("20060102T150405.000000000")
 	}
 	return e.JobID + ":" + string(e.Kind) + ":" + itoa(e.Attempt)
 }

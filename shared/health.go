@@ -3,9 +3,7 @@ package shared
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,63 +46,20 @@ func (h *AccountHealth) Remaining() int {
 }
 
 // HealthWatcher keeps a live view of KV broadcast_health.
-type HealthWatcher struct {
-	mu     sync.RWMutex
-	health map[string]*AccountHealth
-}
+type HealthWatcher struct{ view *KVView[*AccountHealth] }
 
 // WatchHealth starts watching account health; it returns once the current
 // values are loaded.
 func WatchHealth(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*HealthWatcher, error) {
-	kv, err := js.KeyValue(ctx, BucketHealth)
+	v, err := WatchKV(ctx, js, BucketHealth, func(b []byte) (*AccountHealth, error) {
+		var h AccountHealth
+		err := json.Unmarshal(b, &h)
+		return &h, err
+	}, log, nil)
 	if err != nil {
-		return nil, fmt.Errorf("health bucket: %w", err)
+		return nil, err
 	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("watch health: %w", err)
-	}
-	hw := &HealthWatcher{health: map[string]*AccountHealth{}}
-	ready := make(chan struct{})
-	go func() {
-		defer w.Stop()
-		initial := true
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					if initial {
-						close(ready)
-						initial = false
-					}
-					continue
-				}
-				hw.mu.Lock()
-				if e.Operation() != jetstream.KeyValuePut {
-					delete(hw.health, e.Key())
-				} else {
-					var h AccountHealth
-					if err := json.Unmarshal(e.Value(), &h); err != nil {
-						log.Warn("bad health value", KeyAccount, e.Key(), "err", err)
-					} else {
-						hw.health[e.Key()] = &h
-					}
-				}
-				hw.mu.Unlock()
-			}
-		}
-	}()
-	select {
-	case <-ready:
-		return hw, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return &HealthWatcher{view: v}, nil
 }
 
 // Get returns an account's health, or nil when none is recorded (healthy).
@@ -112,9 +67,8 @@ func (hw *HealthWatcher) Get(name string) *AccountHealth {
 	if hw == nil {
 		return nil
 	}
-	hw.mu.RLock()
-	defer hw.mu.RUnlock()
-	return hw.health[name]
+	h, _ := hw.view.Get(name)
+	return h
 }
 
 // Usable filters accounts down to the healthy ones.

@@ -23,6 +23,7 @@ const (
 	BucketRecipients = "broadcast_recipients"
 	BucketStatus     = "broadcast_status"
 	BucketHealth     = "broadcast_health"
+	BucketControl    = "broadcast_control"
 	BucketSends      = "broadcast_sends"
 )
 
@@ -36,6 +37,8 @@ const (
 	SubjectRenderPrefix  = "broadcast.render."
 	SubjectJobsPrefix    = "broadcast.jobs."
 	SubjectDelayPrefix   = "broadcast.delay."
+	SubjectParkedPrefix  = "broadcast.parked."
+	SubjectStartPrefix   = "broadcast.start."
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

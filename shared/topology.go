@@ -35,12 +35,16 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 		{
 			Name:        StreamTasks,
 			Description: "Tasks submitted by users; kept for audit and replay.",
-			Subjects:    []string{SubjectTasks},
-			Retention:   jetstream.LimitsPolicy,
-			MaxAge:      c.Retention,
-			Duplicates:  2 * time.Minute,
-			Storage:     jetstream.FileStorage,
-			Replicas:    c.Replicas,
+			// broadcast.start.<task> carries the scheduled start of tasks
+			// with send_at (Nats-Schedule: @at), so nothing per recipient is
+			// held until then.
+			Subjects:          []string{SubjectTasks, SubjectStartPrefix + ">"},
+			Retention:         jetstream.LimitsPolicy,
+			MaxAge:            c.Retention,
+			Duplicates:        2 * time.Minute,
+			Storage:           jetstream.FileStorage,
+			Replicas:          c.Replicas,
+			AllowMsgSchedules: true,
 		},
 		{
 			Name:        StreamRender,
@@ -54,7 +58,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 		{
 			Name:              StreamJobs,
 			Description:       "Rendered sends per account and priority, and jobs waiting out a delay.",
-			Subjects:          []string{SubjectJobsPrefix + ">", SubjectDelayPrefix + ">"},
+			Subjects:          []string{SubjectJobsPrefix + ">", SubjectDelayPrefix + ">", SubjectParkedPrefix + ">"},
 			Retention:         jetstream.WorkQueuePolicy,
 			Duplicates:        2 * time.Minute,
 			Storage:           jetstream.FileStorage,
@@ -92,6 +96,7 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		{Bucket: BucketAccounts, Description: "Sender accounts; edits apply live.", History: 5, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: BucketTasks, Description: "Accepted tasks: the task-id dedup ledger and the spec render reads.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: BucketLedger, Description: "Idempotency ledger per (task, recipient).", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: BucketControl, Description: "Task run state (paused, cancelled, awaiting approval, scheduled), written by ingest.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: BucketHealth, Description: "Account health and effective rate, written by dispatch.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		// Each key is <account>.<recipient hash> and lives 24 h after its last
 		// send: the rolling window behind daily_cap and per_recipient_interval.

@@ -21,6 +21,9 @@ const ackWait = 30 * time.Second
 // priorityGroup is the pinned priority group of every account consumer.
 const priorityGroup = "dispatch"
 
+// pinIDHeader carries the pin a message was delivered under.
+const pinIDHeader = "Nats-Pin-Id"
+
 // ConsumerName is the durable consumer of account's jobs.
 func ConsumerName(account string) string { return "dispatch-" + account }
 
@@ -61,6 +64,9 @@ type accountRunner struct {
 	pausedSince time.Time
 	authFails   int
 	lastActive  time.Time
+	// pinID is the priority-group pin this runner's last job was delivered
+	// under; releasePin compares it with the consumer's current pin.
+	pinID string
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -224,6 +230,41 @@ func (r *accountRunner) run() {
 	})
 	if err != nil {
 		r.log.Error("account consumer stopped", "err", err)
+	}
+	r.releasePin(cons)
+}
+
+// releasePin unpins the account's consumer when this runner holds the pin,
+// so another replica takes the account over at once. The server does not
+// unpin a client that stops pulling (nor one whose connection closes) until
+// PinnedTTL has passed without a pull from it: without this a graceful stop
+// or restart left the account sending nothing for about 10 s.
+func (r *accountRunner) releasePin(cons jetstream.Consumer) {
+	r.mu.RLock()
+	pin := r.pinID
+	r.mu.RUnlock()
+	if pin == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return
+	}
+	for _, g := range info.PriorityGroups {
+		if g.Group != priorityGroup || g.PinnedClientID != pin {
+			continue
+		}
+		stream, err := r.svc.js.Stream(ctx, shared.StreamJobs)
+		if err == nil {
+			err = stream.UnpinConsumer(ctx, ConsumerName(r.name), priorityGroup)
+		}
+		if err != nil {
+			r.log.Warn("could not release the account's pin; another replica takes over after PinnedTTL", "err", err)
+			return
+		}
+		r.log.Info("released the account's pin to another replica")
 	}
 }
 

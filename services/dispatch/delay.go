@@ -27,6 +27,10 @@ func (s *Service) delayJob(ctx context.Context, job *shared.Job, account string,
 	// Schedules have one-second resolution: round up so the job never comes
 	// back before its time.
 	at := time.Now().Add(d).Truncate(time.Second).Add(time.Second)
+	if !job.ExpiresAt.IsZero() && at.After(job.ExpiresAt) {
+		// Come back when the job expires, to be marked expired then.
+		at = job.ExpiresAt.Truncate(time.Second).Add(time.Second)
+	}
 	subject := shared.SubjectDelayPrefix + account + "." + job.ID
 	_, err = s.js.Publish(ctx, subject, data,
 		jetstream.WithScheduleAt(at),

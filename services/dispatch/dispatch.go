@@ -21,6 +21,7 @@ type Service struct {
 	sends    jetstream.KeyValue
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
+	controls *shared.ControlWatcher
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
@@ -49,6 +50,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.ctx = ctx
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {

@@ -34,6 +34,9 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	log := r.log.With(shared.KeyTaskID, job.TaskID, shared.KeyJobID, job.ID, shared.KeyAttempt, attempt)
 	r.mu.Lock()
 	r.lastActive = time.Now()
+	if pin := msg.Headers().Get(pinIDHeader); pin != "" {
+		r.pinID = pin
+	}
 	r.mu.Unlock()
 
 	// A job recorded as sent was accepted by the provider before a crash or a
@@ -51,6 +54,9 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 		return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: acct.Name,
 			Kind: shared.EventExpired, Attempt: attempt - 1, Index: job.Index, Code: "expired",
 			Error: "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the send"})
+	}
+	if done, err := r.obeyControl(ctx, msg, &job, attempt-1); done {
+		return err
 	}
 	if drain, why := r.draining(); drain {
 		return r.reroute(ctx, &job, attempt-1, why)
@@ -82,6 +88,14 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 		// Stopping: leave the job for redelivery without spending an attempt.
 		return shared.RetryAfter(time.Second, err)
+	}
+	// A pause or cancel that came while this job waited for a token wins:
+	// no new send starts after it.
+	if done, err := r.obeyControl(ctx, msg, &job, attempt-1); done {
+		if caps != nil {
+			caps.release(ctx, job.To, false, time.Now())
+		}
+		return err
 	}
 	start := time.Now()
 	res := sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,9 @@ type Service struct {
 	log      *slog.Logger
 	accounts *shared.AccountWatcher
 	tasks    jetstream.KeyValue
+	control  jetstream.KeyValue
+	progress jetstream.KeyValue
+	controls *shared.ControlWatcher
 	Stats    Stats
 }
 
@@ -62,20 +66,45 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.tasks, err = s.js.KeyValue(ctx, shared.BucketTasks); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
+	if s.control, err = s.js.KeyValue(ctx, shared.BucketControl); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.progress, err = s.js.KeyValue(ctx, shared.BucketProgress); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamTasks, consumerConfig())
 	if err != nil {
 		return fmt.Errorf("ingest: consumer: %w", err)
 	}
+	starts, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamTasks, startConsumerConfig())
+	if err != nil {
+		return fmt.Errorf("ingest: start consumer: %w", err)
+	}
+	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectControlPrefix+"*", "ingest", s.serveControl)
+	if err != nil {
+		return fmt.Errorf("ingest: control subscription: %w", err)
+	}
+	defer sub.Drain()
 	s.log.Info("ingest started", "batch_size", s.cfg.BatchSize)
-	return shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
+	var wg sync.WaitGroup
+	wg.Go(func() { s.sweepParked(ctx) })
+	wg.Go(func() {
+		_ = shared.Consume(ctx, starts, s.handleStart, shared.ConsumeConfig{AckWait: 60 * time.Second, RetryDelay: 2 * time.Second, Logger: s.log})
+	})
+	err = shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
 		Concurrency: s.cfg.Concurrency,
 		AckWait:     consumerConfig().AckWait,
 		RetryDelay:  2 * time.Second,
 		Logger:      s.log,
 	})
+	wg.Wait()
+	return err
 }
 
 // handle runs one submission through validate, dedup, record, expand.
@@ -124,19 +153,46 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	task.Recipients = recipients
 
+	// What happens now depends on the task: a future send_at schedules its
+	// start, test recipients go first and wait for approval, anything else
+	// starts at once.
 	state := shared.StateProcessing
+	sendAt := task.SendTime()
+	switch {
+	case sendAt.After(time.Now().Add(time.Second)):
+		state = shared.StateScheduled
+	case len(task.TestRecipients) > 0:
+		state = shared.StateAwaitingApproval
+	}
+	if state != shared.StateProcessing {
+		if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: state}); err != nil {
+			return err
+		}
+	}
 	if err := shared.PublishEvent(ctx, s.js, &shared.Event{
 		TaskID: task.ID, Kind: shared.EventAccepted, Index: -1, State: state,
 		Total: record.Total, Duplicates: record.Duplicates, At: record.AcceptedAt,
 	}); err != nil {
 		return fmt.Errorf("publish accepted: %w", err)
 	}
-	if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
-		return err
-	}
-	record.Expanded = true
-	if err := s.putRecord(ctx, &record); err != nil {
-		log.Warn("could not mark task expanded", "err", err)
+	switch state {
+	case shared.StateScheduled:
+		if err := s.scheduleStart(ctx, task.ID, sendAt); err != nil {
+			return err
+		}
+		log.Info("task scheduled", "send_at", sendAt)
+	case shared.StateAwaitingApproval:
+		if err := s.publishTestBatches(ctx, task, ch); err != nil {
+			return err
+		}
+	default:
+		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
+			return err
+		}
+		record.Expanded = true
+		if err := s.putRecord(ctx, &record); err != nil {
+			log.Warn("could not mark task expanded", "err", err)
+		}
 	}
 	s.Stats.Accepted.Add(1)
 	log.Info("task accepted", "total", record.Total, "duplicates", record.Duplicates, "channel", task.Channel)

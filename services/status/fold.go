@@ -46,8 +46,13 @@ type taskFold struct {
 	Accepted bool            `json:"accepted"`
 	Rate     rateMeter       `json:"rate"`
 
+	// WaitReason says why recipients wait (a reached daily cap, no healthy
+	// account); it shows in progress.error until sends resume.
+	WaitReason string `json:"wait_reason,omitempty"`
+
 	dirty     bool
 	lastWrite time.Time
+	breaker   breakerWindow
 }
 
 func newFold(taskID string) *taskFold {
@@ -81,6 +86,9 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 		}
 		return false
 	}
+	if ev.Kind == shared.EventRetrying && (ev.Code == "daily_cap" || ev.Code == "no_healthy_account") {
+		f.WaitReason = ev.Error
+	}
 	if ev.Index >= len(f.Outcomes) {
 		if f.Accepted {
 			return false // an index beyond total is not this task's
@@ -89,9 +97,17 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 		copy(grown, f.Outcomes)
 		f.Outcomes = grown
 	}
+	// The breaker sees every attempt, repeated retries of one job included:
+	// a provider failing everything keeps the same few jobs cycling.
+	f.breaker.record(ev)
 	from := outcome(f.Outcomes[ev.Index])
-	if !allowed(from, to) {
+	requeue := ev.Requeued && from == outFailed && to == outRetrying
+	if !allowed(from, to) && !requeue {
 		return false
+	}
+	if requeue && f.P.State.Final() {
+		// retry-dead reopens a finished task.
+		f.P.State, f.P.FinishedAt = shared.StateProcessing, nil
 	}
 	f.Outcomes[ev.Index] = byte(to)
 	f.count(from, -1)
@@ -102,6 +118,7 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 	}
 	if to == outSent {
 		f.Rate.add(1)
+		f.WaitReason = ""
 	}
 	f.finishIfDone(ev.At)
 	return true
@@ -183,9 +200,26 @@ func (f *taskFold) finishIfDone(at time.Time) {
 	p.FinishedAt = &at
 }
 
-// refresh recomputes the derived fields before a write.
-func (f *taskFold) refresh(now time.Time) {
+// refresh recomputes the derived fields before a write. ctl is the task's
+// run state from KV broadcast_control.
+func (f *taskFold) refresh(now time.Time, ctl shared.Control) {
 	p := &f.P
+	if f.Accepted && !p.State.Final() {
+		switch ctl.State {
+		case shared.StatePaused, shared.StateAwaitingApproval, shared.StateScheduled:
+			p.State = ctl.State
+		default:
+			p.State = shared.StateProcessing
+		}
+		switch {
+		case ctl.State == shared.StatePaused && ctl.Reason != "":
+			p.Error = "paused: " + ctl.Reason
+		case f.WaitReason != "":
+			p.Error = "waiting: " + f.WaitReason
+		default:
+			p.Error = ""
+		}
+	}
 	if done := p.Done(); done > 0 {
 		p.SuccessRate = round4(float64(p.Sent) / float64(done))
 	}

@@ -37,6 +37,9 @@ type Service struct {
 	progress    jetstream.KeyValue
 	checkpoints jetstream.ObjectStore
 
+	controls *shared.ControlWatcher
+	changed  chan string
+
 	mu    sync.Mutex
 	folds map[string]*taskFold
 	// Folded counts events folded since start (for metrics and tests).
@@ -49,7 +52,8 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "status"), folds: map[string]*taskFold{}}, nil
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "status"), folds: map[string]*taskFold{},
+		changed: make(chan string, 1024)}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -60,6 +64,16 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	if s.checkpoints, err = s.js.ObjectStore(ctx, shared.BucketStatus); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	// A pause, resume or approval changes the state without any event.
+	s.controls, err = shared.WatchControl(ctx, s.js, s.log, func(taskID string) {
+		select {
+		case s.changed <- taskID:
+		default: // the loop is behind; the once-a-second refresh catches up
+		}
+	})
+	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamEvents, consumerConfig())
@@ -119,6 +133,10 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		case <-ticker.C:
 			flush(ctx)
+		case taskID := <-s.changed:
+			if err := s.touch(ctx, taskID); err != nil {
+				s.log.Warn("cannot load task state", shared.KeyTaskID, taskID, "err", err)
+			}
 		}
 	}
 }
@@ -132,22 +150,63 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := s.folds[ev.TaskID]
-	if f == nil {
-		var err error
-		if f, err = s.loadCheckpoint(ctx, ev.TaskID); err != nil {
-			return err
-		}
-		if f == nil {
-			f = newFold(ev.TaskID)
-		}
-		s.folds[ev.TaskID] = f
+	f, err := s.foldFor(ctx, ev.TaskID)
+	if err != nil {
+		return err
 	}
 	if f.apply(&ev) {
 		f.dirty = true
 	}
+	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
+		go s.pauseTask(ev.TaskID, reason)
+	}
 	s.Folded++
 	return nil
+}
+
+// foldFor returns a task's fold state, loading its checkpoint or starting
+// fresh. Call with s.mu held.
+func (s *Service) foldFor(ctx context.Context, taskID string) (*taskFold, error) {
+	if f := s.folds[taskID]; f != nil {
+		return f, nil
+	}
+	f, err := s.loadCheckpoint(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		f = newFold(taskID)
+	}
+	f.breaker.reset(s.cfg.CircuitWindow)
+	s.folds[taskID] = f
+	return f, nil
+}
+
+// touch marks a task for rewrite after its run state changed.
+func (s *Service) touch(ctx context.Context, taskID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := s.foldFor(ctx, taskID)
+	if err != nil {
+		return err
+	}
+	if ctl := s.controls.Get(taskID); ctl.Sends() {
+		// Resumed: judge the task afresh.
+		f.breaker.reset(s.cfg.CircuitWindow)
+	}
+	if f.Accepted && !f.P.State.Final() {
+		f.dirty = true
+	}
+	return nil
+}
+
+// pauseTask asks ingest to pause a task the circuit breaker tripped on.
+func (s *Service) pauseTask(taskID, reason string) {
+	s.log.Error("circuit breaker tripped; pausing task", shared.KeyTaskID, taskID, "reason", reason)
+	req, _ := json.Marshal(shared.ControlRequest{Action: shared.ActionPause, Reason: reason})
+	if _, err := s.js.Conn().Request(shared.ControlSubject(taskID), req, 10*time.Second); err != nil {
+		s.log.Error("could not pause task after circuit breaker tripped", shared.KeyTaskID, taskID, "err", err)
+	}
 }
 
 // flush writes every changed task: checkpoint first, then progress. A
@@ -162,7 +221,7 @@ func (s *Service) flush(ctx context.Context) error {
 			f.dirty = true
 		}
 		if f.dirty {
-			f.refresh(now)
+			f.refresh(now, s.controls.Get(f.P.TaskID))
 			todo = append(todo, f)
 		}
 	}

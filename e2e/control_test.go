@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/status"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+func control(t *testing.T, ts *natstest.Server, taskID, action string) *shared.ControlReply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	r, err := client.Control(ctx, ts.NC, taskID, action)
+	require.NoError(t, err)
+	return r
+}
+
+func ctlRecipients(n int, prefix string) []shared.Recipient {
+	out := make([]shared.Recipient, n)
+	for i := range out {
+		out[i] = shared.Recipient{To: fmt.Sprintf("%s%04d", prefix, i)}
+	}
+	return out
+}
+
+func waitProgress(t *testing.T, ts *natstest.Server, id string, timeout time.Duration, cond func(p *shared.Progress) bool) *shared.Progress {
+	t.Helper()
+	var p *shared.Progress
+	natstest.Eventually(t, timeout, func() bool {
+		p = ts.Progress(t, id)
+		return p != nil && cond(p)
+	}, "task %s", id)
+	return p
+}
+
+// TestPauseResumeCancel pauses a running broadcast, measures how soon sends
+// stop, resumes it, then cancels it and checks the counts are exact.
+func TestPauseResumeCancel(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":50,"burst":5,"concurrency":4}`, gw.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	const n = 600
+	submit(t, ts, shared.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: ctlRecipients(n, "u")})
+	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= 100 })
+
+	control(t, ts, "prc", shared.ActionPause)
+	pausedAt := time.Now()
+	p := waitProgress(t, ts, "prc", 3*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	time.Sleep(2 * time.Second)
+	last := gw.lastArrival()
+	atPause := gw.Ledger().Accepted
+	t.Logf("pause: last send started %s after the pause reply; %d sent at pause", last.Sub(pausedAt).Round(time.Millisecond), atPause)
+	require.Less(t, last.Sub(pausedAt), time.Second, "no new send starts more than 1 s after pause")
+	time.Sleep(time.Second)
+	require.Equal(t, atPause, gw.Ledger().Accepted, "nothing is sent while paused")
+	require.Equal(t, shared.StatePaused, ts.Progress(t, "prc").State)
+	require.Less(t, p.Sent, n)
+
+	control(t, ts, "prc", shared.ActionResume)
+	waitProgress(t, ts, "prc", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateProcessing })
+	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= atPause+100 })
+
+	control(t, ts, "prc", shared.ActionCancel)
+	final := ts.WaitFinal(t, "prc", 30*time.Second)
+	l := gw.Ledger()
+	t.Logf("cancel: sent %d, cancelled %d", final.Sent, final.Cancelled)
+	require.Equal(t, shared.StateCancelled, final.State)
+	require.Equal(t, n, final.Sent+final.Cancelled)
+	require.Positive(t, final.Cancelled)
+	require.Equal(t, l.AcceptedKeys(), final.Sent, "progress equals what the gateway accepted")
+	require.Zero(t, l.Duplicates)
+
+	// A finished task refuses further control.
+	_, err := client.Control(context.Background(), ts.NC, "prc", shared.ActionResume)
+	require.ErrorContains(t, err, "already cancelled")
+}
+
+// TestTestRecipientsAwaitApproval sends the test recipients first, waits
+// for a resume, then sends the rest.
+func TestTestRecipientsAwaitApproval(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	task := shared.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(50, "c"),
+		TestRecipients: []shared.Recipient{{To: "qa-1"}, {To: "qa-2"}}}
+	submit(t, ts, task)
+	natstest.Eventually(t, 10*time.Second, func() bool { return gw.Ledger().Accepted == 2 })
+	p := waitProgress(t, ts, "approve", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateAwaitingApproval })
+	require.Equal(t, 50, p.Total)
+	require.Zero(t, p.Sent)
+	time.Sleep(time.Second)
+	l := gw.Ledger()
+	require.Equal(t, 2, l.Accepted, "only the test recipients before approval")
+	require.Equal(t, "hello qa-1", l.Bodies["approve.t0"])
+
+	control(t, ts, "approve", shared.ActionResume)
+	final := ts.WaitFinal(t, "approve", 20*time.Second)
+	require.Equal(t, shared.StateSucceeded, final.State)
+	require.Equal(t, 50, final.Sent)
+	require.Equal(t, 52, gw.Ledger().AcceptedKeys())
+
+	// Cancelling instead of approving cancels every recipient.
+	task.ID = "reject-approval"
+	submit(t, ts, task)
+	waitProgress(t, ts, task.ID, 10*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateAwaitingApproval })
+	control(t, ts, task.ID, shared.ActionCancel)
+	final = ts.WaitFinal(t, task.ID, 10*time.Second)
+	require.Equal(t, shared.StateCancelled, final.State)
+	require.Equal(t, 50, final.Cancelled)
+	require.Zero(t, final.Sent)
+}
+
+// TestExpiresAtTurnsTheRestExpired runs a task slower than its expiry.
+func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":2}`, gw.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	expires := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
+	submit(t, ts, shared.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: ctlRecipients(200, "e"), ExpiresAt: expires})
+	final := ts.WaitFinal(t, "exp", 30*time.Second)
+	t.Logf("expiry: sent %d, expired %d", final.Sent, final.Expired)
+	require.Equal(t, shared.StatePartial, final.State)
+	require.Equal(t, 200, final.Sent+final.Expired)
+	require.Positive(t, final.Expired)
+	require.Positive(t, final.Sent)
+	require.Equal(t, final.Sent, gw.Ledger().AcceptedKeys())
+}
+
+// TestRetryDeadRequeuesThroughPacing fails some recipients permanently,
+// fixes the gateway, and re-queues the dead letters.
+func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	g, err := gateway.New(gatewayOK())
+	require.NoError(t, err)
+	var fixed atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !fixed.Load() && strings.Contains(r.Header.Get("Idempotency-Key"), ".1") {
+			http.Error(w, "not yet", http.StatusBadRequest)
+			return
+		}
+		g.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	submit(t, ts, shared.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: ctlRecipients(30, "d")})
+	first := ts.WaitFinal(t, "rd", 20*time.Second)
+	// Keys rd.1 and rd.10..rd.19 were refused: 11 recipients.
+	require.Equal(t, 11, first.Failed)
+	require.Equal(t, shared.StatePartial, first.State)
+	require.Len(t, deadLetters(t, ts, "rd"), 11)
+
+	fixed.Store(true)
+	reply := control(t, ts, "rd", shared.ActionRetryDead)
+	require.Equal(t, 11, reply.Requeued)
+	final := waitProgress(t, ts, "rd", 20*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateSucceeded })
+	require.Equal(t, 30, final.Sent)
+	require.Zero(t, final.Failed)
+	require.Empty(t, deadLetters(t, ts, "rd"), "re-queued dead letters are purged")
+	require.Equal(t, 30, g.Ledger().AcceptedKeys())
+	require.Zero(t, g.Ledger().Duplicates)
+}
+
+// TestCircuitBreakerPausesAFailingTask sends into a gateway that fails
+// everything; the task pauses itself with the reason.
+func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gateway.Config{FailRate: 1, Seed: 1})
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
+	cfg := fastRetries()
+	cfg.Status = status.Config{CircuitWindow: 40, CircuitThreshold: 0.5}
+	natstest.StartPipeline(t, ts, cfg)
+
+	submit(t, ts, shared.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: ctlRecipients(500, "f"), MaxAttempts: 50})
+	p := waitProgress(t, ts, "cb", 20*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	require.Contains(t, p.Error, "circuit breaker: 100% of the last 40 attempts failed")
+	time.Sleep(1500 * time.Millisecond)
+	before := gw.Ledger().Requests
+	time.Sleep(2 * time.Second)
+	t.Logf("circuit breaker tripped after %d requests", before)
+	require.Equal(t, before, gw.Ledger().Requests, "a tripped task sends nothing")
+	require.LessOrEqual(t, before, 40+8+20, "stops within the window plus what was in flight")
+}
+
+// TestScheduledTaskStartsOnTime keeps a send_at task scheduled, then
+// checks its first send comes within a second of send_at.
+func TestScheduledTaskStartsOnTime(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	sendAt := time.Now().Add(4 * time.Second).Truncate(time.Second)
+	submit(t, ts, shared.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "s"), SendAt: sendAt.UTC().Format(time.RFC3339)})
+	p := waitProgress(t, ts, "sched", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateScheduled })
+	require.Equal(t, 20, p.Total)
+	final := ts.WaitFinal(t, "sched", 20*time.Second)
+	first := gw.firstArrival()
+	t.Logf("scheduled start: first send %s after send_at", first.Sub(sendAt).Round(time.Millisecond))
+	require.False(t, first.Before(sendAt), "nothing is sent before send_at")
+	require.Less(t, first.Sub(sendAt), time.Second)
+	require.Equal(t, 20, final.Sent)
+}

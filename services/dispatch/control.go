@@ -1,0 +1,35 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// obeyControl applies the task's run state to a job about to be sent: a
+// cancelled task's job becomes cancelled; a paused, scheduled or
+// not-yet-approved task's job is parked on broadcast.parked.<task>.<account>
+// (test recipients excepted) until ingest re-queues it on resume. done
+// reports whether the job was handled here.
+func (r *accountRunner) obeyControl(ctx context.Context, msg jetstream.Msg, job *shared.Job, attempts int) (done bool, err error) {
+	ctl := r.svc.controls.Get(job.TaskID)
+	switch {
+	case ctl.State == shared.StateCancelled:
+		ev := r.event(job, shared.EventCancelled, attempts)
+		ev.Code, ev.Error = "cancelled", "task cancelled"
+		return true, r.svc.publish(ctx, ev)
+	case ctl.Sends(), job.Test && ctl.State == shared.StateAwaitingApproval:
+		return false, nil
+	}
+	cp := *job
+	cp.Attempts = attempts
+	data, err := json.Marshal(&cp)
+	if err != nil {
+		return true, err
+	}
+	_, err = r.svc.js.Publish(ctx, shared.ParkedSubject(job.TaskID, job.Account), data)
+	return true, err
+}

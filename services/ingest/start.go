@@ -1,0 +1,145 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// startConsumerConfig reads the scheduled starts of tasks with send_at.
+func startConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       "ingest-start",
+		Description:   "ingest: starts scheduled tasks when send_at comes",
+		FilterSubject: shared.SubjectStartPrefix + "*",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       60 * time.Second,
+		MaxDeliver:    -1,
+	}
+}
+
+// startLead is how early the scheduled start fires; ingest then waits for
+// send_at itself, so second-granular schedules still start on time.
+const startLead = time.Second
+
+// scheduleStart stores a JetStream scheduled message that fires just before
+// sendAt onto broadcast.start.<task>: until then the task holds nothing per
+// recipient, and the schedule survives restarts of every service.
+func (s *Service) scheduleStart(ctx context.Context, taskID string, sendAt time.Time) error {
+	_, err := s.js.Publish(ctx, shared.SubjectStartPrefix+taskID+".at", []byte(taskID),
+		jetstream.WithScheduleAt(sendAt.Add(-startLead)),
+		jetstream.WithScheduleTarget(shared.SubjectStartPrefix+taskID))
+	if err != nil {
+		return fmt.Errorf("schedule start: %w", err)
+	}
+	return nil
+}
+
+// handleStart runs when a scheduled task is due.
+func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
+	taskID := string(msg.Data())
+	rec, err := s.record(ctx, taskID)
+	if err != nil {
+		return err
+	}
+	ctl := s.controls.Get(taskID)
+	if ctl.State != shared.StateScheduled {
+		// Started early by a resume, or cancelled: nothing to do.
+		s.log.Info("scheduled start ignored", shared.KeyTaskID, taskID, "state", ctl.State)
+		return nil
+	}
+	if wait := time.Until(rec.Task.SendTime()); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.begin(ctx, rec)
+}
+
+// begin moves a scheduled task on: to its test recipients and approval, or
+// straight to sending.
+func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord) error {
+	task, ch, err := s.original(ctx, rec)
+	if err != nil {
+		return err
+	}
+	if len(task.TestRecipients) > 0 {
+		if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateAwaitingApproval}); err != nil {
+			return err
+		}
+		return s.publishTestBatches(ctx, task, ch)
+	}
+	return s.release(ctx, rec, task, ch)
+}
+
+// release publishes the task's recipients and marks it running.
+func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *shared.Task, ch channels.Channel) error {
+	exp := expand(ch, task.Recipients)
+	if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
+		return err
+	}
+	if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateProcessing}); err != nil {
+		return err
+	}
+	rec.Expanded = true
+	if err := s.putRecord(ctx, rec); err != nil {
+		s.log.Warn("could not mark task expanded", shared.KeyTaskID, task.ID, "err", err)
+	}
+	s.log.Info("task released", shared.KeyTaskID, task.ID, "total", rec.Total)
+	return nil
+}
+
+// publishTestBatches sends the test recipients ahead of the task.
+func (s *Service) publishTestBatches(ctx context.Context, task *shared.Task, ch channels.Channel) error {
+	exp := expand(ch, task.TestRecipients)
+	return s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, true))
+}
+
+// record reads a task's record.
+func (s *Service) record(ctx context.Context, taskID string) (*shared.TaskRecord, error) {
+	e, err := s.tasks.Get(ctx, taskID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, shared.Permanent(fmt.Errorf("no task %q", taskID))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec shared.TaskRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, shared.Permanent(fmt.Errorf("task record %s: %w", taskID, err))
+	}
+	return &rec, nil
+}
+
+// original re-reads the task as submitted (the record keeps no inline
+// recipients) from the TASKS stream.
+func (s *Service) original(ctx context.Context, rec *shared.TaskRecord) (*shared.Task, channels.Channel, error) {
+	stream, err := s.js.Stream(ctx, shared.StreamTasks)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, err := stream.GetMsg(ctx, rec.Seq)
+	if err != nil {
+		return nil, nil, fmt.Errorf("task %s submission (TASKS seq %d): %w", rec.Task.ID, rec.Seq, err)
+	}
+	task, err := shared.DecodeTask(raw.Data)
+	if err != nil {
+		return nil, nil, shared.Permanent(err)
+	}
+	task.ID = rec.Task.ID
+	task.Normalize()
+	ch, err := s.cfg.Channels.Get(task.Channel)
+	if err != nil {
+		return nil, nil, shared.Permanent(err)
+	}
+	return task, ch, nil
+}

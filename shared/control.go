@@ -1,0 +1,94 @@
+package shared
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Control actions accepted on broadcast.control.<task>.
+const (
+	ActionPause     = "pause"
+	ActionResume    = "resume"
+	ActionCancel    = "cancel"
+	ActionRetryDead = "retry-dead"
+)
+
+// ControlRequest is the body of a control request.
+type ControlRequest struct {
+	Action string `json:"action"`
+	// Reason is recorded with a pause (the circuit breaker gives one).
+	Reason string `json:"reason,omitempty"`
+}
+
+// ControlReply answers a control request.
+type ControlReply struct {
+	OK    bool      `json:"ok"`
+	State TaskState `json:"state,omitempty"`
+	Error string    `json:"error,omitempty"`
+	// Requeued is how many dead letters retry-dead put back in the queue.
+	Requeued int `json:"requeued,omitempty"`
+}
+
+// Control is a task's run state, kept in KV broadcast_control under the task
+// id by ingest. Dispatch parks the jobs of a task that is not running and
+// cancels those of a cancelled one; status shows the state in progress.
+type Control struct {
+	State  TaskState `json:"state"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Sends reports whether the task's (non-test) jobs may be sent now.
+func (c Control) Sends() bool { return c.State == "" || c.State == StateProcessing }
+
+// ParkedSubject holds the jobs of a task that is paused, scheduled or
+// awaiting approval, until it runs again.
+func ParkedSubject(taskID, account string) string {
+	return SubjectParkedPrefix + taskID + "." + account
+}
+
+// ParkedFilter matches every parked job of a task.
+func ParkedFilter(taskID string) string { return SubjectParkedPrefix + taskID + ".>" }
+
+// ControlWatcher is a live view of KV broadcast_control.
+type ControlWatcher struct{ view *KVView[Control] }
+
+// WatchControl starts following task run states; onChange (optional) is
+// called with the task id of every later change.
+func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger, onChange func(taskID string)) (*ControlWatcher, error) {
+	v, err := WatchKV(ctx, js, BucketControl, func(b []byte) (Control, error) {
+		var c Control
+		err := json.Unmarshal(b, &c)
+		return c, err
+	}, log, onChange)
+	if err != nil {
+		return nil, err
+	}
+	return &ControlWatcher{view: v}, nil
+}
+
+// Get returns a task's control state; a task without one is running.
+func (w *ControlWatcher) Get(taskID string) Control {
+	c, _ := w.view.Get(taskID)
+	return c
+}
+
+// PutControl records a task's run state.
+func PutControl(ctx context.Context, kv jetstream.KeyValue, taskID string, c Control) error {
+	if c.At.IsZero() {
+		c.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, taskID, data); err != nil {
+		return fmt.Errorf("control state of %s: %w", taskID, err)
+	}
+	return nil
+}
