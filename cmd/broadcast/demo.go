@@ -50,7 +50,7 @@ func demoTask(id string, n int) (task shared.Task, wantFailed, wantSkipped, dups
 func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	n := fs.Int("n", 2000, "distinct recipients")
-	ratePerSec := fs.Int("rate", 400, "rate_per_sec of each of the two sandbox accounts")
+	ratePerSec := fs.Int("rate", 150, "rate_per_sec of each of the two sandbox accounts")
 	_ = fs.Parse(args)
 	log, err := newLogger()
 	if err != nil {
@@ -98,8 +98,9 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	p, err := client.Follow(fctx, js, id, printProgressLine)
-	fmt.Fprintln(os.Stderr)
+	bar := newProgressBar(id)
+	p, err := client.Follow(fctx, js, id, bar.update)
+	bar.finish()
 	if err != nil {
 		return fmt.Errorf("demo: task did not finish: %w", err)
 	}

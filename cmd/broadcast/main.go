@@ -6,6 +6,8 @@
 //	broadcast demo                           a 2,000-recipient broadcast on embedded defaults
 //	broadcast send FILE                      publish a task and follow it to its final state
 //	broadcast watch ID                       follow a task's progress
+//	broadcast tasks                          list tasks
+//	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
 package main
 
@@ -28,7 +30,10 @@ tools:
   dev          embedded nats-server on 127.0.0.1:4222 + all services + a sandbox account
   demo         send a 2,000-recipient broadcast with injected faults on embedded defaults
   send FILE    publish the task in FILE (- for stdin) and follow it to its final state
-  watch ID     follow a task's progress until it is final
+  watch ID     follow a task's progress (bar, rate, ETA) until it is final
+  tasks        list tasks with their state and counts (-json for JSON lines)
+  pause ID, resume ID, cancel ID, retry-dead ID
+               control a task (broadcast.control.<ID>)
   gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
 
 environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
@@ -57,6 +62,10 @@ func main() {
 		err = runWatch(ctx, args)
 	case "gateway":
 		err = runGateway(ctx, args)
+	case "tasks":
+		err = runTasks(ctx, args)
+	case "pause", "resume", "cancel", "retry-dead":
+		err = runControl(ctx, cmd, args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

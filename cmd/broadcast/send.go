@@ -9,25 +9,35 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/shared"
 )
 
-func connectJS(ctx context.Context) (func(), jetstream.JetStream, error) {
+// connectNATS connects the CLI to NATS_URL, failing after 10 s.
+func connectNATS(ctx context.Context) (*nats.Conn, error) {
 	log, err := newLogger()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	nc, err := shared.Connect(shared.NATSConfigFromEnv(), "cli", log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := shared.WaitConnected(wctx, nc); err != nil {
 		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+func connectJS(ctx context.Context) (func(), jetstream.JetStream, error) {
+	nc, err := connectNATS(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
@@ -98,11 +108,12 @@ func runWatch(ctx context.Context, args []string) error {
 	return follow(ctx, js, fs.Arg(0))
 }
 
-// follow prints progress until the task is final, then its progress JSON.
-// The exit status is 0 for succeeded or partial, 1 otherwise.
+// follow draws a progress bar until the task is final, then prints its
+// progress JSON. The exit status is 0 for succeeded or partial, 1 otherwise.
 func follow(ctx context.Context, js jetstream.JetStream, id string) error {
-	p, err := client.Follow(ctx, js, id, printProgressLine)
-	fmt.Fprintln(os.Stderr)
+	bar := newProgressBar(id)
+	p, err := client.Follow(ctx, js, id, bar.update)
+	bar.finish()
 	if err != nil {
 		return err
 	}
@@ -112,14 +123,4 @@ func follow(ctx context.Context, js jetstream.JetStream, id string) error {
 		return exitCode(1)
 	}
 	return nil
-}
-
-// printProgressLine redraws one status line on stderr.
-func printProgressLine(p *shared.Progress) {
-	pct := 0.0
-	if p.Total > 0 {
-		pct = 100 * float64(p.Done()) / float64(p.Total)
-	}
-	fmt.Fprintf(os.Stderr, "\r%-10s %5.1f%%  %d/%d  sent %d  retrying %d  failed %d  skipped %d  %.1f/s  eta %.0fs   ",
-		p.State, pct, p.Done(), p.Total, p.Sent, p.Retrying, p.Failed, p.Skipped, p.RatePerSec, p.ETASeconds)
 }

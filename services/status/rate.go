@@ -57,9 +57,8 @@ func (m *rateMeter) perSecond(now time.Time) float64 {
 // average is the mean rate from the first to the last send: what a
 // finished task reports.
 func (m *rateMeter) average() float64 {
-	d := m.LastAdd.Sub(m.First).Seconds()
-	if d <= 0 {
-		return float64(m.Total)
-	}
+	// A burst of sends within a second is that many per second, not a rate
+	// extrapolated from microseconds.
+	d := max(m.LastAdd.Sub(m.First).Seconds(), 1)
 	return float64(m.Total) / d
 }

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// progressBar draws a task's progress on stderr: done/total, state, counts,
+// the task's smoothed rate and ETA (as status computes them).
+type progressBar struct {
+	id  string
+	bar *progressbar.ProgressBar
+}
+
+func newProgressBar(id string) *progressBar {
+	return &progressBar{id: id}
+}
+
+func (b *progressBar) update(p *shared.Progress) {
+	if b.bar == nil || b.bar.GetMax() != max(p.Total, 1) {
+		b.bar = progressbar.NewOptions(max(p.Total, 1),
+			progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(false),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+	b.bar.Describe(fmt.Sprintf("%s %-17s sent %d retrying %d failed %d skipped %d  %.1f/s eta %s",
+		b.id, p.State, p.Sent, p.Retrying, p.Failed, p.Skipped, p.RatePerSec, eta(p)))
+	_ = b.bar.Set(p.Done())
+}
+
+func (b *progressBar) finish() {
+	if b.bar != nil {
+		_ = b.bar.Finish()
+	}
+	fmt.Fprintln(os.Stderr)
+}
+
+func eta(p *shared.Progress) string {
+	if p.State.Final() || p.ETASeconds <= 0 {
+		return "-"
+	}
+	return (time.Duration(p.ETASeconds) * time.Second).String()
+}
