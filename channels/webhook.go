@@ -147,7 +147,10 @@ func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
 		r.ProviderID = providerID(answer)
 		return r
 	}
-	r.Err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer)))
+	// The answer is provider text that ends up in events, logs, the ledger
+	// and DEAD: a gateway that echoes the signing secret must not leak it
+	// there (redacted before clipping, so no prefix of it survives).
+	r.Err = redact(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer))), string(s.secret))
 	if len(r.Err) > 300 {
 		r.Err = r.Err[:300]
 	}

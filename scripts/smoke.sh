@@ -26,9 +26,17 @@ STORE_DIR="$ROOT/.data/nats"
 TASK_TIMEOUT="${SMOKE_TIMEOUT:-120}"
 START_TS=$(date +%s)
 
-# The services read NATS_URL; the Procfile server has no auth.
-export NATS_URL="$NATS_SERVER_URL"
+# nats.conf admits no anonymous client: the CLI connects as the `operator`
+# user from .env (which foreman also loads; each Procfile line then sets its
+# own service's user).
+[[ -f "$ROOT/.env" ]] || { echo "smoke: $ROOT/.env (operator credentials) is missing" >&2; exit 1; }
 unset NATS_USER NATS_PASSWORD NATS_CREDS NATS_CONTEXT || true
+set -a
+# shellcheck source=/dev/null
+. "$ROOT/.env"
+set +a
+export NATS_URL="$NATS_SERVER_URL"
+[[ -n "${NATS_USER:-}" && -n "${NATS_PASSWORD:-}" ]] || { echo "smoke: .env must set NATS_USER and NATS_PASSWORD" >&2; exit 1; }
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 log() { printf 'smoke: %s\n' "$*"; }
@@ -56,7 +64,7 @@ fi
 # Every nats CLI call goes to the smoke server with an empty config dir, so a
 # developer's selected nats context (credentials, other servers) never leaks in.
 NATS_CFG_DIR="$SMOKE_DIR/natscli"
-nats_() { XDG_CONFIG_HOME="$NATS_CFG_DIR" "$NATS_BIN" --server "$NATS_SERVER_URL" --timeout 10s "$@"; }
+nats_() { XDG_CONFIG_HOME="$NATS_CFG_DIR" "$NATS_BIN" --server "$NATS_SERVER_URL" --user "$NATS_USER" --password "$NATS_PASSWORD" --timeout 10s "$@"; }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -271,6 +279,7 @@ publish_task() {
 
 # Capture the progress key's updates while the task runs.
 timeout 15 env XDG_CONFIG_HOME="$NATS_CFG_DIR" "$NATS_BIN" --server "$NATS_SERVER_URL" \
+	--user "$NATS_USER" --password "$NATS_PASSWORD" \
 	kv watch broadcast_progress "$TASK_ID" >"$SMOKE_DIR/watch.out" 2>&1 &
 WATCH_PID=$!
 sleep 1

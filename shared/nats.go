@@ -22,15 +22,26 @@ type NATSConfig struct {
 	User, Password string
 	// Creds is a credentials file (production). Takes precedence over User.
 	Creds string
+	// CA is a PEM file of the certificate authority that signed the
+	// server's certificate; setting it (or Cert) turns on TLS, as does a
+	// tls:// URL. Defaults to none: the system roots when TLS is on.
+	CA string
+	// Cert and Key are the client's PEM certificate and key, for servers
+	// that verify clients (tls { verify: true }). Defaults to none.
+	Cert, Key string
 }
 
-// NATSConfigFromEnv reads NATS_URL, NATS_USER, NATS_PASSWORD and NATS_CREDS.
+// NATSConfigFromEnv reads NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS and,
+// for TLS, NATS_CA, NATS_CERT and NATS_KEY.
 func NATSConfigFromEnv() NATSConfig {
 	c := NATSConfig{
 		URL:      os.Getenv("NATS_URL"),
 		User:     os.Getenv("NATS_USER"),
 		Password: os.Getenv("NATS_PASSWORD"),
 		Creds:    os.Getenv("NATS_CREDS"),
+		CA:       os.Getenv("NATS_CA"),
+		Cert:     os.Getenv("NATS_CERT"),
+		Key:      os.Getenv("NATS_KEY"),
 	}
 	if c.URL == "" {
 		c.URL = DefaultNATSURL
@@ -65,6 +76,15 @@ func Connect(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	case c.User != "":
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.CA != "" {
+		opts = append(opts, nats.RootCAs(c.CA))
+	}
+	if c.Cert != "" || c.Key != "" {
+		if c.Cert == "" || c.Key == "" {
+			return nil, fmt.Errorf("NATS_CERT and NATS_KEY: set both or neither")
+		}
+		opts = append(opts, nats.ClientCert(c.Cert, c.Key))
 	}
 	nc, err := nats.Connect(c.URL, opts...)
 	if err != nil {

@@ -142,7 +142,15 @@ func (t *Task) Validate(now time.Time) error {
 	if len(t.Template) > MaxTemplateBytes {
 		return fieldErr("template", "is %d bytes, limit is %d", len(t.Template), MaxTemplateBytes)
 	}
-	if _, err := ParseTemplate(t.Template); err != nil {
+	tmpl, err := ParseTemplate(t.Template)
+	if err != nil {
+		return fieldErr("template", "%v", err)
+	}
+	// A trial render with the first recipient rejects, with the reason, a
+	// template that breaks a limit (time, steps, size) on its own, instead of
+	// letting render spend up to MaxRenderTime on each recipient to skip them
+	// all. A missing variable is not a reason: that recipient is skipped.
+	if err := trialRender(tmpl, t); err != nil {
 		return fieldErr("template", "%v", err)
 	}
 	switch {
@@ -192,6 +200,23 @@ func (t *Task) Validate(now time.Time) error {
 		}
 		if !sendAt.IsZero() && !expiresAt.After(sendAt) {
 			return fieldErr("expires_at", "must be after send_at")
+		}
+	}
+	return nil
+}
+
+// trialRender renders the template for the first recipient (or with the
+// defaults alone) and returns only the errors that say the template itself
+// is too costly.
+func trialRender(tmpl *Template, t *Task) error {
+	var r Recipient
+	if len(t.Recipients) > 0 {
+		r = t.Recipients[0]
+	}
+	_, err := tmpl.Render(t.Defaults, r.Vars, r.To)
+	for _, limit := range []error{ErrRenderTimeout, ErrRenderSteps, ErrBodyTooLarge} {
+		if errors.Is(err, limit) {
+			return err
 		}
 	}
 	return nil

@@ -15,6 +15,10 @@ type TaskRecord struct {
 	// Total and Duplicates are known once expansion finished.
 	Total      int `json:"total"`
 	Duplicates int `json:"duplicates"`
+	// Checkpoint is how many of the task's distinct recipients are already
+	// in published render batches: a restarted expansion of a streamed list
+	// resumes there instead of publishing them again.
+	Checkpoint int `json:"checkpoint,omitempty"`
 	// Expanded is set once every render batch was published.
 	Expanded   bool      `json:"expanded"`
 	AcceptedAt time.Time `json:"accepted_at"`

@@ -5,44 +5,153 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"text/template"
+	"text/template/parse"
+	"time"
 )
 
 // MaxBodyBytes caps one rendered message. A template that produces more is an
 // error for that recipient, so a hostile template cannot fill memory.
 const MaxBodyBytes = 64 << 10
 
+// Limits on executing one template for one recipient. Templates come from
+// whoever may publish tasks, so a loop that never writes (where
+// MaxBodyBytes does not help), a value doubled in a loop, or a template that
+// calls itself must end with an error rather than hold a render worker or
+// fill memory.
+const (
+	// MaxRenderTime bounds executing a template once.
+	MaxRenderTime = 100 * time.Millisecond
+	// MaxTemplateSteps bounds the loop iterations plus template calls of one
+	// execution.
+	MaxTemplateSteps = 100_000
+	// MaxTemplateRange is the largest integer a template may range over
+	// literally ({{range 1000}}); a larger constant could never finish within
+	// MaxTemplateSteps, so it is rejected at parse time.
+	MaxTemplateRange = MaxTemplateSteps
+	// MaxTemplateValueBytes caps a string built inside a template by print,
+	// printf, println, html, js or urlquery.
+	MaxTemplateValueBytes = MaxBodyBytes
+)
+
 // ErrBodyTooLarge is returned when rendering would exceed MaxBodyBytes.
 var ErrBodyTooLarge = fmt.Errorf("rendered message exceeds %d bytes", MaxBodyBytes)
+
+// ErrRenderTimeout is returned when executing a template takes longer than
+// MaxRenderTime.
+var ErrRenderTimeout = fmt.Errorf("execution exceeded %s", MaxRenderTime)
+
+// ErrRenderSteps is returned when an execution exceeds MaxTemplateSteps.
+var ErrRenderSteps = fmt.Errorf("execution exceeded %d loop iterations and template calls", MaxTemplateSteps)
+
+// tickFunc is the function instrumented templates call at the top of every
+// range body and every template: it counts steps and checks the clock.
+const tickFunc = "broadcastStep"
 
 // Template is a parsed message template. It is safe for concurrent use.
 type Template struct {
 	tmpl *template.Template
+	// runs holds clones of tmpl, each bound to its own budget, so
+	// concurrent renders never share a step count.
+	runs sync.Pool
+}
+
+// run is one clone of the template and the budget its step function checks.
+type run struct {
+	tmpl   *template.Template
+	budget *budget
+}
+
+// budget is the time and steps one execution may still use.
+type budget struct {
+	deadline time.Time
+	steps    int
+}
+
+func (b *budget) step() (string, error) {
+	b.steps++
+	if b.steps > MaxTemplateSteps {
+		return "", ErrRenderSteps
+	}
+	// Reading the clock every step would cost more than the step itself.
+	if b.steps%64 == 0 && time.Now().After(b.deadline) {
+		return "", ErrRenderTimeout
+	}
+	return "", nil
+}
+
+// baseFuncs replaces the builtins that build strings with capped versions,
+// and declares the step function (bound per execution).
+func baseFuncs() template.FuncMap {
+	capped := func(name string, f func(...any) string) func(...any) (string, error) {
+		return func(args ...any) (string, error) {
+			s := f(args...)
+			if len(s) > MaxTemplateValueBytes {
+				return "", fmt.Errorf("%s: result exceeds %d bytes", name, MaxTemplateValueBytes)
+			}
+			return s, nil
+		}
+	}
+	return template.FuncMap{
+		"print":   capped("print", fmt.Sprint),
+		"println": capped("println", fmt.Sprintln),
+		"printf": func(format string, args ...any) (string, error) {
+			s := fmt.Sprintf(format, args...)
+			if len(s) > MaxTemplateValueBytes {
+				return "", fmt.Errorf("printf: result exceeds %d bytes", MaxTemplateValueBytes)
+			}
+			return s, nil
+		},
+		"html":     capped("html", template.HTMLEscaper),
+		"js":       capped("js", template.JSEscaper),
+		"urlquery": capped("urlquery", template.URLQueryEscaper),
+		tickFunc:   func() (string, error) { return "", nil },
+	}
 }
 
 // ParseTemplate parses src as Go text/template with missingkey=error, so a
-// recipient lacking a variable fails instead of receiving "<no value>".
+// recipient lacking a variable fails instead of receiving "<no value>". It
+// rejects templates that call themselves and ranges over an integer constant
+// above MaxTemplateRange, naming the reason.
 func ParseTemplate(src string) (*Template, error) {
-	t, err := template.New("message").Option("missingkey=error").Parse(src)
+	t, err := template.New("message").Option("missingkey=error").Funcs(baseFuncs()).Parse(src)
 	if err != nil {
 		// Drop the "template: message:" prefix; the field name says where.
 		msg := strings.TrimPrefix(err.Error(), "template: ")
 		return nil, errors.New(msg)
 	}
-	return &Template{tmpl: t}, nil
+	if err := checkTree(t); err != nil {
+		return nil, err
+	}
+	instrument(t)
+	out := &Template{tmpl: t}
+	out.runs.New = func() any {
+		b := &budget{}
+		c := template.Must(t.Clone())
+		c.Funcs(template.FuncMap{tickFunc: b.step})
+		return &run{tmpl: c, budget: b}
+	}
+	return out, nil
 }
 
 // Render executes the template over defaults merged with vars (vars win)
-// plus "to". The error names the missing variable when there is one.
+// plus "to". The error names the missing variable when there is one, and is
+// ErrBodyTooLarge, ErrRenderTimeout or ErrRenderSteps when a limit was hit.
 func (t *Template) Render(defaults, vars map[string]any, to string) (string, error) {
 	data := make(map[string]any, len(defaults)+len(vars)+1)
 	maps.Copy(data, defaults)
 	maps.Copy(data, vars)
 	data["to"] = to
+	r := t.runs.Get().(*run)
+	defer t.runs.Put(r)
+	r.budget.deadline, r.budget.steps = time.Now().Add(MaxRenderTime), 0
 	var b limitedBuilder
-	if err := t.tmpl.Execute(&b, data); err != nil {
-		if errors.Is(err, ErrBodyTooLarge) {
-			return "", ErrBodyTooLarge
+	if err := r.tmpl.Execute(&b, data); err != nil {
+		for _, limit := range []error{ErrBodyTooLarge, ErrRenderTimeout, ErrRenderSteps} {
+			if errors.Is(err, limit) {
+				return "", limit
+			}
 		}
 		return "", errors.New(strings.TrimPrefix(err.Error(), "template: "))
 	}
@@ -57,4 +166,157 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 		return 0, ErrBodyTooLarge
 	}
 	return b.Builder.Write(p)
+}
+
+// checkTree rejects what no execution budget needs to find out: a range over
+// a too large integer constant, and templates that call themselves, directly
+// or through others (each call would take stack until text/template's depth
+// limit of 100,000).
+func checkTree(t *template.Template) error {
+	calls := map[string][]string{}
+	for _, tt := range t.Templates() {
+		if tt.Tree == nil || tt.Tree.Root == nil {
+			continue
+		}
+		var err error
+		walk(tt.Tree.Root, func(n parse.Node) {
+			switch n := n.(type) {
+			case *parse.RangeNode:
+				if k := rangeConstant(n); k > MaxTemplateRange && err == nil {
+					err = fmt.Errorf("range over %d exceeds the limit of %d loop iterations", k, MaxTemplateRange)
+				}
+			case *parse.TemplateNode:
+				calls[tt.Name()] = append(calls[tt.Name()], n.Name)
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	// Depth-first search for a cycle in the call graph.
+	const (
+		unseen = iota
+		active
+		done
+	)
+	state := map[string]int{}
+	var visit func(name string) string
+	visit = func(name string) string {
+		switch state[name] {
+		case active:
+			return name
+		case done:
+			return ""
+		}
+		state[name] = active
+		for _, callee := range calls[name] {
+			if c := visit(callee); c != "" {
+				return c
+			}
+		}
+		state[name] = done
+		return ""
+	}
+	for name := range calls {
+		if c := visit(name); c != "" {
+			return fmt.Errorf("template %q calls itself: recursive templates are not allowed", c)
+		}
+	}
+	return nil
+}
+
+// rangeConstant is the integer a range iterates over when its pipeline is a
+// lone number literal, else 0.
+func rangeConstant(r *parse.RangeNode) int64 {
+	if r.Pipe == nil || len(r.Pipe.Cmds) != 1 || len(r.Pipe.Cmds[0].Args) != 1 {
+		return 0
+	}
+	num, ok := r.Pipe.Cmds[0].Args[0].(*parse.NumberNode)
+	switch {
+	case !ok:
+		return 0
+	case num.IsInt:
+		return num.Int64
+	case num.IsUint:
+		return int64(min(num.Uint64, 1<<62))
+	case num.IsFloat:
+		return int64(min(num.Float64, 1<<62))
+	}
+	return 0
+}
+
+// instrument puts a call to the step function at the top of every range
+// body and every template, so that work between two steps is bounded by the
+// template's size (MaxTemplateBytes) and the budget bounds the rest.
+func instrument(t *template.Template) {
+	stepNode := func(pos parse.Pos) parse.Node {
+		cmd := &parse.CommandNode{NodeType: parse.NodeCommand, Pos: pos,
+			Args: []parse.Node{&parse.IdentifierNode{NodeType: parse.NodeIdentifier, Pos: pos, Ident: tickFunc}}}
+		pipe := &parse.PipeNode{NodeType: parse.NodePipe, Pos: pos, Cmds: []*parse.CommandNode{cmd}}
+		return &parse.ActionNode{NodeType: parse.NodeAction, Pos: pos, Pipe: pipe}
+	}
+	prepend := func(l *parse.ListNode) {
+		if l != nil {
+			l.Nodes = append([]parse.Node{stepNode(l.Pos)}, l.Nodes...)
+		}
+	}
+	for _, tt := range t.Templates() {
+		if tt.Tree == nil || tt.Tree.Root == nil {
+			continue
+		}
+		walk(tt.Tree.Root, func(n parse.Node) {
+			if r, ok := n.(*parse.RangeNode); ok {
+				prepend(r.List)
+			}
+		})
+		prepend(tt.Tree.Root)
+	}
+}
+
+// walk calls fn on n and every node below it.
+func walk(n parse.Node, fn func(parse.Node)) {
+	if n == nil {
+		return
+	}
+	fn(n)
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Nodes {
+			walk(c, fn)
+		}
+	case *parse.IfNode:
+		walkBranch(&n.BranchNode, fn)
+	case *parse.RangeNode:
+		walkBranch(&n.BranchNode, fn)
+	case *parse.WithNode:
+		walkBranch(&n.BranchNode, fn)
+	case *parse.ActionNode:
+		walk(n.Pipe, fn)
+	case *parse.PipeNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Cmds {
+			walk(c, fn)
+		}
+	case *parse.CommandNode:
+		for _, a := range n.Args {
+			walk(a, fn)
+		}
+	case *parse.TemplateNode:
+		walk(n.Pipe, fn)
+	}
+}
+
+func walkBranch(b *parse.BranchNode, fn func(parse.Node)) {
+	walk(b.Pipe, fn)
+	if b.List != nil {
+		walk(b.List, fn)
+	}
+	if b.ElseList != nil {
+		walk(b.ElseList, fn)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -83,6 +84,13 @@ func runDemo(ctx context.Context, args []string) error {
 	go func() {
 		svcDone <- runServices(svcCtx, js, quiet, []string{"ingest", "render", "dispatch", "status"}, serviceOverrides{
 			dispatch: func(c *dispatch.Config) { c.BackoffBase, c.BackoffMax = 100*time.Millisecond, 2*time.Second },
+			// The demo prints its progress; a dashboard only when asked for,
+			// so a running dev stack's port does not stop the demo.
+			status: func(c *status.Config) {
+				if getenv("DASHBOARD_ADDR") == "" {
+					c.DashboardAddr = ""
+				}
+			},
 		})
 	}()
 	defer func() { stopServices(); <-svcDone }()

@@ -35,6 +35,7 @@ tools:
   pause ID, resume ID, cancel ID, retry-dead ID
                control a task (broadcast.control.<ID>)
   gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
+  bench        measure the pipeline against raw JetStream publishing (-n, -replicas 1,2,4)
 
 environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
 run "broadcast <command> -h" for a command's flags.
@@ -62,6 +63,8 @@ func main() {
 		err = runWatch(ctx, args)
 	case "gateway":
 		err = runGateway(ctx, args)
+	case "bench":
+		err = runBench(ctx, args)
 	case "tasks":
 		err = runTasks(ctx, args)
 	case "pause", "resume", "cancel", "retry-dead":

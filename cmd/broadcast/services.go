@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/internal/metrics"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/ingest"
 	"github.com/broadcastd/broadcast/services/render"
@@ -17,9 +19,13 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
+// defaultMemoryLimit is the soft heap limit of a service process.
+const defaultMemoryLimit = 100 << 20
+
 // serviceOverrides lets dev and demo tune services beyond the environment.
 type serviceOverrides struct {
 	dispatch func(*dispatch.Config)
+	status   func(*status.Config)
 }
 
 func newLogger() (*slog.Logger, error) {
@@ -34,6 +40,11 @@ func runServiceCommand(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft heap limit keeps a service lean (the GC works harder as it
+		// nears it) without ever failing an allocation. GOMEMLIMIT overrides.
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
 	nc, js, err := shared.Setup(ctx, shared.NATSConfigFromEnv(), name, shared.TopologyConfig{Replicas: *replicas}, log)
 	if err != nil {
 		return err
@@ -47,12 +58,14 @@ func runServiceCommand(ctx context.Context, name string, args []string) error {
 }
 
 // runServices runs the named services until ctx ends or one fails; a failure
-// stops the others.
+// stops the others. The services share one metrics registry, served at
+// METRICS_ADDR (when set) and by status on its dashboard.
 func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, names []string, o serviceOverrides) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type runner interface{ Run(context.Context) error }
 	var runners []runner
+	reg := metrics.NewRegistry()
 	for _, n := range names {
 		var r runner
 		var err error
@@ -60,19 +73,19 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 		case "ingest":
 			var c ingest.Config
 			if c, err = ingest.ConfigFromEnv(); err == nil {
-				c.Logger = log
+				c.Logger, c.Metrics = log, reg
 				r, err = ingest.New(js, c)
 			}
 		case "render":
 			var c render.Config
 			if c, err = render.ConfigFromEnv(); err == nil {
-				c.Logger = log
+				c.Logger, c.Metrics = log, reg
 				r, err = render.New(js, c)
 			}
 		case "dispatch":
 			var c dispatch.Config
 			if c, err = dispatch.ConfigFromEnv(); err == nil {
-				c.Logger = log
+				c.Logger, c.Metrics = log, reg
 				if o.dispatch != nil {
 					o.dispatch(&c)
 				}
@@ -81,7 +94,10 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 		case "status":
 			var c status.Config
 			if c, err = status.ConfigFromEnv(); err == nil {
-				c.Logger = log
+				c.Logger, c.Metrics = log, reg
+				if o.status != nil {
+					o.status(&c)
+				}
 				r, err = status.New(js, c)
 			}
 		default:
@@ -91,6 +107,10 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 			return fmt.Errorf("%s: %w", n, err)
 		}
 		runners = append(runners, r)
+	}
+	if addr := getenv("METRICS_ADDR"); addr != "" {
+		runners = append(runners, runFunc(func(ctx context.Context) error { return metrics.Serve(ctx, addr, reg, log) }))
+		names = append(names[:len(names):len(names)], "metrics")
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(runners))
@@ -106,3 +126,8 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 	close(errs)
 	return <-errs
 }
+
+// runFunc makes a function a service runner.
+type runFunc func(context.Context) error
+
+func (f runFunc) Run(ctx context.Context) error { return f(ctx) }

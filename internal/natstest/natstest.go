@@ -4,6 +4,7 @@ package natstest
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"testing"
 	"time"
@@ -25,6 +26,23 @@ type Server struct {
 	NC  *nats.Conn
 	JS  jetstream.JetStream
 	Dir string
+	// Creds are what NC connected with (none for a server without
+	// authorization).
+	Creds Credentials
+
+	tls *tls.Config // what clients dial with, for a TLS server
+}
+
+// Credentials authenticate a client as a user of the server's
+// configuration; the zero value connects anonymously.
+type Credentials struct{ User, Password string }
+
+// options adds the credentials (when set) to opts.
+func (c Credentials) options(opts ...nats.Option) []nats.Option {
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	return opts
 }
 
 // Start runs a JetStream server for the test and ensures the topology.
@@ -40,19 +58,39 @@ func Start(t testing.TB) *Server {
 }
 
 func (ts *Server) connect(t testing.TB) {
-	nc, err := nats.Connect(ts.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	require.NoError(t, shared.EnsureTopology(ctx, js, shared.TopologyConfig{}))
+	ts.connectWith(t, &shared.TopologyConfig{})
+}
+
+// connectWith connects NC and JS with ts.Creds and, when topo is not nil,
+// ensures the topology.
+func (ts *Server) connectWith(t testing.TB, topo *shared.TopologyConfig) {
+	nc, js := ts.ConnectAs(t, ts.Creds)
 	ts.NC, ts.JS = nc, js
+	if topo != nil {
+		EnsureTopology(t, js, *topo)
+	}
+}
+
+// EnsureTopology creates every stream and bucket, retrying for up to 30 s
+// while a fresh cluster is still electing leaders.
+func EnsureTopology(t testing.TB, js jetstream.JetStream, topo shared.TopologyConfig) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	for ctx.Err() == nil {
+		if err = shared.EnsureTopology(ctx, js, topo); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, err, "ensure topology")
 }
 
 // NATSConfig is the config a service under test connects with.
-func (ts *Server) NATSConfig() shared.NATSConfig { return shared.NATSConfig{URL: ts.URL} }
+func (ts *Server) NATSConfig() shared.NATSConfig {
+	return shared.NATSConfig{URL: ts.URL, User: ts.Creds.User, Password: ts.Creds.Password}
+}
 
 // Eventually polls cond every 20ms until it returns true or timeout passes.
 // msg is printed with the last state on failure.

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -25,6 +24,12 @@ type PipelineConfig struct {
 	Render   render.Config
 	Dispatch dispatch.Config
 	Status   status.Config
+	// Users, when set, connects each service ("ingest", "render",
+	// "dispatch", "status") as its own user, as the Procfile does against
+	// nats.conf. Defaults to the credentials of the Server.
+	Users map[string]Credentials
+	// Logger receives every service's log lines. Defaults to TestLogger().
+	Logger *slog.Logger
 }
 
 // Pipeline is the four services running in this process against ts.
@@ -51,18 +56,21 @@ func TestLogger() *slog.Logger {
 // connection as in production, until the test ends.
 func StartPipeline(t testing.TB, ts *Server, c PipelineConfig) *Pipeline {
 	t.Helper()
-	log := TestLogger()
+	log := c.Logger
+	if log == nil {
+		log = TestLogger()
+	}
 	c.Ingest.Logger, c.Render.Logger, c.Dispatch.Logger, c.Status.Logger = log, log, log, log
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{cancel: cancel}
 	var err error
-	p.Ingest, err = ingest.New(ts.newJS(t), c.Ingest)
+	p.Ingest, err = ingest.New(ts.newJS(t, ts.credsFor(c.Users, "ingest")), c.Ingest)
 	require.NoError(t, err)
-	p.Render, err = render.New(ts.newJS(t), c.Render)
+	p.Render, err = render.New(ts.newJS(t, ts.credsFor(c.Users, "render")), c.Render)
 	require.NoError(t, err)
-	p.Dispatch, err = dispatch.New(ts.newJS(t), c.Dispatch)
+	p.Dispatch, err = dispatch.New(ts.newJS(t, ts.credsFor(c.Users, "dispatch")), c.Dispatch)
 	require.NoError(t, err)
-	p.Status, err = status.New(ts.newJS(t), c.Status)
+	p.Status, err = status.New(ts.newJS(t, ts.credsFor(c.Users, "status")), c.Status)
 	require.NoError(t, err)
 	for _, r := range []interface{ Run(context.Context) error }{p.Ingest, p.Render, p.Dispatch, p.Status} {
 		p.wg.Go(func() {
@@ -86,11 +94,15 @@ func (p *Pipeline) Stop() {
 	}
 }
 
-func (ts *Server) newJS(t testing.TB) jetstream.JetStream {
-	nc, err := nats.Connect(ts.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+// credsFor picks the credentials service connects with.
+func (ts *Server) credsFor(users map[string]Credentials, service string) Credentials {
+	if c, ok := users[service]; ok {
+		return c
+	}
+	return ts.Creds
+}
+
+func (ts *Server) newJS(t testing.TB, creds Credentials) jetstream.JetStream {
+	_, js := ts.ConnectAs(t, creds)
 	return js
 }

@@ -27,12 +27,26 @@ const pinIDHeader = "Nats-Pin-Id"
 // ConsumerName is the durable consumer of account's jobs.
 func ConsumerName(account string) string { return "dispatch-" + account }
 
+// pinnedTTL is how long the server keeps a pin after the pinned client's
+// last pull request. nats-server 2.15 does not unpin when the client's
+// connection closes, so this bounds a takeover after a crash (a graceful
+// stop releases the pin at once, see releasePin).
+const pinnedTTL = 10 * time.Second
+
+// pullExpiry is the expiry of each pull request, well inside pinnedTTL. The
+// pin is refreshed only by pull requests, and an owner whose slots are all
+// held (its sends waiting out a Retry-After, say) makes a new one only when
+// the last expires: with the client's default of 30 s a wait longer than
+// pinnedTTL handed the account to another replica, which started at the full
+// configured rate while the old owner still sent its held jobs.
+const pullExpiry = pinnedTTL / 4
+
 // consumerConfig pins each account's consumer to one client at a time
 // (PriorityPolicyPinned): whichever dispatch process holds the pin is the
 // account's only sender, so its local token bucket is the account's rate
-// across all replicas. When the owner dies its connection closes and the
-// server pins another replica within about a second; PinnedTTL bounds the
-// takeover if the owner hangs instead.
+// across all replicas. A stopping owner releases the pin; a dead one loses
+// it pinnedTTL after its last pull, and its unacknowledged jobs come back
+// after ackWait.
 func consumerConfig(a *shared.Account) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        ConsumerName(a.Name),
@@ -44,7 +58,7 @@ func consumerConfig(a *shared.Account) jetstream.ConsumerConfig {
 		MaxAckPending:  a.Concurrency, // the in-flight cap, across every process
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{priorityGroup},
-		PinnedTTL:      10 * time.Second,
+		PinnedTTL:      pinnedTTL,
 	}
 }
 
@@ -225,7 +239,7 @@ func (r *accountRunner) run() {
 		AckWait:     ackWait,
 		RetryDelay:  r.svc.cfg.BackoffBase,
 		DeadLetter:  r.svc.deadLetter,
-		PullOptions: []jetstream.PullConsumeOpt{jetstream.PullPriorityGroup(priorityGroup)},
+		PullOptions: []jetstream.PullConsumeOpt{jetstream.PullPriorityGroup(priorityGroup), jetstream.PullExpiry(pullExpiry)},
 		Logger:      r.log,
 	})
 	if err != nil {

@@ -6,7 +6,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/internal/metrics"
 )
 
 // Config tunes the dispatch service.
@@ -33,8 +36,14 @@ type Config struct {
 	Channels channels.Registry
 	// Getenv resolves accounts' secret_env. Defaults to os.Getenv.
 	Getenv func(string) string
+	// Metrics is the registry the service's metrics join. Defaults to nil
+	// (no metrics).
+	Metrics *prometheus.Registry
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// metrics is the service's metric set in Metrics, built by withDefaults.
+	metrics *metrics.Dispatch
 }
 
 // ConfigFromEnv reads DISPATCH_BACKOFF_BASE and DISPATCH_BACKOFF_MAX (Go
@@ -98,4 +107,5 @@ func (c *Config) withDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.metrics = metrics.NewDispatch(c.Metrics)
 }

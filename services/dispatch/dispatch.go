@@ -19,6 +19,7 @@ type Service struct {
 	ledger   jetstream.KeyValue
 	healthKV jetstream.KeyValue
 	sends    jetstream.KeyValue
+	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
 	controls *shared.ControlWatcher
@@ -43,7 +44,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	for name, dst := range map[string]*jetstream.KeyValue{shared.BucketLedger: &s.ledger, shared.BucketHealth: &s.healthKV, shared.BucketSends: &s.sends} {
+	for name, dst := range map[string]*jetstream.KeyValue{shared.BucketLedger: &s.ledger, shared.BucketHealth: &s.healthKV, shared.BucketSends: &s.sends, shared.BucketTasks: &s.tasks} {
 		if *dst, err = s.js.KeyValue(ctx, name); err != nil {
 			return fmt.Errorf("dispatch: %s: %w", name, err)
 		}
@@ -58,6 +59,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
+	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
+	stopRequeue, err := s.startRequeue(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopRequeue()
 	close(s.ready)
 	s.log.Info("dispatch started")
 	<-ctx.Done()

@@ -34,8 +34,12 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	log := r.log.With(shared.KeyTaskID, job.TaskID, shared.KeyJobID, job.ID, shared.KeyAttempt, attempt)
 	r.mu.Lock()
 	r.lastActive = time.Now()
-	if pin := msg.Headers().Get(pinIDHeader); pin != "" {
+	if pin := msg.Headers().Get(pinIDHeader); pin != "" && pin != r.pinID {
+		// This process has just become the account's sender: start from
+		// an empty bucket (see pacer.drain), under r.mu so that no job of
+		// the new pin takes a token first.
 		r.pinID = pin
+		r.pacer.drain()
 	}
 	r.mu.Unlock()
 
@@ -101,6 +105,7 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	res := sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
 		Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
 	latency := time.Since(start)
+	s.cfg.metrics.Latency(acct.Name, latency)
 	if caps != nil {
 		caps.release(ctx, job.To, res.OK(), time.Now())
 	}
@@ -246,5 +251,6 @@ func (s *Service) publish(ctx context.Context, ev *shared.Event) error {
 	if err := shared.PublishEvent(ctx, s.js, ev); err != nil {
 		return fmt.Errorf("publish %s event: %w", ev.Kind, err)
 	}
+	s.cfg.metrics.Outcome(ev)
 	return nil
 }

@@ -6,7 +6,10 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/internal/metrics"
 )
 
 // Config tunes the ingest service.
@@ -18,8 +21,14 @@ type Config struct {
 	Concurrency int
 	// Channels knows the channels tasks may name. Defaults to channels.Builtin().
 	Channels channels.Registry
+	// Metrics is the registry the service's metrics join. Defaults to nil
+	// (no metrics).
+	Metrics *prometheus.Registry
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// metrics is the service's metric set in Metrics, built by withDefaults.
+	metrics *metrics.Ingest
 }
 
 // ConfigFromEnv reads INGEST_BATCH_SIZE and INGEST_CONCURRENCY.
@@ -70,4 +79,5 @@ func (c *Config) withDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.metrics = metrics.NewIngest(c.Metrics)
 }

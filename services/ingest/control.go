@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -97,7 +96,7 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) shar
 			}
 		}
 		log.Info("task resumed")
-		go s.unpark(context.WithoutCancel(ctx), taskID)
+		go s.askUnpark(taskID)
 		return shared.ControlReply{OK: true, State: shared.StateProcessing}
 
 	case shared.ActionCancel:
@@ -111,11 +110,11 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) shar
 			}
 		}
 		log.Info("task cancelled")
-		go s.unpark(context.WithoutCancel(ctx), taskID)
+		go s.askUnpark(taskID)
 		return shared.ControlReply{OK: true, State: shared.StateCancelled}
 
 	case shared.ActionRetryDead:
-		n, err := s.retryDead(ctx, rec)
+		n, err := s.askRetryDead(ctx, rec.Task.ID)
 		if err != nil {
 			return fail("%v", err)
 		}
@@ -163,117 +162,4 @@ func waitAll(ctx context.Context, futures []jetstream.PubAckFuture) error {
 		}
 	}
 	return nil
-}
-
-// unpark puts a task's parked jobs back in their accounts' queues, where
-// dispatch sends them (or cancels or expires them).
-func (s *Service) unpark(ctx context.Context, taskID string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	n, err := s.drain(ctx, shared.StreamJobs, shared.ParkedFilter(taskID), func(m jetstream.Msg) error {
-		var job shared.Job
-		if err := json.Unmarshal(m.Data(), &job); err != nil {
-			return nil // undecodable: dispatch would dead-letter it; drop from parking
-		}
-		_, err := s.js.Publish(ctx, shared.JobSubject(job.Account, job.Priority), m.Data(),
-			jetstream.WithMsgID(fmt.Sprintf("%s:unpark:%d", job.MsgID(), seqOf(m))))
-		return err
-	})
-	if err != nil {
-		s.log.Warn("unparking stopped; the sweeper will finish it", shared.KeyTaskID, taskID, "err", err)
-	}
-	if n > 0 {
-		s.log.Info("parked jobs re-queued", shared.KeyTaskID, taskID, "count", n)
-	}
-}
-
-func seqOf(m jetstream.Msg) uint64 {
-	if meta, err := m.Metadata(); err == nil {
-		return meta.Sequence.Stream
-	}
-	return 0
-}
-
-// drain reads every message on filter of a work-queue stream with a
-// temporary consumer, calls fn, and acknowledges (removes) each one fn
-// handled.
-func (s *Service) drain(ctx context.Context, stream, filter string, fn func(jetstream.Msg) error) (int, error) {
-	cons, err := s.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		FilterSubject:     filter,
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		InactiveThreshold: time.Minute,
-		MaxAckPending:     1000,
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = s.js.DeleteConsumer(context.WithoutCancel(ctx), stream, cons.CachedInfo().Name) }()
-	n := 0
-	for {
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(300*time.Millisecond))
-		if err != nil {
-			return n, err
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			if err := fn(m); err != nil {
-				return n, err
-			}
-			if err := m.Ack(); err != nil {
-				return n, err
-			}
-			n++
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return n, err
-		}
-		if got == 0 {
-			return n, nil
-		}
-	}
-}
-
-// sweepParked re-queues parked jobs of tasks that run again (or were
-// cancelled, or expired) but still have parked jobs, e.g. a job parked by a
-// dispatch process that saw the resume a moment late.
-func (s *Service) sweepParked(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		stream, err := s.js.Stream(ctx, shared.StreamJobs)
-		if err != nil {
-			continue
-		}
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(shared.SubjectParkedPrefix+">"))
-		if err != nil {
-			continue
-		}
-		tasks := map[string]bool{}
-		for subj := range info.State.Subjects {
-			if id, _, ok := strings.Cut(strings.TrimPrefix(subj, shared.SubjectParkedPrefix), "."); ok {
-				tasks[id] = true
-			}
-		}
-		for id := range tasks {
-			ctl := s.controls.Get(id)
-			if ctl.Sends() || ctl.State == shared.StateCancelled || s.expired(ctx, id) {
-				s.unpark(ctx, id)
-			}
-		}
-	}
-}
-
-func (s *Service) expired(ctx context.Context, taskID string) bool {
-	rec, err := s.record(ctx, taskID)
-	if err != nil {
-		return false
-	}
-	exp := rec.Task.ExpiryTime()
-	return !exp.IsZero() && time.Now().After(exp)
 }

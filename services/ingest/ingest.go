@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/broadcastd/broadcast/internal/metrics"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -36,6 +37,8 @@ func consumerConfig() jetstream.ConsumerConfig {
 // Stats counts what ingest did since start.
 type Stats struct {
 	Accepted, Rejected, DuplicateIDs atomic.Int64
+	// BatchesPublished counts render batches handed to the stream.
+	BatchesPublished atomic.Int64
 }
 
 // Service is the ingest service.
@@ -45,6 +48,7 @@ type Service struct {
 	log      *slog.Logger
 	accounts *shared.AccountWatcher
 	tasks    jetstream.KeyValue
+	objects  jetstream.ObjectStore
 	control  jetstream.KeyValue
 	progress jetstream.KeyValue
 	controls *shared.ControlWatcher
@@ -64,6 +68,9 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	var err error
 	if s.tasks, err = s.js.KeyValue(ctx, shared.BucketTasks); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.objects, err = s.js.ObjectStore(ctx, shared.BucketRecipients); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	if s.control, err = s.js.KeyValue(ctx, shared.BucketControl); err != nil {
@@ -93,7 +100,6 @@ func (s *Service) Run(ctx context.Context) error {
 	defer sub.Drain()
 	s.log.Info("ingest started", "batch_size", s.cfg.BatchSize)
 	var wg sync.WaitGroup
-	wg.Go(func() { s.sweepParked(ctx) })
 	wg.Go(func() {
 		_ = shared.Consume(ctx, starts, s.handleStart, shared.ConsumeConfig{AckWait: 60 * time.Second, RetryDelay: 2 * time.Second, Logger: s.log})
 	})
@@ -138,18 +144,40 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 
 	// Expansion is deterministic, so a redelivery computes the same batches
 	// and the same indices, and the Nats-Msg-Ids drop what was published.
-	exp := expand(ch, task.Recipients)
+	var exp expansion
+	var idx *listIndex
+	if task.RecipientsObject != "" {
+		if idx, err = s.indexList(ctx, ch, task.RecipientsObject); err != nil {
+			var fe *shared.FieldError
+			if errors.As(err, &fe) {
+				return s.reject(ctx, task.ID, err, seq)
+			}
+			return err
+		}
+		exp.duplicates = idx.duplicates
+	} else {
+		exp = expand(ch, task.Recipients)
+	}
+	total := len(exp.recipients)
+	if idx != nil {
+		total = idx.total
+	}
 	recipients := task.Recipients
-	record := shared.TaskRecord{Task: *task, Seq: seq, Total: len(exp.recipients), Duplicates: exp.duplicates, AcceptedAt: time.Now().UTC()}
+	record := shared.TaskRecord{Task: *task, Seq: seq, Total: total, Duplicates: exp.duplicates, AcceptedAt: time.Now().UTC()}
 	record.Task.Recipients = nil
-	fresh, err := s.claim(ctx, &record)
+	fresh, stored, err := s.claim(ctx, &record)
 	if err != nil {
 		return err
 	}
 	if !fresh {
 		s.Stats.DuplicateIDs.Add(1)
+		s.cfg.metrics.Task(metrics.TaskDuplicateID)
 		log.Warn("task id seen before; submission ignored")
 		return nil
+	}
+	if stored != nil {
+		// A redelivery of the claiming submission: resume from its record.
+		record = *stored
 	}
 	task.Recipients = recipients
 
@@ -186,7 +214,12 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 			return err
 		}
 	default:
-		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
+		if idx != nil {
+			err = s.publishList(ctx, ch, &record, idx)
+		} else {
+			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false))
+		}
+		if err != nil {
 			return err
 		}
 		record.Expanded = true
@@ -195,34 +228,36 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 	}
 	s.Stats.Accepted.Add(1)
+	s.cfg.metrics.Task(metrics.TaskAccepted)
 	log.Info("task accepted", "total", record.Total, "duplicates", record.Duplicates, "channel", task.Channel)
 	return nil
 }
 
 // claim creates the task's record. It reports fresh=false when the id
 // belongs to another submission. A redelivery of the claiming submission
-// (same stream sequence) is fresh, so a crash mid-expansion resumes.
-func (s *Service) claim(ctx context.Context, r *shared.TaskRecord) (fresh bool, err error) {
+// (same stream sequence) is fresh and returns the stored record, so a crash
+// mid-expansion resumes from its checkpoint.
+func (s *Service) claim(ctx context.Context, r *shared.TaskRecord) (fresh bool, stored *shared.TaskRecord, err error) {
 	data, err := json.Marshal(r)
 	if err != nil {
-		return false, shared.Permanent(err)
+		return false, nil, shared.Permanent(err)
 	}
 	_, err = s.tasks.Create(ctx, r.Task.ID, data)
 	if err == nil {
-		return true, nil
+		return true, nil, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return false, fmt.Errorf("record task: %w", err)
+		return false, nil, fmt.Errorf("record task: %w", err)
 	}
 	entry, err := s.tasks.Get(ctx, r.Task.ID)
 	if err != nil {
-		return false, fmt.Errorf("read task record: %w", err)
+		return false, nil, fmt.Errorf("read task record: %w", err)
 	}
 	var prev shared.TaskRecord
-	if json.Unmarshal(entry.Value(), &prev) != nil {
-		return false, nil
+	if json.Unmarshal(entry.Value(), &prev) != nil || prev.Seq != r.Seq {
+		return false, nil, nil
 	}
-	return prev.Seq == r.Seq, nil
+	return true, &prev, nil
 }
 
 func (s *Service) putRecord(ctx context.Context, r *shared.TaskRecord) error {
@@ -263,6 +298,7 @@ func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch) e
 			return ctx.Err()
 		}
 	}
+	s.Stats.BatchesPublished.Add(int64(len(bs)))
 	return nil
 }
 
@@ -276,12 +312,14 @@ func (s *Service) reject(ctx context.Context, id string, cause error, seq uint64
 	// resubmission is a duplicate, not a reason to mark the task rejected.
 	if _, err := s.tasks.Get(ctx, id); err == nil {
 		s.Stats.DuplicateIDs.Add(1)
+		s.cfg.metrics.Task(metrics.TaskDuplicateID)
 		s.log.Warn("invalid resubmission of an accepted task id ignored", shared.KeyTaskID, id, shared.KeySeq, seq, "err", cause)
 		return nil
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("read task record: %w", err)
 	}
 	s.Stats.Rejected.Add(1)
+	s.cfg.metrics.Task(metrics.TaskRejected)
 	s.log.Warn("task rejected", shared.KeyTaskID, id, shared.KeySeq, seq, "err", cause)
 	err := shared.PublishEvent(ctx, s.js, &shared.Event{
 		TaskID: id, Kind: shared.EventRejected, Index: -1, Error: cause.Error(),

@@ -83,9 +83,19 @@ func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord) error {
 
 // release publishes the task's recipients and marks it running.
 func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *shared.Task, ch channels.Channel) error {
-	exp := expand(ch, task.Recipients)
-	if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
-		return err
+	if task.RecipientsObject != "" {
+		idx, err := s.indexList(ctx, ch, task.RecipientsObject)
+		if err != nil {
+			return err
+		}
+		if err := s.publishList(ctx, ch, rec, idx); err != nil {
+			return err
+		}
+	} else {
+		exp := expand(ch, task.Recipients)
+		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
+			return err
+		}
 	}
 	if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateProcessing}); err != nil {
 		return err

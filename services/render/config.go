@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/internal/metrics"
 )
 
 // Config tunes the render service.
@@ -19,8 +22,14 @@ type Config struct {
 	NoAccountRetry time.Duration
 	// Channels defaults to channels.Builtin().
 	Channels channels.Registry
+	// Metrics is the registry the service's metrics join. Defaults to nil
+	// (no metrics).
+	Metrics *prometheus.Registry
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// metrics is the service's metric set in Metrics, built by withDefaults.
+	metrics *metrics.Render
 }
 
 // ConfigFromEnv reads RENDER_CONCURRENCY.
@@ -59,4 +68,5 @@ func (c *Config) withDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.metrics = metrics.NewRender(c.Metrics)
 }

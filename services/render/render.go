@@ -96,6 +96,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	now := time.Now().UTC()
 	futures := make([]jetstream.PubAckFuture, 0, len(b.Recipients))
+	rendered, skipped := 0, map[string]int{}
 	for i, r := range b.Recipients {
 		index := b.First + i
 		jobID := shared.JobID(t.ID, index, b.Test)
@@ -106,6 +107,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 			})
 			if err == nil {
 				futures = append(futures, f)
+				skipped[code]++
 			}
 			return err
 		}
@@ -125,6 +127,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				Vars: r.Vars, Test: b.Test, Pool: t.Accounts,
 			}
 			perr = s.publishJob(&job, &futures)
+			rendered++
 		}
 		if perr != nil {
 			return fmt.Errorf("publish: %w", perr)
@@ -138,6 +141,10 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	s.cfg.metrics.Rendered(rendered)
+	for code, n := range skipped {
+		s.cfg.metrics.Skipped(code, n)
 	}
 	return nil
 }

@@ -3,9 +3,14 @@ package status
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/broadcastd/broadcast/internal/metrics"
 )
 
 // Config tunes the status service.
@@ -21,14 +26,40 @@ type Config struct {
 	// CircuitThreshold is the failure rate over the window that pauses the
 	// task. Defaults to 0.5.
 	CircuitThreshold float64
+	// DashboardAddr is where the live dashboard, its JSON API and /metrics
+	// are served, e.g. "127.0.0.1:8080"; port 0 picks a free port (see
+	// Service.DashboardURL). Defaults to "" (no dashboard); ConfigFromEnv
+	// reads DASHBOARD_ADDR, defaulting to 127.0.0.1:8080, "off" for none.
+	DashboardAddr string
+	// PollInterval is how often queue depths (JOBS consumer info) and task
+	// counts are polled for the dashboard and metrics. Defaults to 3 seconds.
+	PollInterval time.Duration
+	// Metrics is the registry the service's metrics join; the dashboard
+	// serves it at /metrics. Defaults to nil (no metrics).
+	Metrics *prometheus.Registry
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// metrics is the service's metric set in Metrics, built by withDefaults.
+	metrics *metrics.Status
 }
 
+// DefaultDashboardAddr is the dashboard address ConfigFromEnv uses when
+// DASHBOARD_ADDR is unset.
+const DefaultDashboardAddr = "127.0.0.1:8080"
+
 // ConfigFromEnv reads STATUS_FLUSH_INTERVAL (a Go duration),
-// STATUS_CIRCUIT_WINDOW and STATUS_CIRCUIT_THRESHOLD.
+// STATUS_CIRCUIT_WINDOW, STATUS_CIRCUIT_THRESHOLD and DASHBOARD_ADDR
+// (host:port, default 127.0.0.1:8080, "off" for no dashboard).
 func ConfigFromEnv() (Config, error) {
 	var c Config
+	switch v := os.Getenv("DASHBOARD_ADDR"); v {
+	case "":
+		c.DashboardAddr = DefaultDashboardAddr
+	case "off":
+	default:
+		c.DashboardAddr = v
+	}
 	if v := os.Getenv("STATUS_CIRCUIT_WINDOW"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -63,6 +94,14 @@ func (c *Config) validate() error {
 	if c.MaxUnflushed < 0 {
 		return fmt.Errorf("MaxUnflushed: must be positive")
 	}
+	if c.DashboardAddr != "" {
+		if _, _, err := net.SplitHostPort(c.DashboardAddr); err != nil {
+			return fmt.Errorf("DashboardAddr: %q is not host:port (DASHBOARD_ADDR=off turns the dashboard off): %v", c.DashboardAddr, err)
+		}
+	}
+	if c.PollInterval < 0 {
+		return fmt.Errorf("PollInterval: must not be negative")
+	}
 	return nil
 }
 
@@ -79,7 +118,11 @@ func (c *Config) withDefaults() {
 	if c.CircuitThreshold == 0 {
 		c.CircuitThreshold = 0.5
 	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 3 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.metrics = metrics.NewStatus(c.Metrics)
 }

@@ -15,7 +15,15 @@
 // unacknowledged events are folded again onto the last checkpoint with the
 // same result.
 //
+// Serves (when Config.DashboardAddr is set): the live dashboard, its JSON
+// API and server-sent events, the control buttons (forwarded as requests on
+// broadcast.control.<task>) and /metrics. The dashboard reads KV
+// broadcast_progress, broadcast_accounts and broadcast_health, and polls
+// the JOBS consumers dispatch-<account> for queue depths.
+//
 // Where to edit what: status.go (the consume and flush loop), fold.go (how
 // an event changes a task's progress), checkpoint.go (saving and loading
-// fold state), rate.go (smoothed rate and ETA), config.go (settings).
+// fold state), rate.go (smoothed rate and ETA), dashboard.go (what the
+// dashboard shows, queue polling), http.go (routes), web/ (the page),
+// config.go (settings).
 package status

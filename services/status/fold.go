@@ -93,7 +93,9 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 		if f.Accepted {
 			return false // an index beyond total is not this task's
 		}
-		grown := make([]byte, ev.Index+1)
+		// Grow geometrically: a streamed task's events arrive before its
+		// total is known, in rising index order.
+		grown := make([]byte, ev.Index+1, max(ev.Index+1, 2*cap(f.Outcomes)))
 		copy(grown, f.Outcomes)
 		f.Outcomes = grown
 	}

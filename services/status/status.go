@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,6 +40,8 @@ type Service struct {
 
 	controls *shared.ControlWatcher
 	changed  chan string
+	// dashboardURL is set once the dashboard listens.
+	dashboardURL atomic.Pointer[string]
 
 	mu    sync.Mutex
 	folds map[string]*taskFold
@@ -76,6 +79,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
+	stopDashboard, err := s.startDashboard(ctx)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	defer stopDashboard()
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamEvents, consumerConfig())
 	if err != nil {
 		return fmt.Errorf("status: consumer: %w", err)
@@ -161,6 +169,7 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 		go s.pauseTask(ev.TaskID, reason)
 	}
 	s.Folded++
+	s.cfg.metrics.Folded(ev.Kind)
 	return nil
 }
 

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/internal/embedded"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// runBench measures the whole pipeline against raw JetStream publishing on
+// the same embedded server, in the same run, so the ratio is meaningful on
+// a noisy machine.
+func runBench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	n := fs.Int("n", 200_000, "recipients in the benchmark task")
+	raw := fs.Int("raw", 0, "messages in the raw JetStream baseline (default: n)")
+	replicas := fs.String("replicas", "", "comma-separated dispatch replica counts to compare against a 20 ms provider, e.g. 1,2,4")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline run to this file")
+	_ = fs.Parse(args)
+	if *raw == 0 {
+		*raw = *n
+	}
+	log, err := shared.NewLogger(os.Stderr, shared.LogConfig{Format: os.Getenv("LOG_FORMAT"), Level: "error"})
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "broadcast-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	s, nc, js, err := startEmbedded(ctx, embedded.Config{StoreDir: dir}, log)
+	if err != nil {
+		return err
+	}
+	defer s.Shutdown()
+	defer nc.Close()
+
+	if *replicas != "" {
+		return benchReplicas(ctx, js, *replicas)
+	}
+
+	rawRate, err := benchRawPublish(ctx, js, *raw)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("raw JetStream: %d async publishes of 200 bytes with Nats-Msg-Id: %.0f msg/s\n", *raw, rawRate)
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, err := benchPipeline(ctx, js, *n, `{"channel":"sandbox","rate_per_sec":1000000,"burst":100000,"concurrency":256}`, 1, 1)
+	if err != nil {
+		return err
+	}
+	res.print()
+	ratio := res.e2eRate / rawRate
+	fmt.Printf("e2e_recipients_per_sec=%.0f raw_js_pub_per_sec=%.0f ratio=%.3f\n", res.e2eRate, rawRate, ratio)
+	return nil
+}
+
+// benchRawPublish is the baseline: async publishes of 200-byte messages
+// with a Nats-Msg-Id into a file-backed stream.
+func benchRawPublish(ctx context.Context, js jetstream.JetStream, n int) (float64, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCH_RAW", Subjects: []string{"bench.raw"}, Storage: jetstream.FileStorage}); err != nil {
+		return 0, err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), "BENCH_RAW") }()
+	payload := []byte(strings.Repeat("x", 200))
+	start := time.Now()
+	for i := range n {
+		if _, err := js.PublishAsync("bench.raw", payload, jetstream.WithMsgID("raw-"+strconv.Itoa(i))); err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+type benchResult struct {
+	n                  int
+	elapsed            time.Duration
+	e2eRate            float64
+	ingestDone         time.Duration
+	firstSend          time.Duration
+	p50, p99           time.Duration
+	peakRSSMB          float64
+	final              *shared.Progress
+	dispatchReplicas   int
+	providerLatencyStr string
+}
+
+func (r *benchResult) print() {
+	fmt.Printf("pipeline: %d recipients, %d dispatch replica(s)%s: final state %s, sent %d in %s\n",
+		r.n, r.dispatchReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.elapsed.Round(time.Millisecond))
+	fmt.Printf("  stages: accepted (ingest expanded) after %s, first send after %s, last send after %s\n",
+		r.ingestDone.Round(time.Millisecond), r.firstSend.Round(time.Millisecond), r.elapsed.Round(time.Millisecond))
+	fmt.Printf("  throughput: %.0f recipients/s end to end\n", r.e2eRate)
+	fmt.Printf("  enqueue-to-send latency: p50 %s p99 %s\n", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
+	fmt.Printf("  peak RSS of this process (server + services): %.0f MB\n", r.peakRSSMB)
+}
+
+// benchPipeline runs the four services (dispatch with `replicas` copies)
+// and one task of n recipients through account.
+func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, replicas int) (*benchResult, error) {
+	log, _ := shared.NewLogger(os.Stderr, shared.LogConfig{Format: os.Getenv("LOG_FORMAT"), Level: "error"})
+	name := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	var pool []string
+	for i := range accounts {
+		acct := fmt.Sprintf("%s-%d", name, i)
+		if _, err := putAccountIfMissing(ctx, js, acct, account); err != nil {
+			return nil, err
+		}
+		pool = append(pool, acct)
+	}
+	svcCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	names := []string{"ingest", "render", "status"}
+	for range replicas {
+		names = append(names, "dispatch")
+	}
+	var svcErr atomic.Value
+	wg.Go(func() {
+		if err := runServices(svcCtx, js, log, names, serviceOverrides{}); err != nil {
+			svcErr.Store(err)
+		}
+	})
+	defer func() { stop(); wg.Wait() }()
+
+	id := name + "-task"
+	task := shared.Task{ID: id, Channel: "sandbox", Accounts: pool, Template: "Hello {{.to}}, your code is {{.code}}",
+		Defaults: map[string]any{"code": "BENCH"}}
+	task.Recipients = make([]shared.Recipient, n)
+	for i := range task.Recipients {
+		task.Recipients[i] = shared.Recipient{To: fmt.Sprintf("+8613%09d", i)}
+	}
+	data, err := json.Marshal(task)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if _, err := client.Submit(ctx, js, data); err != nil {
+		return nil, err
+	}
+	res := &benchResult{n: n, dispatchReplicas: replicas}
+	var lastP *shared.Progress
+	for {
+		if v := svcErr.Load(); v != nil {
+			return nil, v.(error)
+		}
+		if e, err := kv.Get(ctx, id); err == nil {
+			var p shared.Progress
+			if json.Unmarshal(e.Value(), &p) == nil {
+				lastP = &p
+				if res.ingestDone == 0 {
+					res.ingestDone = time.Since(start)
+				}
+				if p.State.Final() {
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	res.final = lastP
+	res.elapsed = lastP.FinishedAt.Sub(start)
+	if lastP.StartedAt != nil {
+		res.firstSend = lastP.StartedAt.Sub(start)
+	}
+	res.e2eRate = float64(lastP.Sent) / res.elapsed.Seconds()
+	res.peakRSSMB = peakRSSMB()
+	res.p50, res.p99, err = sendLatencies(ctx, js, id)
+	return res, err
+}
+
+// sendLatencies reads the task's sent events and measures enqueue-to-send
+// from the stored job enqueue time, approximated by the accepted event.
+func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (p50, p99 time.Duration, err error) {
+	c, err := js.OrderedConsumer(ctx, shared.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{shared.SubjectEventsPrefix + taskID + ".>"}})
+	if err != nil {
+		return 0, 0, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	var accepted time.Time
+	var lat []time.Duration
+	for read := uint64(0); read < info.NumPending; {
+		b, err := c.Fetch(5000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return 0, 0, err
+		}
+		got := 0
+		for m := range b.Messages() {
+			got++
+			read++
+			var ev shared.Event
+			if json.Unmarshal(m.Data(), &ev) != nil {
+				continue
+			}
+			switch ev.Kind {
+			case shared.EventAccepted:
+				accepted = ev.At
+			case shared.EventSent:
+				if meta, err := m.Metadata(); err == nil && !accepted.IsZero() {
+					lat = append(lat, meta.Timestamp.Sub(accepted))
+				}
+			}
+		}
+		if got == 0 {
+			break
+		}
+	}
+	if len(lat) == 0 {
+		return 0, 0, nil
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
+
+// benchReplicas compares dispatch replica counts against a 20 ms provider
+// with generous rates, spreading the work over 8 accounts: each account has
+// one active sender at a time (its pacing must be exact), so replicas add
+// throughput across accounts, not within one.
+func benchReplicas(ctx context.Context, js jetstream.JetStream, list string) error {
+	for _, f := range strings.Split(list, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 1 {
+			return fmt.Errorf("replicas: %q is not a positive number", f)
+		}
+		res, err := benchPipeline(ctx, js, 8000, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, r)
+		if err != nil {
+			return err
+		}
+		res.providerLatencyStr = ", 20 ms provider"
+		res.print()
+	}
+	return nil
+}
+
+// peakRSSMB is this process's peak resident set size.
+func peakRSSMB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	if runtime.GOOS == "darwin" {
+		return float64(ru.Maxrss) / (1 << 20)
+	}
+	return float64(ru.Maxrss) / 1024
+}

@@ -1,0 +1,257 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/textproto"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// withSecrets makes dispatch read secrets from a map instead of the
+// process environment (tests run in parallel).
+func withSecrets(secrets map[string]string) natstest.PipelineConfig {
+	cfg := fastRetries()
+	cfg.Dispatch.Getenv = func(name string) string { return secrets[name] }
+	return cfg
+}
+
+// TestWhatsAppBroadcast runs a broadcast through the WhatsApp adapter
+// against a fake Graph API.
+func TestWhatsAppBroadcast(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	bodies := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v21.0/1065/messages" || r.Header.Get("Authorization") != "Bearer wa-token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"error":{"message":"Invalid OAuth access token","type":"OAuthException","code":190}}`)
+			return
+		}
+		var req struct {
+			To   string `json:"to"`
+			Text struct {
+				Body string `json:"body"`
+			} `json:"text"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if req.To == "+8613800000009" {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":{"message":"Message undeliverable","type":"OAuthException","code":131026}}`)
+			return
+		}
+		mu.Lock()
+		bodies[req.To] = req.Text.Body
+		mu.Unlock()
+		fmt.Fprintf(w, `{"messaging_product":"whatsapp","contacts":[{"input":%q,"wa_id":"x"}],"messages":[{"id":"wamid.%s"}]}`, req.To, strings.TrimPrefix(req.To, "+"))
+	}))
+	t.Cleanup(srv.Close)
+	ts := natstest.Start(t)
+	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"WA_TOKEN","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WA_TOKEN": "wa-token"}))
+
+	task := shared.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
+	for i := 1; i <= 9; i++ {
+		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("+86 138 0000 000%d", i), Vars: map[string]any{"name": fmt.Sprint("N", i)}})
+	}
+	task.Recipients = append(task.Recipients, shared.Recipient{To: "12345", Vars: map[string]any{"name": "x"}})
+	submit(t, ts, task)
+	p := ts.WaitFinal(t, "wa-1", 30*time.Second)
+	require.Equal(t, 10, p.Total)
+	require.Equal(t, 8, p.Sent)
+	require.Equal(t, 1, p.Failed, "131026 is permanent")
+	require.Equal(t, 1, p.Skipped, "a number not in E.164 is skipped")
+	mu.Lock()
+	require.Equal(t, "Hi N1", bodies["+8613800000001"], "normalised to E.164")
+	mu.Unlock()
+	var withID int
+	for _, ev := range ts.Events(t, "wa-1") {
+		if ev.Kind == shared.EventSent && strings.HasPrefix(ev.ProviderID, "wamid.") {
+			withID++
+		}
+		if ev.Kind == shared.EventFailed {
+			require.Equal(t, shared.ClassPermanent, ev.Class)
+			require.Equal(t, "131026", ev.Code)
+		}
+	}
+	require.Equal(t, 8, withID, "provider message ids are on sent events")
+}
+
+// TestWxPusherBroadcast runs a broadcast through the WxPusher adapter and
+// checks the app's call rate is respected.
+func TestWxPusherBroadcast(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var calls []time.Time
+	uids := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			AppToken string   `json:"appToken"`
+			Content  string   `json:"content"`
+			UIDs     []string `json:"uids"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if r.URL.Path != "/api/send/message" || req.AppToken != "AT_wx" {
+			fmt.Fprint(w, `{"code":1001,"msg":"appToken错误","success":false}`)
+			return
+		}
+		mu.Lock()
+		calls = append(calls, time.Now())
+		var data []string
+		for i, u := range req.UIDs {
+			uids[u]++
+			code := 1000
+			if u == "UID_gone" {
+				code = 1001
+			}
+			data = append(data, fmt.Sprintf(`{"uid":%q,"code":%d,"status":"ok","messageId":7,"sendRecordId":%d}`, u, code, 100+i))
+		}
+		mu.Unlock()
+		fmt.Fprintf(w, `{"code":1000,"msg":"处理成功","data":[%s],"success":true}`, strings.Join(data, ","))
+	}))
+	t.Cleanup(srv.Close)
+	ts := natstest.Start(t)
+	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WX_TOKEN": "AT_wx"}))
+
+	submit(t, ts, `{"id":"wx-1","channel":"wxpusher","template":"Order {{.to}} shipped","recipients":[
+		{"to":"UID_a"},{"to":"UID_b"},{"to":"UID_c"},{"to":"UID_d"},{"to":"UID_gone"},{"to":"not-a-uid"}]}`)
+	p := ts.WaitFinal(t, "wx-1", 30*time.Second)
+	require.Equal(t, 6, p.Total)
+	require.Equal(t, 4, p.Sent)
+	require.Equal(t, 1, p.Failed)
+	require.Equal(t, 1, p.Skipped)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 5)
+	for i := 2; i < len(calls); i++ {
+		// At 2 calls/s with a bucket of 1, any three calls span at least 1 s.
+		require.GreaterOrEqual(t, calls[i].Sub(calls[i-2]), 950*time.Millisecond, "call %d", i)
+	}
+	require.Equal(t, 1, uids["UID_a"])
+}
+
+// TestSMTPBroadcast runs a broadcast through the SMTP adapter against a
+// local SMTP server.
+func TestSMTPBroadcast(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, map[string]string{"gone@shop.example": "550 5.1.1 mailbox unavailable"})
+	ts := natstest.Start(t)
+	ts.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
+		"from":"Shop <noreply@shop.example>","subject":"Your order","rate_per_sec":50,"concurrency":2}`, srv.port))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	submit(t, ts, `{"id":"mail-1","channel":"smtp","template":"Dear {{.name}}","recipients":[
+		{"to":"li@Shop.Example","vars":{"name":"Li"}},{"to":"wang@shop.example","vars":{"name":"Wang"}},
+		{"to":"gone@shop.example","vars":{"name":"G"}},{"to":"not an address","vars":{"name":"X"}}]}`)
+	p := ts.WaitFinal(t, "mail-1", 30*time.Second)
+	require.Equal(t, 2, p.Sent)
+	require.Equal(t, 1, p.Failed, "550 is permanent")
+	require.Equal(t, 1, p.Skipped)
+	mails := srv.received()
+	require.Len(t, mails, 2)
+	var li string
+	for _, m := range mails {
+		if m.to == "li@shop.example" {
+			li = m.data
+		}
+	}
+	require.Contains(t, li, "Dear Li")
+	require.Contains(t, li, "Subject: Your order")
+	require.LessOrEqual(t, srv.connections(), 2, "connections are reused (at most the account's concurrency)")
+}
+
+// smtpSink is a minimal SMTP server that accepts mail, except for the
+// addresses given a reply.
+type smtpSink struct {
+	port  int
+	mu    sync.Mutex
+	mails []struct{ to, data string }
+	conns int
+}
+
+func startSMTP(t *testing.T, replies map[string]string) *smtpSink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	s := &smtpSink{port: ln.Addr().(*net.TCPAddr).Port}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+			go s.serve(c, replies)
+		}
+	}()
+	return s
+}
+
+func (s *smtpSink) serve(c net.Conn, replies map[string]string) {
+	defer c.Close()
+	tp := textproto.NewConn(c)
+	_ = tp.PrintfLine("220 sink ESMTP")
+	var to string
+	for {
+		line, err := tp.ReadLine()
+		if err != nil {
+			return
+		}
+		verb, arg, _ := strings.Cut(line, " ")
+		switch strings.ToUpper(verb) {
+		case "EHLO":
+			_ = tp.PrintfLine("250-sink\r\n250 8BITMIME")
+		case "MAIL", "RSET", "NOOP":
+			_ = tp.PrintfLine("250 Ok")
+		case "RCPT":
+			to = strings.Trim(strings.TrimPrefix(arg, "TO:"), "<> ")
+			if r := replies[to]; r != "" {
+				_ = tp.PrintfLine("%s", r)
+				to = ""
+				continue
+			}
+			_ = tp.PrintfLine("250 Ok")
+		case "DATA":
+			_ = tp.PrintfLine("354 go ahead")
+			data, err := tp.ReadDotBytes()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.mails = append(s.mails, struct{ to, data string }{to, string(data)})
+			s.mu.Unlock()
+			_ = tp.PrintfLine("250 queued")
+		case "QUIT":
+			_ = tp.PrintfLine("221 bye")
+			return
+		default:
+			_ = tp.PrintfLine("502 unknown")
+		}
+	}
+}
+
+func (s *smtpSink) received() []struct{ to, data string } {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]struct{ to, data string }(nil), s.mails...)
+}
+
+func (s *smtpSink) connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}

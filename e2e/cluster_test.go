@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+var clusterConfs = []string{"../deploy/cluster/n1.conf", "../deploy/cluster/n2.conf", "../deploy/cluster/n3.conf"}
+
+// TestClusterLeaderFailover runs the pipeline on a three-node JetStream
+// cluster built from deploy/cluster (its users, route credentials and
+// sync_interval: always) with every stream and bucket at three replicas,
+// and shuts down the node leading stream JOBS in the middle of a
+// 1,000-recipient webhook broadcast. The gateway's ledger is the judge:
+// nobody lost, no recipient accepted twice beyond the sends in flight at
+// the kill (the account's concurrency), progress equal to what the gateway
+// accepted. The killed node then rejoins and catches up.
+func TestClusterLeaderFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the three-node cluster test")
+	}
+	t.Parallel()
+	svc, op := devCredentials(t)
+	c := natstest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfs, EnsureAs: svc["ingest"], ClientAs: op})
+	for _, name := range []string{shared.StreamTasks, shared.StreamJobs, shared.StreamEvents, "KV_" + shared.BucketLedger, "OBJ_" + shared.BucketStatus} {
+		st, err := c.JS.Stream(context.Background(), name)
+		require.NoError(t, err)
+		require.Equal(t, 3, st.CachedInfo().Config.Replicas, "stream %s replicas", name)
+	}
+
+	const (
+		n           = 1000
+		bad         = 10 // every 100th recipient is rejected permanently
+		concurrency = 8
+	)
+	gw := startGateway(t, gateway.Config{FailRate: 0.03, RetryAfter: time.Second, Latency: 5 * time.Millisecond, PermanentPrefix: "bad-", Seed: 13})
+	c.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":250,"burst":10,"concurrency":%d}`, gw.URL, concurrency))
+	cfg := fastRetries()
+	cfg.Users = svc
+	natstest.StartPipeline(t, c.Server, cfg)
+
+	task := shared.Task{ID: "cluster-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
+	for i := range n {
+		to := fmt.Sprintf("user-%04d", i)
+		if i%100 == 50 {
+			to = fmt.Sprintf("bad-%04d", i)
+		}
+		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+	}
+	start := time.Now()
+	submitAsOperator(t, c.Server, task)
+
+	// Kill the JOBS leader a third of the way through.
+	natstest.Eventually(t, 60*time.Second, func() bool { return gw.Ledger().AcceptedKeys() >= n/3 }, "a third sent")
+	leader := c.Nodes.StreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs)
+	require.GreaterOrEqual(t, leader, 0, "JOBS has a leader")
+	atKill := gw.Ledger()
+	killedAt := time.Now()
+	c.Nodes.Kill(leader)
+	t.Logf("killed n%d (JOBS leader) at %s: gateway accepted %d, requests %d",
+		leader+1, killedAt.Sub(start).Round(time.Millisecond), atKill.AcceptedKeys(), atKill.Requests)
+
+	newLeader := -1
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		newLeader = c.Nodes.StreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs)
+		return newLeader >= 0
+	}, "JOBS elects a new leader")
+	election := time.Since(killedAt)
+	natstest.Eventually(t, 60*time.Second, func() bool { return gw.Ledger().Requests > atKill.Requests+50 }, "sending resumes")
+	resumed := time.Since(killedAt)
+
+	p := c.WaitFinal(t, task.ID, 3*time.Minute)
+	elapsed := time.Since(start)
+	l := gw.Ledger()
+	t.Logf("cluster figures: new JOBS leader n%d after %s; sends resumed %s after the kill; finished in %s",
+		newLeader+1, election.Round(time.Millisecond), resumed.Round(time.Millisecond), elapsed.Round(time.Millisecond))
+	t.Logf("gateway: requests=%d accepted_keys=%d duplicates=%d injected=%v; progress: state=%s total=%d sent=%d failed=%d retrying=%d",
+		l.Requests, l.AcceptedKeys(), l.Duplicates, l.Injected, p.State, p.Total, p.Sent, p.Failed, p.Retrying)
+
+	// Nobody lost: every good recipient accepted, under its own key and text.
+	var missing []string
+	for i, r := range task.Recipients {
+		key := shared.JobID(task.ID, i, false)
+		if r.To[:4] != "bad-" && l.AcceptedByKey[key] == 0 {
+			missing = append(missing, r.To)
+		}
+	}
+	require.Empty(t, missing, "recipients the gateway never accepted")
+	require.Equal(t, n-bad, l.AcceptedKeys())
+	// Progress exact, and equal to the gateway's ledger.
+	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, n, p.Total)
+	require.Equal(t, l.AcceptedKeys(), p.Sent, "progress.sent vs keys the gateway accepted")
+	require.Equal(t, bad, p.Failed)
+	require.Zero(t, p.Retrying)
+	require.Equal(t, p.Total, p.Done())
+	// Only sends in flight at the kill may be repeated.
+	require.LessOrEqual(t, l.Duplicates, concurrency, "recipients accepted twice")
+	require.Empty(t, c.Log.Violations(), "permission violations")
+
+	// The killed node rejoins and catches up with JOBS and EVENTS.
+	require.NoError(t, c.Nodes.Restart(leader))
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		s := c.Nodes.Servers[leader]
+		return s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs) &&
+			s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamEvents)
+	}, "n%d catches up", leader+1)
+}
+
+// TestClusterConfigsMatchNATSConf checks that the cluster nodes in
+// deploy/cluster carry exactly the users and permissions of nats.conf, use
+// sync_interval: always and authenticate their routes.
+func TestClusterConfigsMatchNATSConf(t *testing.T) {
+	t.Parallel()
+	single, err := server.ProcessConfigFile(natsConfPath)
+	require.NoError(t, err)
+	perms := func(o *server.Options) map[string]any {
+		out := map[string]any{}
+		for _, u := range o.Users {
+			out[u.Username] = []any{u.Password, u.Permissions}
+		}
+		return out
+	}
+	for i, f := range clusterConfs {
+		o, err := server.ProcessConfigFile(f)
+		require.NoError(t, err, f)
+		require.True(t, reflect.DeepEqual(perms(single), perms(o)), "%s: users and permissions differ from nats.conf (regenerate deploy/cluster/auth.conf)", f)
+		require.True(t, o.SyncAlways, "%s: jetstream { sync_interval: always }", f)
+		require.Equal(t, fmt.Sprintf("n%d", i+1), o.ServerName)
+		require.Equal(t, 4222+i, o.Port)
+		require.Len(t, o.Routes, 3)
+		require.NotEmpty(t, o.Cluster.Username, "%s: routes authenticate", f)
+		require.Empty(t, o.NoAuthUser)
+	}
+}

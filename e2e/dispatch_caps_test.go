@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// distinctAccepted returns the distinct recipients the provider accepted.
+func distinctAccepted(rec *recorder) map[string]bool {
+	out := map[string]bool{}
+	for _, h := range rec.accepted() {
+		out[h.to] = true
+	}
+	return out
+}
+
+// capWaits returns the distinct jobs of a task with a daily_cap retrying event.
+func capWaits(t *testing.T, ts *natstest.Server, taskID string) map[string]shared.Event {
+	out := map[string]shared.Event{}
+	for _, e := range eventsOf(ts.Events(t, taskID), shared.EventRetrying) {
+		if e.Code == "daily_cap" {
+			out[e.JobID] = e
+		}
+	}
+	return out
+}
+
+// TestDispatchDailyCap: an account with daily_cap 30 sends to exactly 30
+// distinct recipients; the rest wait (retrying, code daily_cap), none fail.
+// Recipients already counted are still sent to. The count is shared: a new
+// dispatch replica that takes the account over is still capped.
+func TestDispatchDailyCap(t *testing.T) {
+	t.Parallel()
+	const dailyCap = 30
+	e := newDispatchEnv(t, dispatch.Config{})
+	_, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	e.ts.PutAccount(t, "capped", webhookAccount(rec.URL, fmt.Sprintf(`"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":%d`, dailyCap)))
+	first := e.startReplica()
+
+	// (a) 50 distinct recipients: 30 sent, 20 wait.
+	t1 := shared.Task{ID: "cap-1", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("c", 50)}
+	submit(t, e.ts, t1)
+	var p1 *shared.Progress
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		p1 = e.ts.Progress(t, t1.ID)
+		return p1 != nil && p1.Sent+p1.Retrying == 50 && len(capWaits(t, e.ts, t1.ID)) == 20
+	}, "30 sent and 20 waiting for the cap")
+	time.Sleep(500 * time.Millisecond) // a wrongly admitted send would show now
+	sent := distinctAccepted(rec)
+	waits := capWaits(t, e.ts, t1.ID)
+	p1 = e.ts.Progress(t, t1.ID)
+	var sample shared.Event
+	for _, ev := range waits {
+		sample = ev
+		break
+	}
+	t.Logf("(a) daily_cap %d, 50 recipients: gateway accepted %d distinct in %d requests; progress sent %d retrying %d failed %d state %s; e.g. %q",
+		dailyCap, len(sent), len(rec.all()), p1.Sent, p1.Retrying, p1.Failed, p1.State, sample.Error)
+	require.Len(t, sent, dailyCap)
+	require.Len(t, rec.all(), dailyCap, "no request beyond the cap")
+	require.Equal(t, dailyCap, p1.Sent)
+	require.Equal(t, 50-dailyCap, p1.Retrying)
+	require.Zero(t, p1.Failed)
+	require.Empty(t, eventsOf(e.ts.Events(t, t1.ID), shared.EventFailed))
+	require.Equal(t, shared.StateProcessing, p1.State, "a reached cap delays, never finishes the task")
+	require.Contains(t, sample.Error, "daily_cap 30 reached")
+	for _, ev := range waits {
+		require.False(t, sent[ev.To], "a waiting recipient was not sent")
+	}
+
+	// (a') 10 of the recipients already counted: sent, the cap is not used up further.
+	var again []shared.Recipient
+	for to := range sent {
+		if len(again) < 10 {
+			again = append(again, shared.Recipient{To: to})
+		}
+	}
+	t2 := shared.Task{ID: "cap-2", Channel: "webhook", Template: "again {{.to}}", Recipients: again}
+	submit(t, e.ts, t2)
+	p2 := e.ts.WaitFinal(t, t2.ID, 20*time.Second)
+	t.Logf("(a') 10 already-counted recipients: state %s, sent %d; distinct accepted now %d", p2.State, p2.Sent, len(distinctAccepted(rec)))
+	require.Equal(t, shared.StateSucceeded, p2.State)
+	require.Equal(t, 10, p2.Sent)
+	require.Len(t, distinctAccepted(rec), dailyCap)
+
+	// (b) The owning replica stops; a new one takes the account over and is
+	// still capped: 5 counted recipients go, 10 new ones wait.
+	first.stop()
+	e.startReplica()
+	var mixed []shared.Recipient
+	for _, r := range again[:5] {
+		mixed = append(mixed, r)
+	}
+	mixed = append(mixed, recipients("new", 10)...)
+	t3 := shared.Task{ID: "cap-3", Channel: "webhook", Template: "third {{.to}}", Recipients: mixed}
+	submit(t, e.ts, t3)
+	var p3 *shared.Progress
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		p3 = e.ts.Progress(t, t3.ID)
+		return p3 != nil && p3.Sent == 5 && p3.Retrying == 10 && len(capWaits(t, e.ts, t3.ID)) == 10
+	}, "after the handover: 5 counted recipients sent, 10 new ones waiting")
+	time.Sleep(500 * time.Millisecond)
+	newSent := 0
+	for to := range distinctAccepted(rec) {
+		if strings.HasPrefix(to, "new-") {
+			newSent++
+		}
+	}
+	h := accountHealth(t, e.ts, "capped")
+	t.Logf("(b) after the handover to replica 2: sends per replica %v; task 3 sent %d retrying %d; new recipients accepted %d; distinct accepted %d; health daily_used %d/%d",
+		e.sendsBy(), p3.Sent, p3.Retrying, newSent, len(distinctAccepted(rec)), h.DailyUsed, h.DailyCap)
+	require.Zero(t, newSent, "the new owner knows the cap is reached")
+	require.Len(t, distinctAccepted(rec), dailyCap, "never more than daily_cap distinct recipients")
+	require.Equal(t, 5, e.sendsBy()[2], "the new owner sent only to counted recipients")
+	require.Equal(t, dailyCap, h.DailyUsed)
+	require.Equal(t, dailyCap, h.DailyCap)
+}
+
+// TestDispatchPerRecipientInterval: two tasks to the same recipient through
+// one account with per_recipient_interval 2s reach the provider at least 2 s
+// apart, while the other recipients are not held back.
+func TestDispatchPerRecipientInterval(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	_, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	ts.PutAccount(t, "gap", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"per_recipient_interval":"2s"`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	for i := range 2 {
+		task := shared.Task{ID: fmt.Sprintf("gap-%d", i), Channel: "webhook", Template: "n{{.n}} {{.to}}",
+			Defaults: map[string]any{"n": i}, Recipients: append([]shared.Recipient{{To: "r1"}}, recipients(fmt.Sprintf("other%d", i), 5)...)}
+		submit(t, ts, task)
+	}
+	for i := range 2 {
+		p := ts.WaitFinal(t, fmt.Sprintf("gap-%d", i), 20*time.Second)
+		require.Equal(t, shared.StateSucceeded, p.State)
+	}
+	r1 := filterHits(rec.accepted(), func(h hit) bool { return h.to == "r1" })
+	require.Len(t, r1, 2)
+	gap := r1[1].at.Sub(r1[0].at)
+	others := filterHits(rec.accepted(), func(h hit) bool { return h.to != "r1" })
+	spread := others[len(others)-1].at.Sub(others[0].at)
+	t.Logf("per_recipient_interval 2s: the two sends to r1 were %s apart; the 10 other recipients went within %s",
+		gap.Round(time.Millisecond), spread.Round(time.Millisecond))
+	require.GreaterOrEqual(t, gap, 2*time.Second)
+	require.Less(t, gap, 5*time.Second, "the delayed send comes back soon after the interval")
+	require.Less(t, spread, time.Second, "other recipients are not held back")
+}

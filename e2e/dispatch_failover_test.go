@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestDispatchFailover runs three replicas, stops the one holding the
+// account's pin while it sends, and measures how long the account's traffic
+// pauses before another replica takes over. Every recipient must still be
+// accepted exactly once.
+func TestDispatchFailover(t *testing.T) {
+	const rate, burst, n = 100, 5, 1000
+	e := newDispatchEnv(t, dispatch.Config{})
+	gw, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, rate+burst)
+	e.ts.PutAccount(t, "pace", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":100`))
+	var rs []*replica
+	for range 3 {
+		rs = append(rs, e.startReplica())
+	}
+	task := shared.Task{ID: "failover", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("f", n)}
+	submit(t, e.ts, task)
+
+	waitCount(t, 20*time.Second, 300, func() int { return len(e.sendLog()) }, "sends before the stop")
+	log := e.sendLog()
+	active := log[len(log)-1].replica
+	stopAt := time.Now()
+	rs[active-1].stop()
+	t.Logf("stopped replica %d after %d sends (stop took %s)", active, len(log), time.Since(stopAt).Round(time.Millisecond))
+
+	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
+
+	// The gap: from the stopped replica's last call to the next replica's
+	// first call after it.
+	log = e.sendLog()
+	var lastOld, firstNew time.Time
+	next := 0
+	for _, s := range log {
+		if s.replica == active {
+			lastOld = s.at
+		}
+	}
+	for _, s := range log {
+		if s.replica != active && s.at.After(lastOld) {
+			firstNew, next = s.at, s.replica
+			break
+		}
+	}
+	require.False(t, firstNew.IsZero(), "another replica took over")
+	gap := firstNew.Sub(lastOld)
+	// The largest pause between two consecutive requests at the gateway.
+	var maxPause time.Duration
+	all := rec.all()
+	for i := 1; i < len(all); i++ {
+		maxPause = max(maxPause, all[i].at.Sub(all[i-1].at))
+	}
+	l := gw.Ledger()
+	f := measurePacing(rec.accepted(), rate+burst)
+	issued := e.issuePacing(rate + burst)
+	t.Logf("failover: replica %d -> %d, gap %s (largest pause at the gateway %s); sends per replica %v; accepted keys %d, duplicates %d; at the gateway %s; window refusals %d; send starts in dispatch: %s",
+		active, next, gap.Round(time.Millisecond), maxPause.Round(time.Millisecond), e.sendsBy(), l.AcceptedKeys(), l.Duplicates, f, rec.refusedByWindow(), issued)
+
+	require.Less(t, gap, 5*time.Second, "traffic gap while another replica takes the account over")
+	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, n, p.Sent)
+	require.Equal(t, n, l.AcceptedKeys(), "every recipient accepted")
+	require.Zero(t, l.Duplicates, "a graceful stop repeats nothing")
+	require.LessOrEqual(t, issued.maxInSecond, rate+burst, "pacing held across the handover")
+	if !raceDetector { // see dispatch_race_test.go
+		require.Zero(t, rec.refusedByWindow(), "the strict gateway never had to refuse")
+	}
+}
+
+// TestDispatchPinSurvivesLongRetryAfter: a Retry-After longer than the
+// consumer's PinnedTTL pauses the owning replica with its slots full, so it
+// pulls nothing for the whole wait. It must keep the account all the same:
+// a new owner would start with a fresh pacer at the full configured rate,
+// forgetting the provider's rate limit, and both would send at once.
+func TestDispatchPinSurvivesLongRetryAfter(t *testing.T) {
+	t.Parallel()
+	const retryAfter = 12 // seconds; PinnedTTL is 10 s
+	e := newDispatchEnv(t, dispatch.Config{})
+	var once sync.Once
+	rec := startRecorder(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limited := false
+		once.Do(func() { limited = true })
+		if limited {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+			http.Error(w, `{"error":"slow down"}`, http.StatusTooManyRequests)
+			return
+		}
+		_, _ = w.Write([]byte(`{"id":"ok"}`))
+	}), 0)
+	e.ts.PutAccount(t, "pinned", webhookAccount(rec.URL, `"rate_per_sec":20,"burst":2,"concurrency":4`))
+	for range 2 {
+		e.startReplica()
+	}
+	task := shared.Task{ID: "pin", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("q", 30)}
+	submit(t, e.ts, task)
+	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
+	require.Equal(t, shared.StateSucceeded, p.State)
+
+	all := rec.all()
+	owner := e.sendLog()[0].replica
+	after := map[int]int{}
+	for _, s := range e.sendLog()[1:] {
+		after[s.replica]++
+	}
+	var resumed time.Duration // the longest pause between two requests
+	var resumedAt time.Time
+	for i := 1; i < len(all); i++ {
+		if d := all[i].at.Sub(all[i-1].at); d > resumed {
+			resumed, resumedAt = d, all[i].at
+		}
+	}
+	maxRate := 0.0 // in the sent events of the 3 s after the wait
+	for _, ev := range eventsOf(e.ts.Events(t, task.ID), shared.EventSent) {
+		if !ev.At.Before(resumedAt) && ev.At.Sub(resumedAt) < 3*time.Second {
+			maxRate = max(maxRate, ev.RatePerSec)
+		}
+	}
+	f := measurePacing(rec.accepted(), 22)
+	t.Logf("Retry-After %ds: longest pause %s; owner replica %d, sends after the wait per replica %v; highest effective rate in the 3 s after the wait %.1f/s; %s",
+		retryAfter, resumed.Round(time.Millisecond), owner, after, maxRate, f)
+	require.GreaterOrEqual(t, resumed, (retryAfter-1)*time.Second, "Retry-After honoured")
+	require.Zero(t, f.overLimitSecs, "one sender at a time: no second above rate+burst")
+	require.LessOrEqual(t, f.maxInSecond, 22)
+	require.Equal(t, map[int]int{owner: len(e.sendLog()) - 1}, after, "the owner kept the account through the wait")
+	require.LessOrEqual(t, maxRate, 10.0, "the halved rate survived the wait")
+}

@@ -1,0 +1,419 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// hit is one send request as a recording provider saw it.
+type hit struct {
+	at      time.Time
+	to      string
+	key     string
+	account string
+	status  int
+}
+
+// recorder wraps a provider handler, recording every send request with its
+// arrival time and answer. With windowLimit > 0 it also refuses (429) any
+// request that would make more than windowLimit accepted requests in one
+// second, sliding: the strict gateway that pacing must never trip.
+type recorder struct {
+	URL         string
+	windowLimit int
+
+	mu      sync.Mutex
+	hits    []hit
+	window  []time.Time // accepted arrivals of the last second
+	refused int
+}
+
+// startRecorder serves h behind a recorder until the test ends.
+func startRecorder(t *testing.T, h http.Handler, windowLimit int) *recorder {
+	t.Helper()
+	rec := &recorder{windowLimit: windowLimit}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		at := time.Now()
+		raw, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+		var body struct {
+			To      string `json:"to"`
+			Account string `json:"account"`
+		}
+		_ = json.Unmarshal(raw, &body)
+		hi := hit{at: at, to: body.To, key: r.Header.Get("Idempotency-Key"), account: body.Account}
+		if rec.overLimit(at) {
+			hi.status = http.StatusTooManyRequests
+			rec.add(hi)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":"more than rate+burst in one second"}`, http.StatusTooManyRequests)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		hi.status = sw.status
+		rec.add(hi)
+	}))
+	t.Cleanup(srv.Close)
+	rec.URL = srv.URL
+	return rec
+}
+
+// startRecordedGateway serves a fault-injecting gateway behind a recorder.
+func startRecordedGateway(t *testing.T, cfg gateway.Config, windowLimit int) (*gateway.Gateway, *recorder) {
+	t.Helper()
+	g, err := gateway.New(cfg)
+	require.NoError(t, err)
+	return g, startRecorder(t, g, windowLimit)
+}
+
+func (rec *recorder) overLimit(at time.Time) bool {
+	if rec.windowLimit <= 0 {
+		return false
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	i := 0
+	for i < len(rec.window) && at.Sub(rec.window[i]) >= time.Second {
+		i++
+	}
+	rec.window = rec.window[i:]
+	if len(rec.window) >= rec.windowLimit {
+		rec.refused++
+		return true
+	}
+	rec.window = append(rec.window, at)
+	return false
+}
+
+func (rec *recorder) add(h hit) {
+	rec.mu.Lock()
+	rec.hits = append(rec.hits, h)
+	rec.mu.Unlock()
+}
+
+// all returns the recorded hits in arrival order.
+func (rec *recorder) all() []hit {
+	rec.mu.Lock()
+	out := append([]hit(nil), rec.hits...)
+	rec.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	return out
+}
+
+// accepted returns the 2xx hits in arrival order.
+func (rec *recorder) accepted() []hit {
+	return filterHits(rec.all(), func(h hit) bool { return h.status/100 == 2 })
+}
+
+func (rec *recorder) refusedByWindow() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.refused
+}
+
+func filterHits(hs []hit, keep func(hit) bool) []hit {
+	var out []hit
+	for _, h := range hs {
+		if keep(h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// pacingFigures summarises arrival times against a rate and burst.
+type pacingFigures struct {
+	n             int
+	period        time.Duration
+	rate          float64 // (n-1) / period
+	maxInSecond   int     // sliding one-second window
+	overLimitSecs int     // fixed one-second slots above rate+burst
+}
+
+func measurePacing(hs []hit, limit int) pacingFigures {
+	f := pacingFigures{n: len(hs)}
+	if len(hs) < 2 {
+		return f
+	}
+	f.period = hs[len(hs)-1].at.Sub(hs[0].at)
+	f.rate = float64(len(hs)-1) / f.period.Seconds()
+	lo := 0
+	slots := map[int]int{}
+	for i, h := range hs {
+		for h.at.Sub(hs[lo].at) >= time.Second {
+			lo++
+		}
+		f.maxInSecond = max(f.maxInSecond, i-lo+1)
+		slots[int(h.at.Sub(hs[0].at)/time.Second)]++
+	}
+	for _, c := range slots {
+		if c > limit {
+			f.overLimitSecs++
+		}
+	}
+	return f
+}
+
+func (f pacingFigures) String() string {
+	return fmt.Sprintf("%d requests in %s: %.1f/s, max %d in any 1-s window, %d fixed seconds over the limit",
+		f.n, f.period.Round(time.Millisecond), f.rate, f.maxInSecond, f.overLimitSecs)
+}
+
+// dispatchEnv is a server with ingest, render and status running, and
+// dispatch replicas the test starts and stops one by one. The pipeline's own
+// dispatch is given no channels, so it starts no account and the replicas
+// are the only senders.
+type dispatchEnv struct {
+	t   *testing.T
+	ts  *natstest.Server
+	cfg dispatch.Config
+
+	mu       sync.Mutex
+	replicas []*replica
+	sends    []replicaSend
+}
+
+// replicaSend is one provider call made by a replica.
+type replicaSend struct {
+	replica int
+	at      time.Time
+	to      string
+}
+
+// replica is one dispatch process: its own connection and context.
+type replica struct {
+	id     int
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newDispatchEnv(t *testing.T, cfg dispatch.Config) *dispatchEnv {
+	t.Helper()
+	ts := natstest.Start(t)
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{Channels: channels.Registry{}}})
+	return &dispatchEnv{t: t, ts: ts, cfg: cfg}
+}
+
+// startReplica runs one more dispatch replica on its own connection.
+func (e *dispatchEnv) startReplica() *replica {
+	e.t.Helper()
+	nc, err := nats.Connect(e.ts.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	require.NoError(e.t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(e.t, err)
+	e.mu.Lock()
+	r := &replica{id: len(e.replicas) + 1, nc: nc, done: make(chan struct{})}
+	e.replicas = append(e.replicas, r)
+	e.mu.Unlock()
+	cfg := e.cfg
+	cfg.Logger = natstest.TestLogger().With("replica", r.id)
+	cfg.Channels = channels.Registry{}
+	for name, ch := range channels.Builtin() {
+		cfg.Channels[name] = notingChannel{Channel: ch, note: func(to string) {
+			e.mu.Lock()
+			e.sends = append(e.sends, replicaSend{replica: r.id, at: time.Now(), to: to})
+			e.mu.Unlock()
+		}}
+	}
+	svc, err := dispatch.New(js, cfg)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() {
+		defer close(r.done)
+		if err := svc.Run(ctx); err != nil {
+			e.t.Errorf("replica %d: %v", r.id, err)
+		}
+	}()
+	e.t.Cleanup(r.stop)
+	return r
+}
+
+// stop cancels the replica, waits for its in-flight sends and closes its
+// connection, as a process that exits does. Calling it twice is safe.
+func (r *replica) stop() {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+		}
+		r.nc.Close()
+	})
+}
+
+// sendLog returns every provider call the replicas made, in time order.
+func (e *dispatchEnv) sendLog() []replicaSend {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := append([]replicaSend(nil), e.sends...)
+	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	return out
+}
+
+// sendsBy counts the provider calls per replica.
+func (e *dispatchEnv) sendsBy() map[int]int {
+	out := map[int]int{}
+	for _, s := range e.sendLog() {
+		out[s.replica]++
+	}
+	return out
+}
+
+// issuePacing measures the replicas' send starts (the dispatch side, before
+// any transport delay) against a limit.
+func (e *dispatchEnv) issuePacing(limit int) pacingFigures {
+	var hs []hit
+	for _, s := range e.sendLog() {
+		hs = append(hs, hit{at: s.at, to: s.to})
+	}
+	return measurePacing(hs, limit)
+}
+
+// transportDelays returns the median, 99th percentile and largest delay
+// from a replica starting a send to the provider's handler seeing it, for
+// recipients sent once.
+func (e *dispatchEnv) transportDelays(rec *recorder) (p50, p99, worst time.Duration) {
+	starts := map[string][]time.Time{}
+	for _, s := range e.sendLog() {
+		starts[s.to] = append(starts[s.to], s.at)
+	}
+	var ds []time.Duration
+	for _, h := range rec.all() {
+		if st := starts[h.to]; len(st) == 1 {
+			ds = append(ds, h.at.Sub(st[0]))
+		}
+	}
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1]
+}
+
+// notingChannel is a channel whose senders note every call before making it,
+// so a test knows which replica sent what.
+type notingChannel struct {
+	channels.Channel
+	note func(to string)
+}
+
+func (c notingChannel) NewSender(a *shared.Account, getenv func(string) string) (channels.Sender, error) {
+	s, err := c.Channel.NewSender(a, getenv)
+	if err != nil {
+		return nil, err
+	}
+	return notingSender{Sender: s, note: c.note}, nil
+}
+
+type notingSender struct {
+	channels.Sender
+	note func(to string)
+}
+
+func (s notingSender) Send(ctx context.Context, msgs []channels.Message) []channels.Result {
+	for _, m := range msgs {
+		s.note(m.To)
+	}
+	return s.Sender.Send(ctx, msgs)
+}
+
+// webhookAccount is an account JSON for a webhook endpoint with extra fields.
+func webhookAccount(endpoint string, fields string) string {
+	if fields != "" {
+		fields = "," + fields
+	}
+	return fmt.Sprintf(`{"channel":"webhook","endpoint":%q%s}`, endpoint, fields)
+}
+
+// recipients builds n recipients named prefix-0000, prefix-0001, ...
+func recipients(prefix string, n int) []shared.Recipient {
+	out := make([]shared.Recipient, n)
+	for i := range out {
+		out[i] = shared.Recipient{To: fmt.Sprintf("%s-%04d", prefix, i)}
+	}
+	return out
+}
+
+// waitCount polls until count() reaches want or timeout passes.
+func waitCount(t *testing.T, timeout time.Duration, want int, count func() int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var n int
+	for time.Now().Before(deadline) {
+		if n = count(); n >= want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.FailNowf(t, "timed out", "%s: %d of %d after %s", what, n, want, timeout)
+}
+
+// eventsOf filters events by kind.
+func eventsOf(evs []shared.Event, kind shared.EventKind) []shared.Event {
+	var out []shared.Event
+	for _, e := range evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// kvGet reads a key of a bucket.
+func kvGet(t *testing.T, ts *natstest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := ts.JS.KeyValue(ctx, bucket)
+	require.NoError(t, err)
+	return kv.Get(ctx, key)
+}
+
+// accountHealth reads an account's health value, or nil.
+func accountHealth(t *testing.T, ts *natstest.Server, name string) *shared.AccountHealth {
+	t.Helper()
+	e, err := kvGet(t, ts, shared.BucketHealth, name)
+	if err != nil {
+		return nil
+	}
+	var h shared.AccountHealth
+	require.NoError(t, json.Unmarshal(e.Value(), &h))
+	return &h
+}

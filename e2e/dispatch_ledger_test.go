@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestDispatchLedgerSkipsSentJob publishes a job straight onto an account's
+// queue whose ledger entry already says sent: dispatch acknowledges it
+// without calling the provider and records its sent event. A second job
+// without a ledger entry is sent, so the path is live.
+func TestDispatchLedgerSkipsSentJob(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	ts.PutAccount(t, "idem", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ledger, err := ts.JS.KeyValue(ctx, shared.BucketLedger)
+	require.NoError(t, err)
+	const taskID = "idem-task"
+	jobs := make([]shared.Job, 2)
+	for i := range jobs {
+		jobs[i] = shared.Job{ID: shared.JobID(taskID, i, false), TaskID: taskID, Index: i, To: "r" + string(rune('0'+i)), Body: "hello",
+			Channel: "webhook", Account: "idem", Priority: shared.PriorityNormal, MaxAttempts: 5, EnqueuedAt: time.Now().UTC()}
+	}
+	_, err = ledger.Put(ctx, jobs[0].LedgerKey(), []byte(`{"state":"sent","account":"x","attempt":1}`))
+	require.NoError(t, err)
+	for _, j := range jobs {
+		data, err := json.Marshal(j)
+		require.NoError(t, err)
+		_, err = ts.JS.Publish(ctx, shared.JobSubject("idem", shared.PriorityNormal), data)
+		require.NoError(t, err)
+	}
+
+	var sent []shared.Event
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		sent = eventsOf(ts.Events(t, taskID), shared.EventSent)
+		return len(sent) == 2
+	}, "a sent event for each job")
+	cons, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("idem"))
+	require.NoError(t, err)
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, "both jobs acknowledged")
+	time.Sleep(200 * time.Millisecond)
+	l := gw.Ledger()
+	byJob := map[string]shared.Event{}
+	for _, e := range sent {
+		byJob[e.JobID] = e
+	}
+	t.Logf("ledger said sent: provider requests for it %d; for the fresh job %d; events %+v", l.RequestsByKey[jobs[0].ID], l.RequestsByKey[jobs[1].ID], byJob)
+	require.Zero(t, l.RequestsByKey[jobs[0].ID], "the job recorded as sent was not sent again")
+	require.Equal(t, 1, l.Requests, "only the fresh job reached the provider")
+	require.Equal(t, 1, l.RequestsByKey[jobs[1].ID])
+	require.Equal(t, "x", byJob[jobs[0].ID].Account, "the event repeats the ledger's account")
+	require.Equal(t, 1, byJob[jobs[0].ID].Attempt)
+	require.Equal(t, "idem", byJob[jobs[1].ID].Account)
+
+	// The fresh job is now recorded as sent too.
+	e, err := ledger.Get(ctx, jobs[1].LedgerKey())
+	require.NoError(t, err)
+	var entry struct{ State, Account string }
+	require.NoError(t, json.Unmarshal(e.Value(), &entry))
+	require.Equal(t, "sent", entry.State)
+	require.Equal(t, "idem", entry.Account)
+}
+
+// TestDispatchDeadLetterHistory: a recipient answered 503 twice and then
+// 400 is given up on; its dead letter carries the job, the class, the code
+// and every attempt's error.
+func TestDispatchDeadLetterHistory(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	rec := startRecorder(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ To string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		attempts[body.To]++
+		n := attempts[body.To]
+		mu.Unlock()
+		switch {
+		case body.To == "doomed" && n <= 2:
+			http.Error(w, `{"error":"overloaded, try again"}`, http.StatusServiceUnavailable)
+		case body.To == "doomed":
+			http.Error(w, `{"error":"no such user"}`, http.StatusBadRequest)
+		default:
+			_, _ = w.Write([]byte(`{"id":"ok"}`))
+		}
+	}), 0)
+	ts.PutAccount(t, "dl", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
+	task := shared.Task{ID: "deadhist", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
+		Recipients: []shared.Recipient{{To: "fine"}, {To: "doomed"}}}
+	submit(t, ts, task)
+	p := ts.WaitFinal(t, task.ID, 20*time.Second)
+	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, 1, p.Sent)
+	require.Equal(t, 1, p.Failed)
+
+	dead := deadLetters(t, ts, task.ID)
+	require.Len(t, dead, 1)
+	d := dead[0]
+	t.Logf("dead letter: to %q attempts %d class %s code %s error %q account %s; history %+v", d.Job.To, d.Attempts, d.Class, d.Code, d.Error, d.Account, d.History)
+	require.Equal(t, "doomed", d.Job.To)
+	require.Equal(t, "hi doomed", d.Job.Body, "the job as it was enqueued")
+	require.Equal(t, task.ID, d.Job.TaskID)
+	require.Equal(t, 5, d.Job.MaxAttempts)
+	require.Equal(t, "dl", d.Account)
+	require.Equal(t, 3, d.Attempts)
+	require.Equal(t, shared.ClassPermanent, d.Class)
+	require.Equal(t, "400", d.Code)
+	require.Contains(t, d.Error, "no such user")
+	require.Len(t, d.History, 3, "every attempt's error")
+	for i, h := range d.History {
+		require.Equal(t, i+1, h.Attempt)
+		require.Equal(t, "dl", h.Account)
+		require.False(t, h.At.IsZero())
+	}
+	for _, h := range d.History[:2] {
+		require.Equal(t, shared.ClassRetryable, h.Class)
+		require.Equal(t, "503", h.Code)
+		require.Contains(t, h.Error, "overloaded")
+	}
+	require.Equal(t, shared.ClassPermanent, d.History[2].Class)
+	require.Equal(t, "400", d.History[2].Code)
+	require.Contains(t, d.History[2].Error, "no such user")
+	require.Equal(t, 3, attempts["doomed"])
+}

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// unauthorized answers 401 to everything, like a provider whose token was
+// revoked.
+var unauthorized = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, `{"error":"invalid token"}`, http.StatusUnauthorized)
+})
+
+// queueDrained watches an account's consumer from now on and returns a
+// function reporting when its queue first became empty (no pending and no
+// unacknowledged jobs) after it had held work.
+func queueDrained(t *testing.T, ts *natstest.Server, account string) func() time.Time {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var drainedAt time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		busy := false
+		for ctx.Err() == nil {
+			c, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName(account))
+			if err == nil {
+				if info, err := c.Info(ctx); err == nil {
+					n := info.NumPending + uint64(info.NumAckPending)
+					if n > 0 {
+						busy = true
+					} else if busy {
+						mu.Lock()
+						drainedAt = time.Now()
+						mu.Unlock()
+						return
+					}
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return drainedAt
+	}
+}
+
+// TestDispatchPoolFailover: hook-a answers 401 to everything, hook-b is
+// healthy. After three auth failures in a row hook-a is paused and its
+// queued jobs move to hook-b: nothing is lost or sent twice.
+func TestDispatchPoolFailover(t *testing.T) {
+	t.Parallel()
+	const n, concurrency = 200, 4
+	ts := natstest.Start(t)
+	bad := startRecorder(t, unauthorized, 0)
+	gw, good := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	ts.PutAccount(t, "hook-a", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "hook-b", webhookAccount(good.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond}})
+	drainedA := queueDrained(t, ts, "hook-a")
+
+	task := shared.Task{ID: "pool", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-a", "hook-b"}, Recipients: recipients("u", n)}
+	submit(t, ts, task)
+	p := ts.WaitFinal(t, task.ID, 30*time.Second)
+
+	h := accountHealth(t, ts, "hook-a")
+	require.NotNil(t, h, "hook-a has a health value")
+	l := gw.Ledger()
+	acc := good.accepted()
+	lastSend := acc[len(acc)-1].at
+	dead := deadLetters(t, ts, task.ID)
+	moved := 0
+	for _, hit := range acc {
+		if hit.account == "hook-b" {
+			moved++
+		}
+	}
+	t.Logf("pool: hook-a got %d requests (all 401) and was paused (%q); progress sent %d failed %d; hook-b accepted %d (%d keys, %d duplicates); dead letters %d",
+		len(bad.all()), h.Reason, p.Sent, p.Failed, l.Accepted, l.AcceptedKeys(), l.Duplicates, len(dead))
+	t.Logf("time to move work off the failed account: pause -> hook-a's queue empty %s, pause -> last send at hook-b %s",
+		drainedA().Sub(h.Since).Round(time.Millisecond), lastSend.Sub(h.Since).Round(time.Millisecond))
+
+	require.Equal(t, shared.HealthPaused, h.State)
+	require.Contains(t, h.Reason, "3 auth failures in a row")
+	require.Equal(t, n, p.Sent+p.Failed, "every recipient sent or given up")
+	require.LessOrEqual(t, p.Failed, 3+concurrency, "only the auth failures before the pause fail")
+	require.Equal(t, p.Failed, len(bad.all()), "each request hook-a got is one failed recipient")
+	require.Len(t, dead, p.Failed)
+	require.Equal(t, p.Sent, l.Accepted)
+	require.Equal(t, p.Sent, l.AcceptedKeys())
+	require.Zero(t, l.Duplicates)
+	require.False(t, drainedA().IsZero(), "hook-a's queue emptied")
+	for _, d := range dead {
+		require.Equal(t, "hook-a", d.Account)
+		require.Equal(t, "401", d.Code)
+	}
+}
+
+// TestDispatchPoolDisable: disabling an account (enabled:false) mid-run
+// moves its queued jobs to the other account of the pool.
+func TestDispatchPoolDisable(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	ts := natstest.Start(t)
+	gwC, recC := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gwD, recD := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	ts.PutAccount(t, "hook-c", webhookAccount(recC.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "hook-d", webhookAccount(recD.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	drainedC := queueDrained(t, ts, "hook-c")
+
+	task := shared.Task{ID: "disable", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-c", "hook-d"}, Recipients: recipients("d", n)}
+	submit(t, ts, task)
+	waitCount(t, 15*time.Second, 20, func() int { return len(recC.accepted()) }, "hook-c sends before it is disabled")
+	disabledAt := time.Now()
+	ts.PutAccount(t, "hook-c", webhookAccount(recC.URL, `"rate_per_sec":40,"burst":5,"concurrency":4,"enabled":false`))
+	p := ts.WaitFinal(t, task.ID, 30*time.Second)
+
+	lc, ld := gwC.Ledger(), gwD.Ledger()
+	cHits := recC.all()
+	lastC := cHits[len(cHits)-1].at
+	both := 0
+	for key := range lc.AcceptedByKey {
+		if ld.AcceptedByKey[key] > 0 {
+			both++
+		}
+	}
+	t.Logf("disable: hook-c sent %d (last request %s after the disable), hook-d sent %d; hook-c's queue empty %s after the disable; progress sent %d; keys at both %d",
+		lc.Accepted, lastC.Sub(disabledAt).Round(time.Millisecond), ld.Accepted, drainedC().Sub(disabledAt).Round(time.Millisecond), p.Sent, both)
+	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, n, p.Sent)
+	require.Equal(t, n, lc.AcceptedKeys()+ld.AcceptedKeys(), "every recipient accepted by one of the two")
+	require.Zero(t, both, "no recipient accepted by both")
+	require.Zero(t, lc.Duplicates+ld.Duplicates)
+	require.Less(t, lastC.Sub(disabledAt), time.Second, "a disabled account stops sending at once (only sends in flight finish)")
+	require.Less(t, lc.Accepted, n/2, "hook-c's remaining share moved to hook-d")
+	require.False(t, drainedC().IsZero(), "hook-c's queue emptied")
+}
+
+// TestDispatchPoolNoHealthyAccount: when every account of the task is
+// paused, its jobs wait with retrying events saying why; the task does not
+// fail.
+func TestDispatchPoolNoHealthyAccount(t *testing.T) {
+	t.Parallel()
+	const n, concurrency = 50, 4
+	ts := natstest.Start(t)
+	bad := startRecorder(t, unauthorized, 0)
+	ts.PutAccount(t, "hook-e", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "hook-f", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	task := shared.Task{ID: "nohealthy", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-e", "hook-f"}, Recipients: recipients("h", n)}
+	submit(t, ts, task)
+
+	waiting := func() map[string]shared.Event {
+		out := map[string]shared.Event{}
+		for _, e := range eventsOf(ts.Events(t, task.ID), shared.EventRetrying) {
+			if e.Code == "no_healthy_account" {
+				out[e.JobID] = e
+			}
+		}
+		return out
+	}
+	var p *shared.Progress
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		p = ts.Progress(t, task.ID)
+		return p != nil && p.Failed+p.Retrying == n && len(waiting()) == n-p.Failed
+	}, "every recipient failed on a 401 or waiting for a healthy account")
+	w := waiting()
+	var sample shared.Event
+	for _, e := range w {
+		sample = e
+		break
+	}
+	he, hf := accountHealth(t, ts, "hook-e"), accountHealth(t, ts, "hook-f")
+	t.Logf("no healthy account: %d requests (all 401), progress failed %d retrying %d state %s error %q; %d jobs waiting, e.g. %q",
+		len(bad.all()), p.Failed, p.Retrying, p.State, p.Error, len(w), sample.Error)
+	require.Equal(t, shared.HealthPaused, he.State)
+	require.Equal(t, shared.HealthPaused, hf.State)
+	require.LessOrEqual(t, p.Failed, 2*(3+concurrency))
+	require.False(t, p.State.Final(), "the task waits, it does not fail")
+	require.True(t, strings.Contains(sample.Error, "no healthy webhook account"), sample.Error)
+	require.Equal(t, shared.ClassAccountFatal, sample.Class)
+	require.Equal(t, p.Failed, len(bad.all()), "no waiting job was sent")
+}

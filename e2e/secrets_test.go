@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestSecretsNeverLeak plants a recognisable signing secret in the
+// environment of dispatch (named by the account's secret_env) and runs a
+// broadcast through a provider that checks the signature and, for some
+// recipients, answers with an error that echoes the secret back (retryable
+// at first, then permanent for a few). Afterwards every service log line
+// (all levels), every message of every stream (events, DEAD, the task and
+// work queues, and every KV bucket and object store, which are streams too)
+// must be free of the secret; the test also proves the secret was in play
+// (valid signatures, echoed answers) and was redacted where the answers were
+// recorded.
+func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	random := make([]byte, 12)
+	_, _ = rand.Read(random)
+	secret := "SECRET-XYZZY-" + hex.EncodeToString(random)
+
+	g, err := gateway.New(gateway.Config{Secret: secret, Seed: 3})
+	require.NoError(t, err)
+	var echoed atomic.Int64
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		attempts[key]++
+		n := attempts[key]
+		mu.Unlock()
+		var body bytes.Buffer
+		_, _ = body.ReadFrom(r.Body)
+		r.Body.Close()
+		to := string(body.Bytes())
+		switch {
+		case strings.Contains(to, `"to":"echo-`) && n <= 2:
+			// A provider that echoes what it was given when it fails.
+			echoed.Add(1)
+			http.Error(w, `{"error":"upstream unavailable","debug":{"token":"`+secret+`","auth":"Bearer `+secret+`"}}`, http.StatusServiceUnavailable)
+			return
+		case strings.Contains(to, `"to":"refuse-`):
+			echoed.Add(1)
+			http.Error(w, "invalid recipient for key "+secret, http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body.Bytes()))
+		g.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	var logs syncBuffer
+	cfg := fastRetries()
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Dispatch.Getenv = func(name string) string {
+		if name == "BROADCAST_TEST_HOOK_SECRET" {
+			return secret
+		}
+		return ""
+	}
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_TEST_HOOK_SECRET","rate_per_sec":500,"burst":20,"concurrency":8}`, srv.URL))
+	natstest.StartPipeline(t, ts, cfg)
+
+	task := shared.Task{ID: "secret-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 5}
+	const n, echo, refuse = 200, 20, 5
+	for i := range n {
+		to := fmt.Sprintf("user-%03d", i)
+		switch {
+		case i < echo:
+			to = fmt.Sprintf("echo-%03d", i)
+		case i < echo+refuse:
+			to = fmt.Sprintf("refuse-%03d", i)
+		}
+		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+	}
+	submit(t, ts, task)
+	p := ts.WaitFinal(t, task.ID, 60*time.Second)
+	l := g.Ledger()
+	t.Logf("secret run: %s sent=%d failed=%d; provider answers echoing the secret: %d; signed requests accepted: %d, bad signatures: %d",
+		p.State, p.Sent, p.Failed, echoed.Load(), l.Accepted, l.BadSignature)
+
+	// The secret was in play: every accepted request carried a valid
+	// signature made with it, and the provider echoed it in its errors.
+	require.Equal(t, n-refuse, p.Sent)
+	require.Equal(t, refuse, p.Failed)
+	require.Equal(t, n-refuse, l.Accepted)
+	require.Zero(t, l.BadSignature)
+	require.Equal(t, int64(2*echo+refuse), echoed.Load())
+
+	// Nowhere to be found.
+	requireNoSecret(t, "service logs", logs.String(), secret)
+	requireNoSecret(t, "service logs (a prefix of the secret)", logs.String(), secret[:20])
+	redacted := 0
+	for _, stream := range allStreams() {
+		msgs := streamMessages(t, ts, stream)
+		for _, m := range msgs {
+			requireNoSecret(t, "stream "+stream, m, secret)
+			redacted += strings.Count(m, "[redacted]")
+		}
+		t.Logf("stream %s: %d messages checked", stream, len(msgs))
+	}
+	// The echoed answers were recorded (retrying and failed events, DEAD,
+	// the ledger's attempt history), with the secret cut out.
+	require.Positive(t, redacted, "answers were recorded, redacted")
+	evs := ts.Events(t, task.ID)
+	var sawRedacted bool
+	for _, e := range evs {
+		sawRedacted = sawRedacted || strings.Contains(e.Error, "[redacted]")
+	}
+	require.True(t, sawRedacted, "an event carries the redacted answer")
+	for _, d := range deadLetters(t, ts, task.ID) {
+		require.Contains(t, d.Error, "invalid recipient for key [redacted]")
+	}
+}
+
+// requireNoSecret fails the test when text contains secret, quoting the
+// line it is on (with the secret marked) rather than the whole text.
+func requireNoSecret(t *testing.T, where, text, secret string) {
+	t.Helper()
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, secret) {
+			t.Fatalf("%s contains the secret: %s", where, strings.ReplaceAll(line, secret, "<<THE SECRET>>"))
+		}
+	}
+}
+
+// allStreams is every stream of the topology: the work streams, and the
+// streams behind every KV bucket and object store.
+func allStreams() []string {
+	var out []string
+	for _, s := range shared.Streams(shared.TopologyConfig{}) {
+		out = append(out, s.Name)
+	}
+	for _, b := range shared.Buckets(shared.TopologyConfig{}) {
+		out = append(out, "KV_"+b.Bucket)
+	}
+	for _, o := range shared.ObjectStores(shared.TopologyConfig{}) {
+		out = append(out, "OBJ_"+o.Bucket)
+	}
+	return out
+}
+
+// streamMessages returns every stored message of stream, subject, headers
+// and data as one string each.
+func streamMessages(t *testing.T, ts *natstest.Server, stream string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := ts.JS.Stream(ctx, stream)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	var out []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted (acknowledged work, replaced KV values)
+		}
+		out = append(out, fmt.Sprintf("%s %v %s", m.Subject, m.Header, m.Data))
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for the services' concurrent log writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

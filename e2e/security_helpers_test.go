@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/natstest"
+)
+
+// The files the least-privilege tests read: the repository's own, so the
+// tests prove what a developer runs.
+const (
+	natsConfPath = "../nats.conf"
+	procfilePath = "../Procfile"
+	dotEnvPath   = "../.env"
+)
+
+// serviceNames are the services that connect with their own users.
+var serviceNames = []string{"ingest", "render", "dispatch", "status"}
+
+var procfileCreds = regexp.MustCompile(`\bNATS_USER=(\S+)\s+NATS_PASSWORD=(\S+)`)
+
+// devCredentials reads each service's credentials from its Procfile line
+// and the operator's from .env.
+func devCredentials(t *testing.T) (services map[string]natstest.Credentials, operator natstest.Credentials) {
+	t.Helper()
+	services = map[string]natstest.Credentials{}
+	f, err := os.Open(procfilePath)
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		if m := procfileCreds.FindStringSubmatch(rest); m != nil {
+			services[strings.TrimSpace(name)] = natstest.Credentials{User: m[1], Password: m[2]}
+		}
+	}
+	require.NoError(t, sc.Err())
+	for _, s := range serviceNames {
+		require.Contains(t, services, s, "Procfile line %q sets NATS_USER and NATS_PASSWORD", s)
+		require.Equal(t, s, services[s].User, "the %s line connects as user %s", s, s)
+	}
+	env := readDotEnv(t)
+	operator = natstest.Credentials{User: env["NATS_USER"], Password: env["NATS_PASSWORD"]}
+	require.Equal(t, "operator", operator.User, ".env NATS_USER")
+	require.NotEmpty(t, operator.Password, ".env NATS_PASSWORD")
+	return services, operator
+}
+
+// readDotEnv parses KEY=VALUE lines, ignoring comments and blank lines.
+func readDotEnv(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(dotEnvPath)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if ok {
+			out[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return out
+}
+
+// startSecureServer runs nats.conf with its users: the topology is created
+// as ingest and the test's client is the operator.
+func startSecureServer(t *testing.T, o natstest.ConfigOptions) (*natstest.ConfigServer, map[string]natstest.Credentials, natstest.Credentials) {
+	t.Helper()
+	svc, op := devCredentials(t)
+	o.EnsureAs, o.ClientAs = svc["ingest"], op
+	return natstest.StartConfigFile(t, natsConfPath, o), svc, op
+}

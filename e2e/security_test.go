@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestLeastPrivilegePipeline runs the four services under their own users
+// from nats.conf, with the operator (the test's client) submitting,
+// configuring and controlling, through every flow: a broadcast with
+// retries, rate limits and permanent failures; pause and resume (dispatch
+// parks jobs, and re-queues them on resume); retry-dead; and the circuit
+// breaker's control request. The server must log no permission violation.
+func TestLeastPrivilegePipeline(t *testing.T) {
+	t.Parallel()
+	cs, users, _ := startSecureServer(t, natstest.ConfigOptions{})
+	gw := startGateway(t, gateway.Config{FailRate: 0.05, RateLimitedRate: 0.03, RetryAfter: time.Second, PermanentPrefix: "bad-", Seed: 5})
+	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":300,"burst":20,"concurrency":8}`, gw.URL))
+	cfg := fastRetries()
+	cfg.Users = users
+	natstest.StartPipeline(t, cs.Server, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, v := range uniqueViolations(cs.Log.Violations()) {
+				t.Log(v)
+			}
+		}
+	})
+
+	start := time.Now()
+	stage := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
+	// 1. A broadcast with faults.
+	task := shared.Task{ID: "lp-1", Channel: "webhook", Template: "Hi {{.to}}", MaxAttempts: 10}
+	const n, bad = 300, 6
+	for i := range n {
+		to := fmt.Sprintf("u-%03d", i)
+		if i%50 == 7 {
+			to = fmt.Sprintf("bad-%03d", i)
+		}
+		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+	}
+	submitAsOperator(t, cs.Server, task)
+	p := cs.WaitFinal(t, task.ID, 60*time.Second)
+	t.Logf("lp-1: %s total=%d sent=%d failed=%d", p.State, p.Total, p.Sent, p.Failed)
+	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, n-bad, p.Sent)
+	require.Equal(t, bad, p.Failed)
+	require.Equal(t, n-bad, gw.Ledger().AcceptedKeys())
+
+	stage("lp-1 final")
+	// 2. Retry-dead: dispatch reads DEAD and re-queues; the bad ones fail again.
+	require.Len(t, deadLetters(t, cs.Server, task.ID), bad, "dead letters of lp-1")
+	r := control(t, cs.Server, task.ID, shared.ActionRetryDead)
+	require.Equal(t, bad, r.Requeued)
+	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Injected["400"] == 2*bad }, "re-queued dead letters tried again")
+	p = cs.WaitFinal(t, task.ID, 30*time.Second)
+	require.Equal(t, bad, p.Failed)
+
+	stage("retry-dead done")
+	// 3. Pause and resume: parked jobs come back.
+	slow := shared.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: ctlRecipients(400, "p")}
+	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":80}`, gw.URL))
+	before := gw.Ledger().AcceptedKeys()
+	submitAsOperator(t, cs.Server, slow)
+	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().AcceptedKeys() >= before+50 })
+	stage("lp-2 sending")
+	control(t, cs.Server, slow.ID, shared.ActionPause)
+	waitProgress(t, cs.Server, slow.ID, 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	time.Sleep(1500 * time.Millisecond) // jobs get parked
+	stage("lp-2 paused")
+	control(t, cs.Server, slow.ID, shared.ActionResume)
+	stage("lp-2 resumed")
+	p = cs.WaitFinal(t, slow.ID, 60*time.Second)
+	t.Logf("lp-2 after pause/resume: %s sent=%d", p.State, p.Sent)
+	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, 400, p.Sent)
+	require.Equal(t, before+400, gw.Ledger().AcceptedKeys())
+	require.Zero(t, gw.Ledger().Duplicates)
+
+	require.Empty(t, cs.Log.Violations(), "permission violations while the pipeline ran")
+}
+
+// submitAsOperator publishes task with the Server's own client.
+func submitAsOperator(t *testing.T, ts *natstest.Server, task shared.Task) {
+	t.Helper()
+	data, err := json.Marshal(task)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = client.Submit(ctx, ts.JS, data)
+	require.NoError(t, err)
+}
+
+// uniqueViolations drops repeats, with random consumer names, inboxes and
+// connection details blanked so that one missing grant shows once.
+func uniqueViolations(lines []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range lines {
+		if i := strings.Index(l, " - "); i >= 0 {
+			l = l[i+3:]
+		}
+		k := randomToken.ReplaceAllStringFunc(l, func(tok string) string {
+			if strings.ToUpper(tok) == tok && !strings.ContainsAny(tok, "0123456789") {
+				return tok // an API word such as CONSUMER
+			}
+			return "*"
+		})
+		k = inbox.ReplaceAllString(k, "_INBOX.*")
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+var (
+	randomToken = regexp.MustCompile(`cid:\d+|\b[A-Za-z0-9]{8}\b`)
+	inbox       = regexp.MustCompile(`_INBOX\.[A-Za-z0-9.*]+`)
+)
+
+// permCheck is one publish or subscribe a user attempts.
+type permCheck struct {
+	user, subject string
+	allowed       bool
+}
+
+// TestLeastPrivilegeDenials connects as each user of nats.conf (credentials
+// from the Procfile and .env) and attempts publishes and subscriptions:
+// every denial must come back as a permissions violation naming the
+// subject, and a few grants are checked to be grants, so a typo in a deny
+// list cannot pass for a denial. No anonymous client and no wrong password
+// gets in.
+func TestLeastPrivilegeDenials(t *testing.T) {
+	t.Parallel()
+	cs, users, op := startSecureServer(t, natstest.ConfigOptions{})
+	users["operator"] = op
+
+	publishes := []permCheck{
+		// Required by the issue.
+		{"ingest", "broadcast.jobs.hook.normal", false},
+		{"dispatch", "broadcast.tasks", false},
+		{"operator", "broadcast.jobs.hook.normal", false},
+		{"operator", "broadcast.events.t1.sent", false},
+		// Each service only its own outputs.
+		{"ingest", "broadcast.tasks", false},
+		{"ingest", "broadcast.dead.t1", false},
+		{"ingest", "broadcast.delay.hook.t1.0", false},
+		{"ingest", "broadcast.parked.t1.hook", false},
+		{"ingest", "$KV.broadcast_ledger.t1.0", false},
+		{"render", "broadcast.tasks", false},
+		{"render", "broadcast.dead.t1", false},
+		{"render", "broadcast.control.t1", false},
+		{"render", "$KV.broadcast_progress.t1", false},
+		{"dispatch", "broadcast.render.t1", false},
+		{"dispatch", "broadcast.control.t1", false},
+		{"dispatch", "broadcast.start.t1", false},
+		{"dispatch", "$KV.broadcast_progress.t1", false},
+		{"dispatch", "$KV.broadcast_accounts.hook", false},
+		{"status", "broadcast.jobs.hook.normal", false},
+		{"status", "broadcast.events.t1.sent", false},
+		{"status", "broadcast.tasks", false},
+		{"status", "$KV.broadcast_ledger.t1.0", false},
+		// The operator submits and configures, nothing else.
+		{"operator", "broadcast.dead.t1", false},
+		{"operator", "broadcast.render.t1", false},
+		{"operator", "broadcast.requeue.t1", false},
+		{"operator", "$KV.broadcast_progress.t1", false},
+		{"operator", "$KV.broadcast_ledger.t1.0", false},
+		{"operator", "$KV.broadcast_control.t1", false},
+		{"operator", "$KV.broadcast_tasks.t1", false},
+		// Nobody deletes, purges or reshapes the work queues; no new streams
+		// (a stream could republish into broadcast.jobs.>).
+		{"operator", "$JS.API.STREAM.UPDATE.JOBS", false},
+		{"operator", "$JS.API.STREAM.DELETE.JOBS", false},
+		{"operator", "$JS.API.STREAM.PURGE.JOBS", false},
+		{"operator", "$JS.API.STREAM.CREATE.EVIL", false},
+		{"operator", "$JS.API.CONSUMER.CREATE.JOBS.x.broadcast.jobs.>", false},
+		{"ingest", "$JS.API.STREAM.DELETE.TASKS", false},
+		{"ingest", "$JS.API.STREAM.CREATE.EVIL", false},
+		{"render", "$JS.API.STREAM.PURGE.RENDER", false},
+		{"dispatch", "$JS.API.STREAM.DELETE.DEAD", false},
+		{"status", "$JS.API.STREAM.PURGE.EVENTS", false},
+		{"status", "$JS.API.CONSUMER.DELETE.JOBS.dispatch-hook", false},
+		// Grants (a misspelt deny would make these pass as denials).
+		{"operator", "broadcast.tasks", true},
+		{"operator", "broadcast.control.t1", true},
+		{"operator", "$KV.broadcast_accounts.hook", true},
+		{"ingest", "broadcast.events.t1.accepted", true},
+		{"render", "broadcast.jobs.hook.normal", true},
+		{"dispatch", "broadcast.dead.t1", true},
+		{"status", "broadcast.control.t1", true},
+	}
+	subscribes := []permCheck{
+		{"render", "broadcast.control.*", false},   // intercepting control requests
+		{"status", "broadcast.requeue.*", false},   // impersonating dispatch
+		{"ingest", "broadcast.requeue.*", false},   //   "
+		{"dispatch", "broadcast.control.*", false}, // impersonating ingest
+		{"status", ">", false},
+		{"operator", "$KV.>", false},
+		{"operator", "$JS.API.>", false},
+		{"ingest", "broadcast.control.*", true},
+		{"dispatch", "broadcast.requeue.*", true},
+		{"operator", "broadcast.events.>", true},
+	}
+
+	probes := map[string]*permProbe{}
+	for name, creds := range users {
+		probes[name] = newPermProbe(t, cs.Server, creds)
+	}
+	var denied []string
+	for _, c := range publishes {
+		got := probes[c.user].attempt(t, c.subject, false)
+		require.Equal(t, !c.allowed, got, "%s publish %s: denied=%v, want denied=%v", c.user, c.subject, got, !c.allowed)
+		if got {
+			denied = append(denied, c.user+" pub "+c.subject)
+		}
+	}
+	for _, c := range subscribes {
+		got := probes[c.user].attempt(t, c.subject, true)
+		require.Equal(t, !c.allowed, got, "%s subscribe %s: denied=%v, want denied=%v", c.user, c.subject, got, !c.allowed)
+		if got {
+			denied = append(denied, c.user+" sub "+c.subject)
+		}
+	}
+	t.Logf("%d denials asserted: %s", len(denied), strings.Join(denied, "; "))
+
+	// A job published by ingest through JetStream gets no ack and is not
+	// stored.
+	jobs := func() uint64 {
+		st, err := cs.JS.Stream(context.Background(), shared.StreamJobs)
+		require.NoError(t, err)
+		return st.CachedInfo().State.Msgs
+	}
+	before := jobs()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_, err := probes["ingest"].js.Publish(ctx, "broadcast.jobs.hook.normal", []byte(`{}`))
+	cancel()
+	require.Error(t, err, "ingest's job publish must not be acknowledged")
+	require.Equal(t, before, jobs(), "JOBS holds nothing ingest published")
+
+	// Nobody anonymous, and no wrong password.
+	for _, creds := range []natstest.Credentials{{}, {User: "operator", Password: "wrong"}, {User: "nobody", Password: "x"}} {
+		nc, err := cs.Dial(creds)
+		if err == nil {
+			nc.Close()
+		}
+		require.ErrorContains(t, err, "Authorization Violation", "connect as %q", creds.User)
+	}
+	// And the server's own view: no_auth_user is unset and every user has
+	// permissions.
+	opts, err := server.ProcessConfigFile(natsConfPath)
+	require.NoError(t, err)
+	require.Empty(t, opts.NoAuthUser, "no_auth_user must stay unset")
+	require.Len(t, opts.Users, 5)
+	for _, u := range opts.Users {
+		require.NotNil(t, u.Permissions, "user %s has permissions", u.Username)
+		require.True(t, strings.HasPrefix(u.Password, "$2a$"), "user %s: nats.conf keeps a bcrypt hash, not the password", u.Username)
+	}
+}
+
+// permProbe is a connection as one user that records the permission
+// violations the server reports to it.
+type permProbe struct {
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	violations chan string
+}
+
+func newPermProbe(t *testing.T, ts *natstest.Server, creds natstest.Credentials) *permProbe {
+	t.Helper()
+	p := &permProbe{violations: make(chan string, 64)}
+	p.nc, p.js = ts.ConnectAs(t, creds, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			p.violations <- err.Error()
+		}
+	}))
+	return p
+}
+
+// attempt publishes to (or subscribes on) subject and reports whether the
+// server answered with a permissions violation naming it.
+func (p *permProbe) attempt(t *testing.T, subject string, subscribe bool) bool {
+	t.Helper()
+	if subscribe {
+		sub, err := p.nc.SubscribeSync(subject)
+		require.NoError(t, err)
+		defer func() { _ = sub.Unsubscribe() }()
+	} else {
+		require.NoError(t, p.nc.Publish(subject, []byte(`{"probe":true}`)))
+	}
+	// The server answers -ERR before the PONG of this flush; the callback
+	// runs shortly after.
+	require.NoError(t, p.nc.Flush())
+	select {
+	case v := <-p.violations:
+		require.Contains(t, v, `"`+subject+`"`, "the violation names the subject")
+		return true
+	case <-time.After(250 * time.Millisecond):
+		return false
+	}
+}

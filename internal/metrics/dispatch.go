@@ -1,0 +1,102 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Dispatch is the dispatch service's metric set.
+type Dispatch struct {
+	sends       *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	rate        *prometheus.GaugeVec
+}
+
+// latencyBuckets spans a sandbox's microseconds to a slow gateway's tens of
+// seconds.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// NewDispatch registers dispatch's metrics with reg; a nil reg gives a nil
+// set.
+//
+//	broadcast_sends_total{account, outcome="sent|retrying|failed|expired|cancelled", class}
+//	broadcast_send_duration_seconds{account}   (histogram of provider calls)
+//	broadcast_retries_total{account, class}
+//	broadcast_rate_limited_total{account}
+//	broadcast_account_rate_per_sec{account}    (effective, adaptive rate)
+func NewDispatch(reg *prometheus.Registry) *Dispatch {
+	if reg == nil {
+		return nil
+	}
+	return &Dispatch{
+		sends: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sends_total",
+			Help: "Job outcomes published by dispatch, by account, outcome (event kind) and error class (none for sent).",
+		}, []string{"account", "outcome", "class"})),
+		retries: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "retries_total",
+			Help: "Jobs scheduled for another attempt, by account and error class.",
+		}, []string{"account", "class"})),
+		rateLimited: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "rate_limited_total",
+			Help: "Rate-limit answers from providers (HTTP 429 and equivalents), by account.",
+		}, []string{"account"})),
+		latency: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "send_duration_seconds",
+			Help:    "Provider call latency, by account.",
+			Buckets: latencyBuckets,
+		}, []string{"account"})),
+		rate: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "account_rate_per_sec",
+			Help: "Effective (adaptive) send rate of an account as of its last outcome.",
+		}, []string{"account"})),
+	}
+}
+
+// Outcome records an outcome event dispatch published.
+func (m *Dispatch) Outcome(ev *shared.Event) {
+	if m == nil {
+		return
+	}
+	outcome := string(ev.Kind)
+	switch ev.Kind {
+	case shared.EventSent, shared.EventRetrying, shared.EventFailed, shared.EventExpired, shared.EventCancelled:
+	default:
+		outcome = "other"
+	}
+	class := classLabel(ev.Class)
+	m.sends.WithLabelValues(ev.Account, outcome, class).Inc()
+	if ev.Kind == shared.EventRetrying {
+		m.retries.WithLabelValues(ev.Account, class).Inc()
+	}
+	if ev.Class == shared.ClassRateLimited {
+		m.rateLimited.WithLabelValues(ev.Account).Inc()
+	}
+	if ev.RatePerSec > 0 {
+		m.rate.WithLabelValues(ev.Account).Set(ev.RatePerSec)
+	}
+}
+
+// Latency records one provider call.
+func (m *Dispatch) Latency(account string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.latency.WithLabelValues(account).Observe(d.Seconds())
+}
+
+// classLabel bounds the class label to the known error classes.
+func classLabel(c shared.ErrorClass) string {
+	switch c {
+	case "":
+		return "none"
+	case shared.ClassRetryable, shared.ClassRateLimited, shared.ClassRecipientDelay, shared.ClassPermanent, shared.ClassAccountFatal:
+		return string(c)
+	}
+	return "other"
+}

@@ -1,0 +1,107 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Status is the status service's metric set.
+type Status struct {
+	folded     *prometheus.CounterVec
+	queueDepth *prometheus.GaugeVec
+	inFlight   *prometheus.GaugeVec
+	paused     *prometheus.GaugeVec
+	tasks      *prometheus.GaugeVec
+}
+
+// NewStatus registers status's metrics with reg; a nil reg gives a nil set.
+//
+//	broadcast_events_folded_total{kind}
+//	broadcast_queue_depth{account}        (JOBS consumer dispatch-<account>: not yet delivered)
+//	broadcast_queue_in_flight{account}    (delivered, not yet acknowledged)
+//	broadcast_account_paused{account}     (1 when KV broadcast_health says paused)
+//	broadcast_tasks{state}                (tasks in KV broadcast_progress by state)
+func NewStatus(reg *prometheus.Registry) *Status {
+	if reg == nil {
+		return nil
+	}
+	return &Status{
+		folded: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_folded_total",
+			Help: "Events folded into progress by status, by kind (a redelivered event counts again).",
+		}, []string{"kind"})),
+		queueDepth: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "queue_depth",
+			Help: "Jobs waiting in an account's JOBS consumer, not yet delivered (polled).",
+		}, []string{"account"})),
+		inFlight: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "queue_in_flight",
+			Help: "Jobs delivered to dispatch and not yet acknowledged, per account (polled).",
+		}, []string{"account"})),
+		paused: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "account_paused",
+			Help: "1 when the account is paused by an account-fatal answer, else 0.",
+		}, []string{"account"})),
+		tasks: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "tasks",
+			Help: "Tasks in KV broadcast_progress by state.",
+		}, []string{"state"})),
+	}
+}
+
+// Folded counts one event folded.
+func (m *Status) Folded(kind shared.EventKind) {
+	if m == nil {
+		return
+	}
+	k := string(kind)
+	switch kind {
+	case shared.EventAccepted, shared.EventRejected, shared.EventSent, shared.EventRetrying,
+		shared.EventFailed, shared.EventSkipped, shared.EventExpired, shared.EventCancelled:
+	default:
+		k = "other"
+	}
+	m.folded.WithLabelValues(k).Inc()
+}
+
+// AccountGauges is one account's polled values.
+type AccountGauges struct {
+	Name       string
+	QueueDepth uint64
+	InFlight   int
+	Paused     bool
+}
+
+// SetAccounts replaces the per-account gauges: accounts not in the list
+// disappear, so a deleted account's last values do not linger.
+func (m *Status) SetAccounts(accounts []AccountGauges) {
+	if m == nil {
+		return
+	}
+	m.queueDepth.Reset()
+	m.inFlight.Reset()
+	m.paused.Reset()
+	for _, a := range accounts {
+		m.queueDepth.WithLabelValues(a.Name).Set(float64(a.QueueDepth))
+		m.inFlight.WithLabelValues(a.Name).Set(float64(a.InFlight))
+		p := 0.0
+		if a.Paused {
+			p = 1
+		}
+		m.paused.WithLabelValues(a.Name).Set(p)
+	}
+}
+
+// SetTasks sets the number of tasks per state; states absent from counts
+// are zero.
+func (m *Status) SetTasks(counts map[shared.TaskState]int) {
+	if m == nil {
+		return
+	}
+	for _, s := range []shared.TaskState{shared.StatePending, shared.StateScheduled, shared.StateAwaitingApproval,
+		shared.StateProcessing, shared.StatePaused, shared.StateSucceeded, shared.StatePartial,
+		shared.StateFailed, shared.StateCancelled, shared.StateRejected} {
+		m.tasks.WithLabelValues(string(s)).Set(float64(counts[s]))
+	}
+}

@@ -1,0 +1,277 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// This file re-queues parked jobs and dead letters. It used to live in
+// ingest (which answers the control requests that trigger it); it moved here
+// so that ingest needs no right to publish jobs: ingest asks on
+// broadcast.requeue.<task> (see shared/requeue.go) and dispatch, which parks
+// and dead-letters the jobs in the first place, puts them back.
+
+// startRequeue serves re-queue requests and sweeps parked jobs until ctx
+// ends; the returned function waits for the sweeper and drains the
+// subscription.
+func (s *Service) startRequeue(ctx context.Context) (stop func(), err error) {
+	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectRequeuePrefix+"*", "dispatch", func(m *nats.Msg) {
+		s.serveRequeue(ctx, m)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: requeue subscription: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); s.sweepParked(ctx) }()
+	return func() { _ = sub.Drain(); <-done }, nil
+}
+
+// serveRequeue answers one request from ingest.
+func (s *Service) serveRequeue(ctx context.Context, m *nats.Msg) {
+	taskID := strings.TrimPrefix(m.Subject, shared.SubjectRequeuePrefix)
+	reply := shared.RequeueReply{OK: true}
+	var req shared.RequeueRequest
+	switch err := json.Unmarshal(m.Data, &req); {
+	case err != nil:
+		reply = shared.RequeueReply{Error: fmt.Sprintf("request: invalid JSON: %v", err)}
+	case !shared.ValidID(taskID):
+		reply = shared.RequeueReply{Error: fmt.Sprintf("task: %q is not a task id", taskID)}
+	case req.Action == shared.RequeueParked:
+		// A large backlog takes a while: answer now, work in the background
+		// (the sweeper finishes what an interrupted run leaves).
+		go s.unpark(context.WithoutCancel(ctx), taskID)
+	case req.Action == shared.RequeueDead:
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		n, err := s.retryDead(rctx, taskID)
+		cancel()
+		reply.Requeued = n
+		if err != nil {
+			reply = shared.RequeueReply{Requeued: n, Error: err.Error()}
+		}
+		s.log.Info("dead letters re-queued", shared.KeyTaskID, taskID, "count", n, "err", err)
+	default:
+		reply = shared.RequeueReply{Error: fmt.Sprintf("action: must be %s or %s, got %q", shared.RequeueParked, shared.RequeueDead, req.Action)}
+	}
+	if m.Reply != "" {
+		data, _ := json.Marshal(reply)
+		_ = m.Respond(data)
+	}
+}
+
+// unpark puts a task's parked jobs back in their accounts' queues, where
+// dispatch sends them (or cancels or expires them).
+func (s *Service) unpark(ctx context.Context, taskID string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	n, err := s.drain(ctx, shared.StreamJobs, shared.ParkedFilter(taskID), func(m jetstream.Msg) error {
+		var job shared.Job
+		if err := json.Unmarshal(m.Data(), &job); err != nil {
+			return nil // undecodable: dispatch would dead-letter it; drop from parking
+		}
+		_, err := s.js.Publish(ctx, shared.JobSubject(job.Account, job.Priority), m.Data(),
+			jetstream.WithMsgID(fmt.Sprintf("%s:unpark:%d", job.MsgID(), seqOf(m))))
+		return err
+	})
+	if err != nil {
+		s.log.Warn("unparking stopped; the sweeper will finish it", shared.KeyTaskID, taskID, "err", err)
+	}
+	if n > 0 {
+		s.log.Info("parked jobs re-queued", shared.KeyTaskID, taskID, "count", n)
+	}
+}
+
+func seqOf(m jetstream.Msg) uint64 {
+	if meta, err := m.Metadata(); err == nil {
+		return meta.Sequence.Stream
+	}
+	return 0
+}
+
+// drain reads every message on filter of a work-queue stream with a
+// temporary consumer, calls fn, and acknowledges (removes) each one fn
+// handled.
+func (s *Service) drain(ctx context.Context, stream, filter string, fn func(jetstream.Msg) error) (int, error) {
+	cons, err := s.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		FilterSubject:     filter,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		InactiveThreshold: time.Minute,
+		MaxAckPending:     1000,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = s.js.DeleteConsumer(context.WithoutCancel(ctx), stream, cons.CachedInfo().Name) }()
+	n := 0
+	for {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			return n, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if err := fn(m); err != nil {
+				return n, err
+			}
+			if err := m.Ack(); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return n, err
+		}
+		if got == 0 {
+			return n, nil
+		}
+	}
+}
+
+// sweepParked re-queues parked jobs of tasks that run again (or were
+// cancelled, or expired) but still have parked jobs, e.g. a job parked by a
+// dispatch process that saw the resume a moment late.
+func (s *Service) sweepParked(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stream, err := s.js.Stream(ctx, shared.StreamJobs)
+		if err != nil {
+			continue
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(shared.SubjectParkedPrefix+">"))
+		if err != nil {
+			continue
+		}
+		tasks := map[string]bool{}
+		for subj := range info.State.Subjects {
+			if id, _, ok := strings.Cut(strings.TrimPrefix(subj, shared.SubjectParkedPrefix), "."); ok {
+				tasks[id] = true
+			}
+		}
+		for id := range tasks {
+			ctl := s.controls.Get(id)
+			if ctl.Sends() || ctl.State == shared.StateCancelled || s.taskExpired(ctx, id) {
+				s.unpark(ctx, id)
+			}
+		}
+	}
+}
+
+// taskExpired reports whether the task's expires_at has passed, from its
+// record in KV broadcast_tasks.
+func (s *Service) taskExpired(ctx context.Context, taskID string) bool {
+	e, err := s.tasks.Get(ctx, taskID)
+	if err != nil {
+		return false
+	}
+	var rec shared.TaskRecord
+	if json.Unmarshal(e.Value(), &rec) != nil {
+		return false
+	}
+	exp := rec.Task.ExpiryTime()
+	return !exp.IsZero() && time.Now().After(exp)
+}
+
+// retryDead puts a task's dead letters back in the queue through the same
+// pacing as any job: a new generation of each job (so the stream does not
+// drop it as a duplicate) with its attempts reset, and a requeued retrying
+// event that moves the recipient from failed back to retrying. The dead
+// letters re-queued are then purged; any that fail again are dead-lettered
+// anew.
+//
+// Only the dead letters present when it starts are re-queued: one that fails
+// again while it runs arrives as a new dead letter behind them and must wait
+// for the next retry-dead (before, a recipient that kept failing was
+// re-queued again and again within one request).
+func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
+	stream, err := s.js.Stream(ctx, shared.StreamDead)
+	if err != nil {
+		return 0, err
+	}
+	subject := shared.DeadSubject(taskID)
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, err
+	}
+	pending := info.State.Subjects[subject]
+	if pending == 0 {
+		return 0, nil
+	}
+	last := info.State.LastSeq // no dead letter of this request is newer
+	cons, err := s.js.OrderedConsumer(ctx, shared.StreamDead, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return 0, err
+	}
+	var lastSeq uint64
+	requeued := 0
+	for read := uint64(0); read < pending; {
+		batch, err := cons.Fetch(int(min(500, pending-read)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return requeued, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			read++
+			meta, err := m.Metadata()
+			if err != nil {
+				return requeued, err
+			}
+			if meta.Sequence.Stream > last {
+				read = pending // a dead letter newer than the request: stop
+				break
+			}
+			lastSeq = meta.Sequence.Stream
+			var dl shared.DeadLetter
+			if err := json.Unmarshal(m.Data(), &dl); err != nil || dl.Job.ID == "" {
+				continue // a raw, undecodable job: nothing to re-send
+			}
+			if err := s.requeue(ctx, &dl.Job); err != nil {
+				return requeued, err
+			}
+			requeued++
+		}
+		if got == 0 {
+			break
+		}
+	}
+	if lastSeq > 0 {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
+			return requeued, fmt.Errorf("purge re-queued dead letters: %w", err)
+		}
+	}
+	return requeued, nil
+}
+
+// requeue publishes a new generation of job to a usable account of its pool.
+func (s *Service) requeue(ctx context.Context, job *shared.Job) error {
+	job.Generation++
+	job.Attempts = 0
+	if candidates := s.accounts.ForTask(job.Channel, job.Pool); len(candidates) > 0 {
+		job.Account = shared.PickAccount(candidates, job.To, nil).Name
+	}
+	if err := shared.PublishEvent(ctx, s.js, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: job.Account,
+		Kind: shared.EventRetrying, Index: job.Index, Requeued: true, Code: "retry_dead", Error: "dead letter re-queued"}); err != nil {
+		return err
+	}
+	data, err := json.Marshal(job)
+	if err != nil {
+		return err
+	}
+	_, err = s.js.Publish(ctx, shared.JobSubject(job.Account, job.Priority), data, jetstream.WithMsgID(job.MsgID()))
+	return err
+}

@@ -1,0 +1,184 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Recipient lists in the object store are expanded in two streaming passes,
+// so a million-line list never sits in memory: the first pass counts
+// distinct recipients and remembers, per address hash, the line of its first
+// occurrence; the second publishes exactly those lines in render batches.
+// Memory is one sorted 20-byte entry per line (no map overhead): about
+// 20 MB for a million recipients.
+
+// addrKey identifies a normalised address (128-bit FNV: collisions are not
+// a practical concern at any list size).
+type addrKey [16]byte
+
+func keyOf(addr string) addrKey {
+	h := fnv.New128a()
+	h.Write([]byte(addr))
+	var k addrKey
+	h.Sum(k[:0])
+	return k
+}
+
+// firstSeen pairs an address with the line it first appears on.
+type firstSeen struct {
+	key  addrKey
+	line int32
+}
+
+// listIndex is what the first pass learned: the first occurrence of every
+// address, sorted by address for binary search.
+type listIndex struct {
+	first      []firstSeen
+	total      int
+	duplicates int
+}
+
+// isFirst reports whether line is the first occurrence of key.
+func (idx *listIndex) isFirst(key addrKey, line int) bool {
+	i, found := slices.BinarySearchFunc(idx.first, key, func(e firstSeen, k addrKey) int { return bytes.Compare(e.key[:], k[:]) })
+	return found && idx.first[i].line == int32(line)
+}
+
+// seal sorts the entries (by address, then line) and keeps the first line of
+// each address, counting the others as duplicates.
+func (idx *listIndex) seal() {
+	slices.SortFunc(idx.first, func(a, b firstSeen) int {
+		if c := bytes.Compare(a.key[:], b.key[:]); c != 0 {
+			return c
+		}
+		return int(a.line - b.line)
+	})
+	before := len(idx.first)
+	idx.first = slices.CompactFunc(idx.first, func(a, b firstSeen) bool { return a.key == b.key })
+	idx.duplicates = before - len(idx.first)
+	idx.total -= idx.duplicates
+	idx.first = slices.Clip(idx.first)
+}
+
+// normalized returns the entry as a render batch recipient and its dedup key
+// ("" for unusable lines, which are never duplicates of anything).
+func normalized(ch channels.Channel, e listEntry) (shared.BatchRecipient, string) {
+	if e.Invalid != "" {
+		return shared.BatchRecipient{To: e.Recipient.To, Invalid: e.Invalid}, ""
+	}
+	br := shared.BatchRecipient{To: e.Recipient.To, Vars: e.Recipient.Vars}
+	if err := e.Recipient.Validate(); err != nil {
+		br.Invalid = fmt.Sprintf("line %d: %v", e.Line, err)
+		return br, e.Recipient.To
+	}
+	to, err := ch.NormalizeRecipient(e.Recipient.To)
+	if err != nil {
+		br.Invalid = fmt.Sprintf("line %d: to: %v", e.Line, err)
+		return br, e.Recipient.To
+	}
+	br.To = to
+	return br, to
+}
+
+// openList streams the named object.
+func (s *Service) openList(ctx context.Context, name string, fn func(listEntry) error) error {
+	obj, err := s.objects.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	return readList(obj, name, fn)
+}
+
+// indexList is the first pass. A missing object or a malformed list is a
+// *shared.FieldError on recipients_object.
+func (s *Service) indexList(ctx context.Context, ch channels.Channel, name string) (*listIndex, error) {
+	idx := &listIndex{}
+	err := s.openList(ctx, name, func(e listEntry) error {
+		if _, key := normalized(ch, e); key != "" {
+			idx.first = append(idx.first, firstSeen{key: keyOf(key), line: int32(e.Line)})
+		}
+		idx.total++
+		return nil
+	})
+	var le *listError
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		return nil, &shared.FieldError{Field: "recipients_object", Reason: fmt.Sprintf("no object %q in %s", name, shared.BucketRecipients)}
+	case errors.As(err, &le):
+		return nil, &shared.FieldError{Field: "recipients_object", Reason: fmt.Sprintf("%s: %s", name, le.reason)}
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	idx.seal()
+	return idx, nil
+}
+
+// checkpointEvery is how many render batches are published between
+// checkpoints of a streamed expansion.
+const checkpointEvery = 64
+
+// publishList is the second pass: it publishes the distinct recipients from
+// rec.Checkpoint on, in batches aligned with a fresh run's, so a resumed
+// expansion publishes nothing twice.
+func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *shared.TaskRecord, idx *listIndex) error {
+	name := rec.Task.RecipientsObject
+	var (
+		index   int
+		batch   []shared.BatchRecipient
+		pending []shared.RenderBatch
+	)
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		if err := s.publishBatches(ctx, pending); err != nil {
+			return err
+		}
+		last := pending[len(pending)-1]
+		rec.Checkpoint = last.First + len(last.Recipients)
+		pending = pending[:0]
+		return s.putRecord(ctx, rec)
+	}
+	err := s.openList(ctx, name, func(e listEntry) error {
+		br, key := normalized(ch, e)
+		if key != "" && !idx.isFirst(keyOf(key), e.Line) {
+			return nil // a later occurrence of an address
+		}
+		index++
+		if index <= rec.Checkpoint {
+			return nil // published before a restart
+		}
+		batch = append(batch, br)
+		if len(batch) == s.cfg.BatchSize {
+			pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: index - len(batch), Recipients: batch})
+			batch = nil
+			if len(pending) == checkpointEvery {
+				return flush()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("expand %s: %w", name, err)
+	}
+	if len(batch) > 0 {
+		pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: index - len(batch), Recipients: batch})
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if index != idx.total {
+		return fmt.Errorf("expand %s: list changed between passes (%d recipients, then %d)", name, idx.total, index)
+	}
+	return nil
+}
