@@ -79,6 +79,9 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 		select {
 		case work <- m:
 		case <-ctx.Done():
+			// Stopping: hand the message back now rather than let it hold a
+			// MaxAckPending slot until its ack wait runs out.
+			_ = m.Nak()
 		}
 	}, opts...)
 	if err != nil {

@@ -13,13 +13,30 @@
 // acknowledged without sending; the channel adapter is called with the job
 // id as Idempotency-Key; the answer is classified (shared.ErrorClass).
 //
+// Safety: each account's consumer is pinned to one dispatch process at a
+// time (priority group, PriorityPolicyPinned), so that process's token
+// bucket is the account's rate across replicas; a stopping owner releases
+// the pin at once, a crashed one loses it after PinnedTTL. Pacing is
+// adaptive (pacer.go: a 429 halves the rate and honours Retry-After; runs of
+// successes step it back up). daily_cap and per_recipient_interval are
+// enforced over KV broadcast_sends (caps.go). Account-fatal answers or three
+// auth failures in a row pause the account (KV broadcast_health); its jobs
+// move to healthy accounts of the task's pool (reroute in send.go).
+//
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
-// retrying, failed, expired), and broadcast.dead.<task> for every recipient
-// given up on (before its failed event). Retries use NakWithDelay with
-// exponential backoff and jitter, or the provider's Retry-After.
+// retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
+// recipient given up on, with every attempt's error (before its failed
+// event). Short retries use NakWithDelay with exponential backoff and
+// jitter; waits of Config.LongWait or more (long backoff, Retry-After,
+// caps, no healthy account) are JetStream scheduled messages on
+// broadcast.delay.<account>.<job> (delay.go), which hold no MaxAckPending
+// slot. Jobs of paused or unapproved tasks are parked (control.go).
 //
 // Where to edit what: dispatch.go (service, account lifecycle),
-// account.go (one account's consumer, limiter and sender), send.go (the
-// per-job steps), backoff.go (retry delays), ledger.go (idempotency),
+// account.go (one account's consumer, pin, health and sender), send.go (the
+// per-job steps, failure handling, rerouting), pacer.go (adaptive token
+// bucket), caps.go (daily cap, per-recipient gap), delay.go (scheduled
+// waits, moving jobs), control.go (pause/cancel of tasks), backoff.go
+// (retry delays), ledger.go (idempotency and attempt history),
 // deadletter.go (giving up), config.go (settings).
 package dispatch

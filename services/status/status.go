@@ -22,9 +22,12 @@ func consumerConfig() jetstream.ConsumerConfig {
 		Durable:       ConsumerName,
 		Description:   "status: folds events into progress",
 		FilterSubject: shared.SubjectEventsPrefix + ">",
-		// AckAll: one ack after a flush covers every event folded before it.
-		AckPolicy:     jetstream.AckAllPolicy,
-		AckWait:       60 * time.Second,
+		// Each event is acknowledged after the flush that wrote its effect.
+		// Not AckAll: after a crash, a new instance's ack of a later event
+		// would also acknowledge the events the dead one had folded but not
+		// flushed, before they are redelivered, and they would be lost.
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       10 * time.Second,
 		MaxDeliver:    -1,
 		MaxAckPending: 200_000,
 	}
@@ -105,19 +108,19 @@ func (s *Service) Run(ctx context.Context) error {
 
 	ticker := time.NewTicker(s.cfg.FlushInterval)
 	defer ticker.Stop()
-	var last jetstream.Msg
-	unflushed := 0
+	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
 		if err := s.flush(ctx); err != nil {
 			s.log.Warn("flush failed; events stay unacknowledged and will be folded again", "err", err)
 			return
 		}
-		if last != nil {
-			if err := last.Ack(); err != nil {
-				s.log.Warn("ack failed; events will be redelivered and folded idempotently", "err", err)
+		for _, m := range folded {
+			if err := m.Ack(); err != nil {
+				s.log.Warn("ack failed; the event will be redelivered and folded idempotently", "err", err)
+				break
 			}
-			last, unflushed = nil, 0
 		}
+		folded = folded[:0]
 	}
 	for {
 		select {
@@ -134,9 +137,8 @@ func (s *Service) Run(ctx context.Context) error {
 				_ = m.NakWithDelay(time.Second)
 				continue
 			}
-			last = m
-			unflushed++
-			if unflushed >= s.cfg.MaxUnflushed {
+			folded = append(folded, m)
+			if len(folded) >= s.cfg.MaxUnflushed {
 				flush(ctx)
 			}
 		case <-ticker.C:
