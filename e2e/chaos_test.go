@@ -82,10 +82,10 @@ func TestChaosKillDispatch(t *testing.T) {
 	// every kill hits a dispatch with sends in flight. The gateway's request
 	// count tells when it sends again (progress also moves on events
 	// published before a kill). recoveries[i] is how long dispatch took after
-	// restart i+1 to send its first request: about PinnedTTL (10 s) today,
-	// as the dead process keeps the account's pin, and up to AckWait (30 s)
-	// when every MaxAckPending slot is held by jobs the dead process had
-	// taken; the per-second log shows both.
+	// restart i+1 to send its first request: about PinnedTTL (5 s), as the
+	// dead process keeps the account's pin, and up to AckWait (10 s) when
+	// every MaxAckPending slot is held by jobs the dead process had taken;
+	// the per-second log shows both.
 	requests := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

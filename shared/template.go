@@ -21,8 +21,12 @@ const MaxBodyBytes = 64 << 10
 // calls itself must end with an error rather than hold a render worker or
 // fill memory.
 const (
-	// MaxRenderTime bounds executing a template once.
-	MaxRenderTime = 100 * time.Millisecond
+	// MaxRenderTime bounds executing a template once, in wall-clock time.
+	// MaxTemplateSteps is the deterministic bound; this one is the backstop
+	// for steps that are each expensive. It is generous because a skip is
+	// final: a legitimate template must not fail because the process was
+	// starved of CPU for a moment (GC, a container's CPU quota).
+	MaxRenderTime = time.Second
 	// MaxTemplateSteps bounds the loop iterations plus template calls of one
 	// execution.
 	MaxTemplateSteps = 100_000

@@ -59,7 +59,7 @@ func TestHostileTemplates(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, "x", out)
 			}
-			require.Less(t, elapsed, 2*time.Second, "a hostile template is stopped quickly")
+			require.Less(t, elapsed, MaxRenderTime+2*time.Second, "a hostile template is stopped quickly")
 		})
 	}
 }
@@ -85,7 +85,7 @@ func TestRenderTimeout(t *testing.T) {
 	elapsed := time.Since(start)
 	t.Logf("slow loop: %v after %s", err, elapsed.Round(time.Millisecond))
 	require.ErrorIs(t, err, ErrRenderTimeout)
-	require.Equal(t, "execution exceeded 100ms", err.Error())
+	require.Equal(t, "execution exceeded 1s", err.Error())
 	require.Less(t, elapsed, MaxRenderTime+500*time.Millisecond)
 }
 

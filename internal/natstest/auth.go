@@ -90,7 +90,9 @@ func (ts *Server) ConnectAs(t testing.TB, creds Credentials, opts ...nats.Option
 // Dial connects as creds without retrying, returning the server's refusal
 // (for example an authorization violation) as the error.
 func (ts *Server) Dial(creds Credentials, opts ...nats.Option) (*nats.Conn, error) {
-	all := creds.options(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	// bcrypt-hashed passwords make each authentication cost ~100 ms, much
+	// more under the race detector: allow for it.
+	all := creds.options(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(20*time.Second))
 	if ts.tls != nil {
 		all = append(all, nats.Secure(ts.tls))
 	}
@@ -152,7 +154,7 @@ func (l *ServerLog) Lines() []string {
 // client TLS configuration (nil: plain text), without retrying: for tests of
 // what the server refuses.
 func DialTLS(ts *Server, creds Credentials, clientTLS *tls.Config) (*nats.Conn, error) {
-	opts := creds.options(nats.MaxReconnects(0))
+	opts := creds.options(nats.MaxReconnects(0), nats.Timeout(20*time.Second))
 	url := ts.URL
 	if clientTLS != nil {
 		opts = append(opts, nats.Secure(clientTLS))

@@ -16,7 +16,7 @@ import (
 
 // ackWait is the job consumers' ack wait; the consume loop keeps slow sends
 // alive with progress acks.
-const ackWait = 30 * time.Second
+const ackWait = 10 * time.Second
 
 // priorityGroup is the pinned priority group of every account consumer.
 const priorityGroup = "dispatch"
@@ -31,7 +31,7 @@ func ConsumerName(account string) string { return "dispatch-" + account }
 // last pull request. nats-server 2.15 does not unpin when the client's
 // connection closes, so this bounds a takeover after a crash (a graceful
 // stop releases the pin at once, see releasePin).
-const pinnedTTL = 10 * time.Second
+const pinnedTTL = 5 * time.Second
 
 // pullExpiry is the expiry of each pull request, well inside pinnedTTL. The
 // pin is refreshed only by pull requests, and an owner whose slots are all
