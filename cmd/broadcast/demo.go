@@ -17,7 +17,10 @@ import (
 
 // The demo's accounts inject faults: 5% retryable 503s, 3% 429s, and
 // permanent rejects for +1555 numbers.
-const demoAccount = `{"channel":"sandbox","rate_per_sec":%d,"burst":20,"concurrency":16,
+// A 429 halves an account's rate; min_rate_per_sec keeps the demo's
+// random 429s (unrelated to its pace) from slowing it to a crawl, and
+// recover_after lets it climb back quickly.
+const demoAccount = `{"channel":"sandbox","rate_per_sec":%d,"min_rate_per_sec":%d,"recover_after":10,"burst":20,"concurrency":16,
  "latency":"5ms","fail_rate":0.05,"rate_limited_rate":0.03,"retry_after":"300ms","permanent_prefix":"+1555"}`
 
 // demoTask builds the demo broadcast: n distinct recipients, every 100th a
@@ -70,7 +73,7 @@ func runDemo(ctx context.Context, args []string) error {
 	defer nc.Close()
 
 	for _, name := range []string{"demo-a", "demo-b"} {
-		if _, err := putAccountIfMissing(ctx, js, name, fmt.Sprintf(demoAccount, *ratePerSec)); err != nil {
+		if _, err := putAccountIfMissing(ctx, js, name, fmt.Sprintf(demoAccount, *ratePerSec, *ratePerSec/2)); err != nil {
 			return err
 		}
 	}
