@@ -70,13 +70,18 @@ func TestClusterLeaderFailover(t *testing.T) {
 	t.Logf("killed n%d (JOBS leader) at %s: gateway accepted %d, requests %d",
 		leader+1, killedAt.Sub(start).Round(time.Millisecond), atKill.AcceptedKeys(), atKill.Requests)
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpClusterState(t, c)
+		}
+	})
 	newLeader := -1
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		newLeader = c.Nodes.StreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs)
 		return newLeader >= 0
 	}, "JOBS elects a new leader")
 	election := time.Since(killedAt)
-	natstest.Eventually(t, 60*time.Second, func() bool { return gw.Ledger().Requests > atKill.Requests+50 }, "sending resumes")
+	natstest.Eventually(t, 2*time.Minute, func() bool { return gw.Ledger().Requests > atKill.Requests+50 }, "sending resumes")
 	resumed := time.Since(killedAt)
 
 	p := c.WaitFinal(t, task.ID, 3*time.Minute)
@@ -115,6 +120,46 @@ func TestClusterLeaderFailover(t *testing.T) {
 		return s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs) &&
 			s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamEvents)
 	}, "n%d catches up", leader+1)
+}
+
+// dumpClusterState logs what a failed failover test needs to be understood:
+// stream and consumer leaders and the consumers' delivery state.
+func dumpClusterState(t *testing.T, c *natstest.Cluster) {
+	for i, s := range c.Nodes.Servers {
+		if s == nil {
+			t.Logf("node n%d: down", i+1)
+			continue
+		}
+		t.Logf("node n%d: meta leader %v, current %v, clients %d, routes %d", i+1, s.JetStreamIsLeader(), s.JetStreamIsCurrent(), s.NumClients(), s.NumRoutes())
+	}
+	t.Logf("test client connected %v to %s", c.NC.IsConnected(), c.NC.ConnectedUrl())
+	lines := c.Log.Lines()
+	for _, l := range lines[max(0, len(lines)-40):] {
+		t.Log(l)
+	}
+	for _, name := range allStreams() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		st, err := c.JS.Stream(ctx, name)
+		if err != nil {
+			t.Logf("stream %s: %v", name, err)
+			continue
+		}
+		info := st.CachedInfo()
+		leader := ""
+		if info.Cluster != nil {
+			leader = info.Cluster.Leader
+		}
+		t.Logf("stream %s: leader %q msgs %d", name, leader, info.State.Msgs)
+		for ci := range st.ListConsumers(ctx).Info() {
+			cl := ""
+			if ci.Cluster != nil {
+				cl = ci.Cluster.Leader
+			}
+			t.Logf("  consumer %s: leader %q pending %d ack_pending %d redelivered %d waiting %d groups %+v",
+				ci.Name, cl, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.PriorityGroups)
+		}
+	}
 }
 
 // TestClusterConfigsMatchNATSConf checks that the cluster nodes in

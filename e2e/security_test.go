@@ -24,9 +24,10 @@ import (
 // TestLeastPrivilegePipeline runs the four services under their own users
 // from nats.conf, with the operator (the test's client) submitting,
 // configuring and controlling, through every flow: a broadcast with
-// retries, rate limits and permanent failures; pause and resume (dispatch
-// parks jobs, and re-queues them on resume); retry-dead; and the circuit
-// breaker's control request. The server must log no permission violation.
+// retries, rate limits and permanent failures; retry-dead (dispatch
+// re-queues the dead letters ingest asks for); pause and resume (dispatch
+// parks jobs, and re-queues them on resume); and a recipient list uploaded
+// to the object store. The server must log no permission violation.
 func TestLeastPrivilegePipeline(t *testing.T) {
 	t.Parallel()
 	cs, users, _ := startSecureServer(t, natstest.ConfigOptions{})
@@ -92,6 +93,22 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	require.Equal(t, 400, p.Sent)
 	require.Equal(t, before+400, gw.Ledger().AcceptedKeys())
 	require.Zero(t, gw.Ledger().Duplicates)
+
+	// 4. A recipient list the operator uploads to the object store, which
+	// ingest streams.
+	var list strings.Builder
+	list.WriteString("to,name\n")
+	for i := range 50 {
+		fmt.Fprintf(&list, "o-%02d,N%d\n", i, i)
+	}
+	putObject(t, cs.Server, "lists/lp.csv", list.String())
+	before = gw.Ledger().AcceptedKeys()
+	submitAsOperator(t, cs.Server, shared.Task{ID: "lp-3", Channel: "webhook", Template: "Hi {{.name}}", RecipientsObject: "lists/lp.csv"})
+	p = cs.WaitFinal(t, "lp-3", 30*time.Second)
+	stage("lp-3 (object list) final")
+	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, 50, p.Sent)
+	require.Equal(t, before+50, gw.Ledger().AcceptedKeys())
 
 	require.Empty(t, cs.Log.Violations(), "permission violations while the pipeline ran")
 }
