@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -14,7 +12,7 @@ import (
 // not-yet-approved task's job is parked on broadcast.parked.<task>.<account>
 // (test recipients excepted) until ingest re-queues it on resume. done
 // reports whether the job was handled here.
-func (r *accountRunner) obeyControl(ctx context.Context, msg jetstream.Msg, job *shared.Job, attempts int) (done bool, err error) {
+func (r *accountRunner) obeyControl(ctx context.Context, job *shared.Job, attempts int) (done bool, err error) {
 	ctl := r.svc.controls.Get(job.TaskID)
 	switch {
 	case ctl.State == shared.StateCancelled:

@@ -59,7 +59,7 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 			Kind: shared.EventExpired, Attempt: attempt - 1, Index: job.Index, Code: "expired",
 			Error: "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the send"})
 	}
-	if done, err := r.obeyControl(ctx, msg, &job, attempt-1); done {
+	if done, err := r.obeyControl(ctx, &job, attempt-1); done {
 		return err
 	}
 	if drain, why := r.draining(); drain {
@@ -95,7 +95,7 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	// A pause or cancel that came while this job waited for a token wins:
 	// no new send starts after it.
-	if done, err := r.obeyControl(ctx, msg, &job, attempt-1); done {
+	if done, err := r.obeyControl(ctx, &job, attempt-1); done {
 		if caps != nil {
 			caps.release(ctx, job.To, false, time.Now())
 		}
