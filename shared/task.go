@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Priority orders work within an account: high overtakes normal and low.
@@ -64,12 +65,21 @@ type FieldError struct {
 	Reason string
 }
 
+// Error bounds both parts: they may quote hostile input (an unknown field
+// named with 10 KB, a template error echoing its source), and the message is
+// logged and stored in progress.
 func (e *FieldError) Error() string {
+	reason := truncate(e.Reason, maxReasonBytes)
 	if e.Field == "" {
-		return e.Reason
+		return reason
 	}
-	return e.Field + ": " + e.Reason
+	return truncate(e.Field, maxFieldNameBytes) + ": " + reason
 }
+
+const (
+	maxFieldNameBytes = 200
+	maxReasonBytes    = 1000
+)
 
 func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -265,9 +275,13 @@ func (t *Task) ExpiryTime() time.Time {
 	return v
 }
 
+// truncate cuts s to at most n bytes on a rune boundary and marks the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "..."
 }
