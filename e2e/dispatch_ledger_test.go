@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
@@ -16,10 +17,13 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// TestDispatchLedgerSkipsSentJob publishes a job straight onto an account's
-// queue whose ledger entry already says sent: dispatch acknowledges it
-// without calling the provider and records its sent event. A second job
-// without a ledger entry is sent, so the path is live.
+// TestDispatchLedgerSkipsSentJob publishes jobs straight onto an account's
+// queue, as a resumed expansion or a re-publication would: one whose ledger
+// entry says sent (its event was never stored), one whose sent event is
+// already stored, and a fresh one. Dispatch sends only the fresh one; it
+// records the first one's sent event from the ledger and adds no second
+// event for the second. A successful send writes no ledger entry: its
+// stored sent event is the record.
 func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 	t.Parallel()
 	ts := natstest.Start(t)
@@ -32,13 +36,16 @@ func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 	ledger, err := ts.JS.KeyValue(ctx, shared.BucketLedger)
 	require.NoError(t, err)
 	const taskID = "idem-task"
-	jobs := make([]shared.Job, 2)
+	jobs := make([]shared.Job, 3)
 	for i := range jobs {
 		jobs[i] = shared.Job{ID: shared.JobID(taskID, i, false), TaskID: taskID, Index: i, To: "r" + string(rune('0'+i)), Body: "hello",
-			Channel: "webhook", Account: "idem", Priority: shared.PriorityNormal, MaxAttempts: 5, EnqueuedAt: time.Now().UTC()}
+			Channel: "webhook", Account: "idem", Priority: shared.PriorityNormal, MaxAttempts: 5, EnqueuedAt: time.Now().UTC(),
+			Recheck: i < 2}
 	}
 	_, err = ledger.Put(ctx, jobs[0].LedgerKey(), []byte(`{"state":"sent","account":"x","attempt":1}`))
 	require.NoError(t, err)
+	require.NoError(t, shared.PublishEvent(ctx, ts.JS, &shared.Event{TaskID: taskID, JobID: jobs[1].ID, To: jobs[1].To,
+		Account: "y", Kind: shared.EventSent, Attempt: 1, Index: 1}))
 	for _, j := range jobs {
 		data, err := json.Marshal(j)
 		require.NoError(t, err)
@@ -49,35 +56,34 @@ func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 	var sent []shared.Event
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		sent = eventsOf(ts.Events(t, taskID), shared.EventSent)
-		return len(sent) == 2
+		return len(sent) >= 3
 	}, "a sent event for each job")
 	cons, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("idem"))
 	require.NoError(t, err)
 	natstest.Eventually(t, 5*time.Second, func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, "both jobs acknowledged")
+	}, "every job acknowledged")
 	time.Sleep(200 * time.Millisecond)
+	sent = eventsOf(ts.Events(t, taskID), shared.EventSent)
 	l := gw.Ledger()
-	byJob := map[string]shared.Event{}
+	byJob := map[string][]shared.Event{}
 	for _, e := range sent {
-		byJob[e.JobID] = e
+		byJob[e.JobID] = append(byJob[e.JobID], e)
 	}
-	t.Logf("ledger said sent: provider requests for it %d; for the fresh job %d; events %+v", l.RequestsByKey[jobs[0].ID], l.RequestsByKey[jobs[1].ID], byJob)
-	require.Zero(t, l.RequestsByKey[jobs[0].ID], "the job recorded as sent was not sent again")
+	t.Logf("provider requests: ledger said sent %d, event said sent %d, fresh %d; events %+v",
+		l.RequestsByKey[jobs[0].ID], l.RequestsByKey[jobs[1].ID], l.RequestsByKey[jobs[2].ID], byJob)
+	require.Zero(t, l.RequestsByKey[jobs[0].ID], "the job the ledger records as sent was not sent again")
+	require.Zero(t, l.RequestsByKey[jobs[1].ID], "the job with a stored sent event was not sent again")
 	require.Equal(t, 1, l.Requests, "only the fresh job reached the provider")
-	require.Equal(t, 1, l.RequestsByKey[jobs[1].ID])
-	require.Equal(t, "x", byJob[jobs[0].ID].Account, "the event repeats the ledger's account")
-	require.Equal(t, 1, byJob[jobs[0].ID].Attempt)
-	require.Equal(t, "idem", byJob[jobs[1].ID].Account)
+	require.Equal(t, 1, l.RequestsByKey[jobs[2].ID])
+	require.Len(t, sent, 3, "one sent event per job")
+	require.Equal(t, "x", byJob[jobs[0].ID][0].Account, "the event repeats the ledger's account")
+	require.Equal(t, 1, byJob[jobs[0].ID][0].Attempt)
+	require.Equal(t, "idem", byJob[jobs[2].ID][0].Account)
 
-	// The fresh job is now recorded as sent too.
-	e, err := ledger.Get(ctx, jobs[1].LedgerKey())
-	require.NoError(t, err)
-	var entry struct{ State, Account string }
-	require.NoError(t, json.Unmarshal(e.Value(), &entry))
-	require.Equal(t, "sent", entry.State)
-	require.Equal(t, "idem", entry.Account)
+	_, err = ledger.Get(ctx, jobs[2].LedgerKey())
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a successful send writes no ledger entry")
 }
 
 // TestDispatchDeadLetterHistory: a recipient answered 503 twice and then

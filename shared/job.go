@@ -36,6 +36,11 @@ type Job struct {
 	// published (a job re-published to wait out a long delay carries its
 	// count along). The current attempt is Attempts + the delivery count.
 	Attempts int `json:"attempts,omitempty"`
+	// Recheck marks a job that may have been sent before under another
+	// message (re-published after a wait or a move, re-queued, or rendered
+	// again by a resumed expansion): dispatch consults the ledger even on
+	// its first delivery. Render's fresh jobs skip that lookup.
+	Recheck bool `json:"recheck,omitempty"`
 	// Generation increases each time dead letters are retried, so the
 	// re-queued job is not dropped as a duplicate publish.
 	Generation int `json:"generation,omitempty"`

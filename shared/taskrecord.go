@@ -19,6 +19,9 @@ type TaskRecord struct {
 	// in published render batches: a restarted expansion of a streamed list
 	// resumes there instead of publishing them again.
 	Checkpoint int `json:"checkpoint,omitempty"`
+	// Released is set before a scheduled or approved task's recipients are
+	// first published: a second release publishes them again (Resumed).
+	Released bool `json:"released,omitempty"`
 	// Expanded is set once every render batch was published.
 	Expanded   bool      `json:"expanded"`
 	AcceptedAt time.Time `json:"accepted_at"`
@@ -34,6 +37,9 @@ type RenderBatch struct {
 	Recipients []BatchRecipient `json:"recipients"`
 	// Test marks a batch of test recipients.
 	Test bool `json:"test,omitempty"`
+	// Resumed marks a batch published again after a crash or a redelivery:
+	// some of its jobs may exist already, possibly sent (Job.Recheck).
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // BatchRecipient is one recipient in a RenderBatch.

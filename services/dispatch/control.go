@@ -23,7 +23,7 @@ func (r *accountRunner) obeyControl(ctx context.Context, job *shared.Job, attemp
 		return false, nil
 	}
 	cp := *job
-	cp.Attempts = attempts
+	cp.Attempts, cp.Recheck = attempts, true
 	data, err := json.Marshal(&cp)
 	if err != nil {
 		return true, err

@@ -19,7 +19,7 @@ import (
 func (s *Service) delayJob(ctx context.Context, job *shared.Job, account string, attempts int, d time.Duration) error {
 	cp := *job
 	cp.Account = account
-	cp.Attempts = attempts
+	cp.Attempts, cp.Recheck = attempts, true
 	data, err := json.Marshal(&cp)
 	if err != nil {
 		return err
@@ -45,7 +45,7 @@ func (s *Service) delayJob(ctx context.Context, job *shared.Job, account string,
 func (s *Service) moveJob(ctx context.Context, job *shared.Job, to string, attempts int) error {
 	cp := *job
 	cp.Account = to
-	cp.Attempts = attempts
+	cp.Attempts, cp.Recheck = attempts, true
 	data, err := json.Marshal(&cp)
 	if err != nil {
 		return err

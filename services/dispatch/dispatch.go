@@ -17,6 +17,7 @@ type Service struct {
 	cfg      Config
 	log      *slog.Logger
 	ledger   jetstream.KeyValue
+	sent     *sentIndex
 	healthKV jetstream.KeyValue
 	sends    jetstream.KeyValue
 	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper
@@ -37,7 +38,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"),
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
 		runners: map[string]*accountRunner{}, ready: make(chan struct{})}, nil
 }
 

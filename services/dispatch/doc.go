@@ -8,10 +8,16 @@
 // no larger; a token bucket (golang.org/x/time/rate) paces sends at
 // rate_per_sec with burst.
 //
-// Per job: the idempotency ledger (KV broadcast_ledger, key <task>.<index>)
-// is checked first, so a redelivered job that was already sent is
-// acknowledged without sending; the channel adapter is called with the job
-// id as Idempotency-Key; the answer is classified (shared.ErrorClass).
+// Per job: a job that may have been handled before (redelivered, or marked
+// Recheck when re-published or rendered by a resumed expansion) is checked
+// against the idempotency ledger first, so one already sent is acknowledged
+// without sending. For successes the ledger is the task's stored sent
+// events (sentindex.go: each is stored before its job is acknowledged, so
+// it costs nothing per send); KV broadcast_ledger (key <task>.<index>)
+// keeps attempt errors, and a sent record only when the event could not be
+// stored. Fresh jobs skip the lookups. The channel adapter is called with
+// the job id as Idempotency-Key; the answer is classified
+// (shared.ErrorClass).
 //
 // Safety: each account's consumer is pinned to one dispatch process at a
 // time (priority group, PriorityPolicyPinned), so that process's token
@@ -37,6 +43,6 @@
 // per-job steps, failure handling, rerouting), pacer.go (adaptive token
 // bucket), caps.go (daily cap, per-recipient gap), delay.go (scheduled
 // waits, moving jobs), control.go (pause/cancel of tasks), backoff.go
-// (retry delays), ledger.go (idempotency and attempt history),
+// (retry delays), ledger.go (attempt history), sentindex.go (idempotency),
 // deadletter.go (giving up), config.go (settings).
 package dispatch

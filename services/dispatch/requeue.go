@@ -260,7 +260,7 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 // requeue publishes a new generation of job to a usable account of its pool.
 func (s *Service) requeue(ctx context.Context, job *shared.Job) error {
 	job.Generation++
-	job.Attempts = 0
+	job.Attempts, job.Recheck = 0, true
 	if candidates := s.accounts.ForTask(job.Channel, job.Pool); len(candidates) > 0 {
 		job.Account = shared.PickAccount(candidates, job.To, nil).Name
 	}

@@ -43,16 +43,28 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	r.mu.Unlock()
 
-	// A job recorded as sent was accepted by the provider before a crash or a
-	// lost ack: acknowledge it without sending, and make sure its event exists.
-	le, err := s.readLedger(ctx, &job)
-	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	if le.State == "sent" {
-		log.Debug("job already sent; not sending again")
-		return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: le.Account,
-			Kind: shared.EventSent, Attempt: le.Attempt, Index: job.Index, ProviderID: le.ProviderID, At: le.At})
+	// A job that may have been handled before (redelivered, re-published,
+	// or from a resumed expansion) is checked against the ledger: one whose
+	// send was accepted before a crash or a lost ack is acknowledged without
+	// sending. A job on its first delivery straight from render cannot have
+	// been sent, and skips the lookups (see sentIndex).
+	le := &ledgerEntry{}
+	if meta.NumDelivered > 1 || job.Attempts > 0 || job.Recheck {
+		if sent, err := s.sent.sent(ctx, &job); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		} else if sent {
+			log.Debug("job already sent (its sent event exists); not sending again")
+			return nil
+		}
+		if le, err = s.readLedger(ctx, &job); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		if le.State == "sent" {
+			// Sent, but its event could not be published then: publish it now.
+			log.Debug("job already sent; not sending again")
+			return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: le.Account,
+				Kind: shared.EventSent, Attempt: le.Attempt, Index: job.Index, ProviderID: le.ProviderID, At: le.At})
+		}
 	}
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
 		return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: acct.Name,
@@ -116,13 +128,18 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	if res.OK() {
 		r.noteSuccess()
 		ev.ProviderID = res.ProviderID
-		entry := &ledgerEntry{State: "sent", Account: acct.Name, Attempt: attempt, ProviderID: res.ProviderID, At: time.Now().UTC()}
-		if err := s.writeLedger(ctx, &job, entry); err != nil {
-			// The send happened and the event below counts it; only a crash
-			// before the ack could now repeat it (with the same key).
-			log.Error("ledger write failed after a successful send", "err", err)
+		// The stored sent event is the record that stops a repeat (see
+		// sentIndex); it is published before the job is acknowledged.
+		err := s.publish(ctx, ev)
+		if err != nil {
+			// The job comes back: the ledger entry says it was sent, and the
+			// event is published then.
+			entry := &ledgerEntry{State: "sent", Account: acct.Name, Attempt: attempt, ProviderID: res.ProviderID, At: time.Now().UTC()}
+			if lerr := s.writeLedger(ctx, &job, entry); lerr != nil {
+				log.Error("neither the sent event nor the ledger entry could be stored after a successful send; a redelivery may repeat it (same idempotency key)", "err", lerr)
+			}
 		}
-		return s.publish(ctx, ev)
+		return err
 	}
 
 	log = log.With(shared.KeyClass, res.Class, "code", res.Code)

@@ -82,12 +82,12 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) shar
 			}
 			if ctl.State == shared.StateScheduled && len(task.TestRecipients) > 0 {
 				// Resuming a scheduled task starts it now, test recipients first.
-				if err := s.begin(ctx, rec); err != nil {
+				if err := s.begin(ctx, rec, false); err != nil {
 					return fail("%v", err)
 				}
 				return shared.ControlReply{OK: true, State: shared.StateAwaitingApproval}
 			}
-			if err := s.release(ctx, rec, task, ch); err != nil {
+			if err := s.release(ctx, rec, task, ch, false); err != nil {
 				return fail("%v", err)
 			}
 		default:

@@ -210,14 +210,14 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 		log.Info("task scheduled", "send_at", sendAt)
 	case shared.StateAwaitingApproval:
-		if err := s.publishTestBatches(ctx, task, ch); err != nil {
+		if err := s.publishTestBatches(ctx, task, ch, stored != nil); err != nil {
 			return err
 		}
 	default:
 		if idx != nil {
-			err = s.publishList(ctx, ch, &record, idx)
+			err = s.publishList(ctx, ch, &record, idx, stored != nil)
 		} else {
-			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false))
+			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false), stored != nil)
 		}
 		if err != nil {
 			return err
@@ -272,9 +272,13 @@ func (s *Service) putRecord(ctx context.Context, r *shared.TaskRecord) error {
 // publishBatches publishes render batches asynchronously and waits for every
 // ack; any failure returns an error so the whole task is retried (dedup ids
 // make the retry cheap and exact).
-func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch) error {
+// publishBatches publishes render batches; resumed says they may have been
+// published before (a crash, a redelivery), so render marks their jobs for
+// the ledger check.
+func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch, resumed bool) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(bs))
 	for _, b := range bs {
+		b.Resumed = resumed
 		data, err := json.Marshal(b)
 		if err != nil {
 			return shared.Permanent(err)

@@ -62,12 +62,16 @@ func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
 			return ctx.Err()
 		}
 	}
-	return s.begin(ctx, rec)
+	redelivered := false
+	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered > 1 {
+		redelivered = true
+	}
+	return s.begin(ctx, rec, redelivered)
 }
 
 // begin moves a scheduled task on: to its test recipients and approval, or
 // straight to sending.
-func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord) error {
+func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord, redelivered bool) error {
 	task, ch, err := s.original(ctx, rec)
 	if err != nil {
 		return err
@@ -76,24 +80,32 @@ func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord) error {
 		if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateAwaitingApproval}); err != nil {
 			return err
 		}
-		return s.publishTestBatches(ctx, task, ch)
+		return s.publishTestBatches(ctx, task, ch, redelivered)
 	}
-	return s.release(ctx, rec, task, ch)
+	return s.release(ctx, rec, task, ch, redelivered)
 }
 
 // release publishes the task's recipients and marks it running.
-func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *shared.Task, ch channels.Channel) error {
+// redelivered says the request to release may have run before.
+func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *shared.Task, ch channels.Channel, redelivered bool) error {
+	resumed := redelivered || rec.Released
+	if !rec.Released {
+		rec.Released = true
+		if err := s.putRecord(ctx, rec); err != nil {
+			return err
+		}
+	}
 	if task.RecipientsObject != "" {
 		idx, err := s.indexList(ctx, ch, task.RecipientsObject)
 		if err != nil {
 			return err
 		}
-		if err := s.publishList(ctx, ch, rec, idx); err != nil {
+		if err := s.publishList(ctx, ch, rec, idx, resumed); err != nil {
 			return err
 		}
 	} else {
 		exp := expand(ch, task.Recipients)
-		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false)); err != nil {
+		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false), resumed); err != nil {
 			return err
 		}
 	}
@@ -109,9 +121,9 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 }
 
 // publishTestBatches sends the test recipients ahead of the task.
-func (s *Service) publishTestBatches(ctx context.Context, task *shared.Task, ch channels.Channel) error {
+func (s *Service) publishTestBatches(ctx context.Context, task *shared.Task, ch channels.Channel, resumed bool) error {
 	exp := expand(ch, task.TestRecipients)
-	return s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, true))
+	return s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, true), resumed)
 }
 
 // record reads a task's record.

@@ -130,7 +130,7 @@ const checkpointEvery = 64
 // publishList is the second pass: it publishes the distinct recipients from
 // rec.Checkpoint on, in batches aligned with a fresh run's, so a resumed
 // expansion publishes nothing twice.
-func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *shared.TaskRecord, idx *listIndex) error {
+func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *shared.TaskRecord, idx *listIndex, resumed bool) error {
 	name := rec.Task.RecipientsObject
 	var (
 		index   int
@@ -141,7 +141,7 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 		if len(pending) == 0 {
 			return nil
 		}
-		if err := s.publishBatches(ctx, pending); err != nil {
+		if err := s.publishBatches(ctx, pending, resumed); err != nil {
 			return err
 		}
 		last := pending[len(pending)-1]

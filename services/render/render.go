@@ -94,6 +94,13 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		s.log.Warn("no enabled account for task; batch waits", shared.KeyTaskID, t.ID, "channel", t.Channel)
 		return shared.RetryAfter(s.cfg.NoAccountRetry, shared.ErrNoAccount)
 	}
+	// A batch rendered before (redelivered, or published again by a resumed
+	// expansion) may have jobs that exist already beyond the stream's
+	// duplicate window, some of them sent: dispatch checks those.
+	recheck := b.Resumed
+	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered > 1 {
+		recheck = true
+	}
 	now := time.Now().UTC()
 	futures := make([]jetstream.PubAckFuture, 0, len(b.Recipients))
 	rendered, skipped := 0, map[string]int{}
@@ -124,7 +131,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
-				Vars: r.Vars, Test: b.Test, Pool: t.Accounts,
+				Vars: r.Vars, Test: b.Test, Pool: t.Accounts, Recheck: recheck,
 			}
 			perr = s.publishJob(&job, &futures)
 			rendered++

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"slices"
 	"time"
 
 	"github.com/broadcastd/broadcast/shared"
@@ -36,6 +37,10 @@ func outcomeOf(k shared.EventKind) (outcome, bool) {
 	}
 	return outNone, false
 }
+
+// maxRecipientIndex bounds the outcomes of a task whose total is not known
+// yet (256 MB, far beyond any list).
+const maxRecipientIndex = 1 << 28
 
 // taskFold is the fold state of one task.
 type taskFold struct {
@@ -90,14 +95,14 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 		f.WaitReason = ev.Error
 	}
 	if ev.Index >= len(f.Outcomes) {
-		if f.Accepted {
-			return false // an index beyond total is not this task's
+		if f.Accepted || ev.Index >= maxRecipientIndex {
+			// An index beyond total is not this task's; one beyond any
+			// list's size is a stray event, not worth gigabytes.
+			return false
 		}
 		// Grow geometrically: a streamed task's events arrive before its
 		// total is known, in rising index order.
-		grown := make([]byte, ev.Index+1, max(ev.Index+1, 2*cap(f.Outcomes)))
-		copy(grown, f.Outcomes)
-		f.Outcomes = grown
+		f.Outcomes = slices.Grow(f.Outcomes, ev.Index+1-len(f.Outcomes))[:ev.Index+1]
 	}
 	// The breaker sees every attempt, repeated retries of one job included:
 	// a provider failing everything keeps the same few jobs cycling.
