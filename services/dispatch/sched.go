@@ -41,10 +41,16 @@ var errSchedStopped = errors.New("account no longer sending from this process")
 // priority: the next token of the account's pacer, and a free slot of its
 // in-flight cap, go to a waiting high job before a normal one before a low
 // one. A lower lane is served only while every higher lane is idle, that is
-// has no job anywhere between delivery and its send (so a high task whose
-// handlers are busy with ledger reads between sends is not overtaken); a
-// high task therefore takes the account's whole rate while it has work, and
-// the total never exceeds the pacer's rate and burst, whatever the lanes.
+// has no job being handled outside its provider call: a higher lane's
+// handlers busy with the ledger, events and acks between their sends still
+// count as its work (counting only the jobs before their send, and handing
+// a token taken meanwhile to any waiter, let 8 low jobs through while
+// 98,000 normal ones were queued in the first run of
+// TestDispatchPriorityOvertakes), but a job inside its
+// provider call does not, so a slow provider does not stop the lower lanes
+// while slots are free. A high task therefore takes the account's whole
+// rate while it has work, and the total never exceeds the pacer's rate and
+// burst, whatever the lanes.
 //
 // One scheduler serves one ownership session of a runner: its run loop
 // stops, and every waiter is turned away, when the session ends.
@@ -54,19 +60,24 @@ type scheduler struct {
 
 	mu      sync.Mutex
 	waiting [numLanes][]*ticket // FIFO per lane
-	busy    [numLanes]int       // tickets begun and neither granted nor finished
+	busy    [numLanes]int       // tickets being handled outside their provider call
 	inUse   int                 // granted slots not yet released
+	grants  uint64              // grants so far
 	wake    chan struct{}       // poked on every change that may allow a grant
 	done    chan struct{}       // closed when the session ends
 	endOnce sync.Once
 }
 
-// ticket is one job's claim in its lane, from delivery to its send.
+// ticket is one job's claim in its lane, from delivery to the end of its
+// handling: counted as its lane's work except while it holds a slot (its
+// provider call).
 type ticket struct {
 	s       *scheduler
 	lane    int
-	counted bool          // still counted in busy
+	counted bool          // counted in busy
 	held    bool          // holds a slot
+	granted bool          // was granted (ready is closed)
+	seq     uint64        // the grant's number in the session, from 1
 	ready   chan struct{} // closed on grant
 }
 
@@ -84,8 +95,8 @@ func (s *scheduler) poke() {
 // end stops the session: run returns and waiters are turned away.
 func (s *scheduler) end() { s.endOnce.Do(func() { close(s.done) }) }
 
-// begin counts a job of lane as on its way to a send; call finish when it
-// leaves without sending (finish after a grant does nothing).
+// begin counts a job of lane as its lane's work; call finish when its
+// handling ends.
 func (s *scheduler) begin(lane int) *ticket {
 	s.mu.Lock()
 	s.busy[lane]++
@@ -93,8 +104,25 @@ func (s *scheduler) begin(lane int) *ticket {
 	return &ticket{s: s, lane: lane, counted: true, ready: make(chan struct{})}
 }
 
+// sent ends the provider call: the slot is free, and the job counts as its
+// lane's work again until finish (its ledger entry, event and ack).
+func (t *ticket) sent() {
+	s := t.s
+	s.mu.Lock()
+	if t.held {
+		t.held = false
+		s.inUse--
+		if !t.counted {
+			t.counted = true
+			s.busy[t.lane]++
+		}
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
 // finish ends the ticket: it is no longer counted as busy, and its slot, if
-// granted, is released. Calling it twice is safe.
+// held, is released. Calling it twice is safe.
 func (t *ticket) finish() {
 	s := t.s
 	s.mu.Lock()
@@ -121,7 +149,7 @@ func (t *ticket) finish() {
 func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) {
 	s := t.s
 	s.mu.Lock()
-	if t.held {
+	if t.granted {
 		s.mu.Unlock()
 		return true, nil
 	}
@@ -142,7 +170,7 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t.held {
+	if t.granted {
 		return true, nil // granted at the same moment
 	}
 	if i := slices.Index(s.waiting[t.lane], t); i >= 0 {
@@ -151,15 +179,15 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 	return false, err
 }
 
-// pick returns the lane whose first waiter is served next, or -1. With
-// strict set, a lower lane is served only while every higher lane is idle.
-// Call with s.mu held.
-func (s *scheduler) pick(strict bool) int {
+// pick returns the lane whose first waiter is served next, or -1: the
+// highest lane with a waiter, unless a higher lane is busy. Call with s.mu
+// held.
+func (s *scheduler) pick() int {
 	for lane := range numLanes {
 		if len(s.waiting[lane]) > 0 {
 			return lane
 		}
-		if strict && s.busy[lane] > 0 {
+		if s.busy[lane] > 0 {
 			return -1
 		}
 	}
@@ -195,25 +223,25 @@ func (s *scheduler) run(ctx context.Context, valid func() bool) error {
 func (s *scheduler) grantable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.inUse < s.slots && s.pick(true) >= 0
+	return s.inUse < s.slots && s.pick() >= 0
 }
 
-// grant gives the token just taken to the best waiter now. A higher lane
-// that turned busy while the token was awaited does not void it: it goes
-// to the best waiter there is, and is lost only when nobody waits any more.
+// grant gives the token just taken to the best waiter now (a high job that
+// arrived while the token was awaited gets it). When a higher lane turned
+// busy meanwhile without a waiter, the token is dropped rather than given
+// to a lower lane: a token unused only lowers the rate.
 func (s *scheduler) grant() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lane := s.pick(true)
-	if lane < 0 {
-		lane = s.pick(false)
-	}
+	lane := s.pick()
 	if lane < 0 {
 		return
 	}
 	t := s.waiting[lane][0]
 	s.waiting[lane] = s.waiting[lane][1:]
-	t.held = true
+	t.held, t.granted = true, true
+	s.grants++
+	t.seq = s.grants
 	if t.counted {
 		t.counted = false
 		s.busy[lane]--

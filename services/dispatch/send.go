@@ -120,7 +120,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	res := sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
 		Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
 	latency := time.Since(start)
-	turn.finish() // the provider call is over: its in-flight slot is free
+	turn.sent() // the provider call is over: its in-flight slot is free
 	s.cfg.metrics.Latency(acct.Name, latency)
 	if caps != nil {
 		caps.release(ctx, job.To, res.OK(), time.Now())
