@@ -82,8 +82,9 @@ func TestChaosKillDispatch(t *testing.T) {
 	// every kill hits a dispatch with sends in flight. The gateway's request
 	// count tells when it sends again (progress also moves on events
 	// published before a kill). recoveries[i] is how long dispatch took after
-	// restart i+1 to send its first request: about PinnedTTL (5 s), as the
-	// dead process keeps the account's pin, and up to AckWait (10 s) when
+	// restart i+1 to send its first request: up to the lease TTL (5 s), as
+	// the dead process's lease on the account must expire first (the new
+	// process has another owner id), and up to AckWait (10 s) when
 	// every MaxAckPending slot is held by jobs the dead process had taken;
 	// the per-second log shows both.
 	requests := func() int {

@@ -15,7 +15,7 @@ import (
 )
 
 // TestDispatchFailover runs three replicas, stops the one holding the
-// account's pin while it sends, and measures how long the account's traffic
+// account's lease while it sends, and measures how long the account's traffic
 // pauses before another replica takes over. Every recipient must still be
 // accepted exactly once.
 func TestDispatchFailover(t *testing.T) {
@@ -80,14 +80,15 @@ func TestDispatchFailover(t *testing.T) {
 	}
 }
 
-// TestDispatchPinSurvivesLongRetryAfter: a Retry-After longer than the
-// consumer's PinnedTTL pauses the owning replica with its slots full, so it
-// pulls nothing for the whole wait. It must keep the account all the same:
+// TestDispatchLeaseSurvivesLongRetryAfter: a Retry-After longer than the
+// account lease's TTL pauses the owning replica with its slots full, so it
+// sends and pulls nothing for the whole wait. It must keep the account all
+// the same:
 // a new owner would start with a fresh pacer at the full configured rate,
 // forgetting the provider's rate limit, and both would send at once.
-func TestDispatchPinSurvivesLongRetryAfter(t *testing.T) {
+func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 	t.Parallel()
-	const retryAfter = 12 // seconds; PinnedTTL is 10 s
+	const retryAfter = 12 // seconds; the lease's TTL is 5 s (shared.LeaseTTL)
 	e := newDispatchEnv(t, dispatch.Config{})
 	var once sync.Once
 	rec := startRecorder(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -100,11 +101,11 @@ func TestDispatchPinSurvivesLongRetryAfter(t *testing.T) {
 		}
 		_, _ = w.Write([]byte(`{"id":"ok"}`))
 	}), 0)
-	e.ts.PutAccount(t, "pinned", webhookAccount(rec.URL, `"rate_per_sec":20,"burst":2,"concurrency":4`))
+	e.ts.PutAccount(t, "held", webhookAccount(rec.URL, `"rate_per_sec":20,"burst":2,"concurrency":4`))
 	for range 2 {
 		e.startReplica()
 	}
-	task := shared.Task{ID: "pin", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("q", 30)}
+	task := shared.Task{ID: "lease-wait", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("q", 30)}
 	submit(t, e.ts, task)
 	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
 	require.Equal(t, shared.StateSucceeded, p.State)

@@ -58,7 +58,7 @@ func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 		sent = eventsOf(ts.Events(t, taskID), shared.EventSent)
 		return len(sent) >= 3
 	}, "a sent event for each job")
-	cons, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("idem"))
+	cons, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("idem", shared.PriorityNormal))
 	require.NoError(t, err)
 	natstest.Eventually(t, 5*time.Second, func() bool {
 		info, err := cons.Info(ctx)

@@ -34,7 +34,7 @@ func queueDrained(t *testing.T, ts *natstest.Server, account string) func() time
 		defer close(done)
 		busy := false
 		for ctx.Err() == nil {
-			c, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName(account))
+			c, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName(account, shared.PriorityNormal))
 			if err == nil {
 				if info, err := c.Info(ctx); err == nil {
 					n := info.NumPending + uint64(info.NumAckPending)

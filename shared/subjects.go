@@ -25,6 +25,7 @@ const (
 	BucketHealth     = "broadcast_health"
 	BucketControl    = "broadcast_control"
 	BucketSends      = "broadcast_sends"
+	BucketLeases     = "broadcast_leases"
 )
 
 // Subjects. Those in the contract (tasks, control, events, dead) must never be

@@ -28,6 +28,11 @@ func (c TopologyConfig) withDefaults() TopologyConfig {
 	return c
 }
 
+// LeaseTTL is the age at which an account's lease in KV broadcast_leases
+// expires unless its owner refreshed it: after a crash, another dispatch
+// process takes the account over within about this long.
+const LeaseTTL = 5 * time.Second
+
 // Streams returns the definitions of every stream.
 func Streams(c TopologyConfig) []jetstream.StreamConfig {
 	c = c.withDefaults()
@@ -101,6 +106,10 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		// Each key is <account>.<recipient hash> and lives 24 h after its last
 		// send: the rolling window behind daily_cap and per_recipient_interval.
 		{Bucket: BucketSends, Description: "Rolling 24 h send log per account and recipient.", History: 1, TTL: 24 * time.Hour, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is an account; its value names the dispatch process that
+		// sends for it. The owner refreshes it every second; one that stops
+		// refreshing (a crash) loses it LeaseTTL after its last refresh.
+		{Bucket: BucketLeases, Description: "Which dispatch process sends for each account (short-lived leases).", History: 1, TTL: LeaseTTL, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

@@ -18,7 +18,7 @@ type Status struct {
 // NewStatus registers status's metrics with reg; a nil reg gives a nil set.
 //
 //	broadcast_events_folded_total{kind}
-//	broadcast_queue_depth{account}        (JOBS consumer dispatch-<account>: not yet delivered)
+//	broadcast_queue_depth{account}        (JOBS consumers of the account, every priority: not yet delivered)
 //	broadcast_queue_in_flight{account}    (delivered, not yet acknowledged)
 //	broadcast_account_paused{account}     (1 when KV broadcast_health says paused)
 //	broadcast_tasks{state}                (tasks in KV broadcast_progress by state)

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -18,47 +19,34 @@ import (
 // alive with progress acks.
 const ackWait = 10 * time.Second
 
-// priorityGroup is the pinned priority group of every account consumer.
-const priorityGroup = "dispatch"
+// ConsumerName is the durable consumer of account's jobs of priority p.
+// Normal jobs keep the name the account's single consumer had before there
+// were lanes ("dispatch-<account>"); high and low use another prefix, so
+// that no lane's name can equal another account's ("dispatch_high-<account>",
+// "dispatch_low-<account>": account names never contain the underscore
+// right after "dispatch").
+func ConsumerName(account string, p shared.Priority) string {
+	switch p {
+	case shared.PriorityHigh, shared.PriorityLow:
+		return "dispatch_" + string(p) + "-" + account
+	}
+	return "dispatch-" + account
+}
 
-// pinIDHeader carries the pin a message was delivered under.
-const pinIDHeader = "Nats-Pin-Id"
-
-// ConsumerName is the durable consumer of account's jobs.
-func ConsumerName(account string) string { return "dispatch-" + account }
-
-// pinnedTTL is how long the server keeps a pin after the pinned client's
-// last pull request. nats-server 2.15 does not unpin when the client's
-// connection closes, so this bounds a takeover after a crash (a graceful
-// stop releases the pin at once, see releasePin).
-const pinnedTTL = 5 * time.Second
-
-// pullExpiry is the expiry of each pull request, well inside pinnedTTL. The
-// pin is refreshed only by pull requests, and an owner whose slots are all
-// held (its sends waiting out a Retry-After, say) makes a new one only when
-// the last expires: with the client's default of 30 s a wait longer than
-// pinnedTTL handed the account to another replica, which started at the full
-// configured rate while the old owner still sent its held jobs.
-const pullExpiry = pinnedTTL / 4
-
-// consumerConfig pins each account's consumer to one client at a time
-// (PriorityPolicyPinned): whichever dispatch process holds the pin is the
-// account's only sender, so its local token bucket is the account's rate
-// across all replicas. A stopping owner releases the pin; a dead one loses
-// it pinnedTTL after its last pull, and its unacknowledged jobs come back
-// after ackWait.
-func consumerConfig(a *shared.Account) jetstream.ConsumerConfig {
+// consumerConfig is the durable consumer of one lane of an account. The
+// consumers are not pinned: only the holder of the account's lease
+// (lease.go) consumes them. Each lane's MaxAckPending is the account's
+// concurrency, so a lane's held jobs never stop another lane's delivery;
+// the in-flight cap across lanes is the scheduler's (sched.go).
+func consumerConfig(a *shared.Account, p shared.Priority) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:        ConsumerName(a.Name),
-		Description:    "dispatch: jobs of account " + a.Name,
-		FilterSubject:  shared.JobsFilter(a.Name),
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        ackWait,
-		MaxDeliver:     -1,
-		MaxAckPending:  a.Concurrency, // the in-flight cap, across every process
-		PriorityPolicy: jetstream.PriorityPolicyPinned,
-		PriorityGroups: []string{priorityGroup},
-		PinnedTTL:      pinnedTTL,
+		Durable:       ConsumerName(a.Name, p),
+		Description:   "dispatch: " + string(p) + " jobs of account " + a.Name,
+		FilterSubject: shared.JobSubject(a.Name, p),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: a.Concurrency,
 	}
 }
 
@@ -78,9 +66,6 @@ type accountRunner struct {
 	pausedSince time.Time
 	authFails   int
 	lastActive  time.Time
-	// pinID is the priority-group pin this runner's last job was delivered
-	// under; releasePin compares it with the consumer's current pin.
-	pinID string
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -210,6 +195,8 @@ func (r *accountRunner) capTracker(ctx context.Context) (*capTracker, error) {
 	return c, nil
 }
 
+// run takes part in the account until the runner stops: it waits for the
+// account's lease, sends while it holds it, and waits again when it loses it.
 func (r *accountRunner) run() {
 	defer close(r.stopped)
 	ctx := r.ctx
@@ -218,67 +205,202 @@ func (r *accountRunner) run() {
 	case <-ctx.Done():
 		return
 	}
-	a, _ := r.current()
-	var cons jetstream.Consumer
-	for {
-		var err error
-		cons, err = r.svc.js.CreateOrUpdateConsumer(ctx, shared.StreamJobs, consumerConfig(a))
-		if err == nil {
-			break
+	go r.reportHealth(ctx)
+	l := newLease(r.svc.leases, r.name, r.svc.leaseTTL)
+	changed := r.watchLease(ctx)
+	for r.acquire(ctx, l, changed) {
+		r.own(ctx, l)
+		if ctx.Err() != nil {
+			return
 		}
-		r.log.Warn("cannot create account consumer; retrying", "err", err)
+	}
+}
+
+// watchLease returns a channel that receives when the account's lease is
+// deleted (nil when the watch cannot start: acquire then only
+// polls), so a released lease is taken at once.
+func (r *accountRunner) watchLease(ctx context.Context) <-chan struct{} {
+	w, err := r.svc.leases.Watch(ctx, r.name, jetstream.UpdatesOnly())
+	if err != nil {
+		r.log.Warn("cannot watch the account's lease; polling it", "err", err)
+		return nil
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() == jetstream.KeyValuePut {
+					continue // the owner's refreshes: nothing to take
+				}
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// acquire waits until this runner holds the account's lease; it returns
+// false when the runner stops first.
+func (r *accountRunner) acquire(ctx context.Context, l *lease, changed <-chan struct{}) bool {
+	var lastErr string
+	for {
+		ok, err := l.tryAcquire(ctx)
+		if ok {
+			r.log.Info("this process now sends for the account")
+			return true
+		}
+		if err != nil && ctx.Err() == nil && err.Error() != lastErr {
+			r.log.Warn("cannot take the account's lease; retrying", "err", err)
+			lastErr = err.Error()
+		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
+		case <-changed:
+		case <-time.After(leaseRefresh):
+		}
+	}
+}
+
+// own sends the account's jobs while this runner holds its lease: it
+// consumes the three lanes through one scheduler and refreshes the lease.
+// It returns when the runner stops (releasing the lease once the in-flight
+// sends are done, so another replica takes over at once) or when the lease
+// is lost (no send starts after that).
+func (r *accountRunner) own(ctx context.Context, l *lease) {
+	a, _ := r.current()
+	// The session: ends on stop or on a lost lease. No new send starts
+	// after it ends; in-flight ones finish.
+	sctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	// This process has just become the account's sender: its bucket filled
+	// up while it stood by, and the previous owner may have spent its own
+	// burst moments ago. Start from an empty one (see pacer.drain).
+	r.pacer.drain()
+	sched := newScheduler(r.pacer, a.Concurrency)
+
+	// The lease is kept until the in-flight sends are done, even while
+	// stopping, so nobody else starts before them.
+	kctx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	bg.Go(func() { r.keepLease(kctx, l, end) })
+	bg.Go(func() {
+		if err := sched.run(sctx, l.valid); errors.Is(err, errLeaseLost) {
+			end(errLeaseLost)
+		}
+	})
+
+	var lanes sync.WaitGroup
+	for lane := range numLanes {
+		cons := r.laneConsumer(sctx, a, lanePriority[lane])
+		if cons == nil {
+			break // the session ended
+		}
+		lanes.Go(func() {
+			err := shared.Consume(sctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				return r.handle(ctx, sched, lane, msg)
+			}, shared.ConsumeConfig{
+				Concurrency: a.Concurrency,
+				AckWait:     ackWait,
+				RetryDelay:  r.svc.cfg.BackoffBase,
+				DeadLetter:  r.svc.deadLetter,
+				Logger:      r.log.With("priority", lanePriority[lane]),
+			})
+			if err != nil {
+				r.log.Error("account consumer stopped", "priority", lanePriority[lane], "err", err)
+				end(err)
+			}
+		})
+	}
+	<-sctx.Done()
+	sched.end()
+	lanes.Wait()
+	stopKeeping()
+	bg.Wait()
+	if errors.Is(context.Cause(sctx), errLeaseLost) {
+		l.drop()
+		r.log.Warn("lost the account's lease; stopped sending (another process may send for it now)")
+		return
+	}
+	if err := l.release(context.WithoutCancel(ctx)); err != nil {
+		r.log.Warn("could not release the account's lease; another replica takes over when it expires", "err", err)
+		return
+	}
+	r.log.Info("released the account to another replica")
+}
+
+// laneConsumer creates or updates the consumer of one lane, retrying until
+// it works or ctx ends (then it returns nil).
+func (r *accountRunner) laneConsumer(ctx context.Context, a *shared.Account, p shared.Priority) jetstream.Consumer {
+	cfg := consumerConfig(a, p)
+	for {
+		cons, err := r.svc.js.CreateOrUpdateConsumer(ctx, shared.StreamJobs, cfg)
+		if err == nil {
+			return cons
+		}
+		if p == shared.PriorityNormal && r.replaceOldConsumer(ctx, cfg) {
+			continue
+		}
+		r.log.Warn("cannot create account consumer; retrying", "priority", p, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
 		case <-time.After(time.Second):
 		}
 	}
-	go r.reportHealth(ctx)
-	err := shared.Consume(ctx, cons, r.handle, shared.ConsumeConfig{
-		Concurrency: a.Concurrency,
-		AckWait:     ackWait,
-		RetryDelay:  r.svc.cfg.BackoffBase,
-		DeadLetter:  r.svc.deadLetter,
-		PullOptions: []jetstream.PullConsumeOpt{jetstream.PullPriorityGroup(priorityGroup), jetstream.PullExpiry(pullExpiry)},
-		Logger:      r.log,
-	})
-	if err != nil {
-		r.log.Error("account consumer stopped", "err", err)
-	}
-	r.releasePin(cons)
 }
 
-// releasePin unpins the account's consumer when this runner holds the pin,
-// so another replica takes the account over at once. The server does not
-// unpin a client that stops pulling (nor one whose connection closes) until
-// PinnedTTL has passed without a pull from it: without this a graceful stop
-// or restart left the account sending nothing for about 10 s.
-func (r *accountRunner) releasePin(cons jetstream.Consumer) {
-	r.mu.RLock()
-	pin := r.pinID
-	r.mu.RUnlock()
-	if pin == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
-	defer cancel()
-	info, err := cons.Info(ctx)
+// replaceOldConsumer deletes the account's consumer as versions before the
+// lanes made it (pinned, every priority), when the server refuses to
+// update it in place. The jobs stay in the stream: the new consumer
+// delivers them. It reports whether it deleted one.
+func (r *accountRunner) replaceOldConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) bool {
+	cons, err := r.svc.js.Consumer(ctx, shared.StreamJobs, cfg.Durable)
 	if err != nil {
-		return
+		return false
 	}
-	for _, g := range info.PriorityGroups {
-		if g.Group != priorityGroup || g.PinnedClientID != pin {
+	old := cons.CachedInfo().Config
+	if old.FilterSubject == cfg.FilterSubject && old.PriorityPolicy == jetstream.PriorityPolicyNone {
+		return false
+	}
+	if err := r.svc.js.DeleteConsumer(ctx, shared.StreamJobs, cfg.Durable); err != nil {
+		return false
+	}
+	r.log.Info("replaced the account's consumer of an earlier version", "old_filter", old.FilterSubject)
+	return true
+}
+
+// keepLease refreshes the lease every leaseRefresh until ctx ends. When the
+// lease is lost, or cannot be confirmed before it runs out, it ends the
+// session.
+func (r *accountRunner) keepLease(ctx context.Context, l *lease, end context.CancelCauseFunc) {
+	t := time.NewTicker(leaseRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := l.refresh(ctx)
+		if err == nil || ctx.Err() != nil {
 			continue
 		}
-		stream, err := r.svc.js.Stream(ctx, shared.StreamJobs)
-		if err == nil {
-			err = stream.UnpinConsumer(ctx, ConsumerName(r.name), priorityGroup)
-		}
-		if err != nil {
-			r.log.Warn("could not release the account's pin; another replica takes over after PinnedTTL", "err", err)
+		if errors.Is(err, errLeaseLost) || !l.valid() {
+			end(errLeaseLost)
 			return
 		}
-		r.log.Info("released the account's pin to another replica")
+		r.log.Warn("could not refresh the account's lease; still valid for a moment", "err", err, "valid_for", time.Until(l.until()).Round(time.Millisecond))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,6 +22,8 @@ type Service struct {
 	healthKV jetstream.KeyValue
 	sends    jetstream.KeyValue
 	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper
+	leases   jetstream.KeyValue // which process sends for each account (lease.go)
+	leaseTTL time.Duration      // the leases bucket's TTL
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
 	controls *shared.ControlWatcher
@@ -45,10 +48,18 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	for name, dst := range map[string]*jetstream.KeyValue{shared.BucketLedger: &s.ledger, shared.BucketHealth: &s.healthKV, shared.BucketSends: &s.sends, shared.BucketTasks: &s.tasks} {
+	for name, dst := range map[string]*jetstream.KeyValue{shared.BucketLedger: &s.ledger, shared.BucketHealth: &s.healthKV, shared.BucketSends: &s.sends, shared.BucketTasks: &s.tasks, shared.BucketLeases: &s.leases} {
 		if *dst, err = s.js.KeyValue(ctx, name); err != nil {
 			return fmt.Errorf("dispatch: %s: %w", name, err)
 		}
+	}
+	st, err := s.leases.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("dispatch: %s: %w", shared.BucketLeases, err)
+	}
+	if s.leaseTTL = st.TTL(); s.leaseTTL <= leaseMargin+leaseRefresh {
+		return fmt.Errorf("dispatch: bucket %s has TTL %s; leases need one above %s (shared.LeaseTTL is %s)",
+			shared.BucketLeases, s.leaseTTL, leaseMargin+leaseRefresh, shared.LeaseTTL)
 	}
 	s.ctx = ctx
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {

@@ -1,12 +1,38 @@
 // Package dispatch sends jobs through sender accounts, paced so accounts are
 // not throttled or banned, and never loses or repeats a message.
 //
-// Consumes: stream JOBS, one durable pull consumer per account
-// ("dispatch-<account>", filter broadcast.jobs.<account>.>), created and
-// resized live as KV broadcast_accounts changes. The consumer's MaxAckPending
-// is the account's concurrency (the in-flight cap) and the client buffer is
-// no larger; a token bucket (golang.org/x/time/rate) paces sends at
-// rate_per_sec with burst.
+// Consumes: stream JOBS, three durable pull consumers per account, one per
+// priority lane: "dispatch_high-<account>", "dispatch-<account>" (normal)
+// and "dispatch_low-<account>", filters broadcast.jobs.<account>.high,
+// .normal and .low, created and resized live as KV broadcast_accounts
+// changes. Each lane's MaxAckPending is the account's concurrency (so held
+// jobs of one lane never stop another lane's delivery) and its client
+// buffer is no larger.
+//
+// One sender per account: only the holder of the account's lease in KV
+// broadcast_leases (lease.go: key <account>, value the runner's instance id,
+// bucket TTL shared.LeaseTTL = 5 s) consumes its lanes, so its local token
+// bucket (golang.org/x/time/rate, rate_per_sec with burst) is the account's
+// rate across every replica. The holder refreshes the lease every second
+// (KV Update with the revision) and starts no send once the lease cannot be
+// confirmed fresh: it counts it valid until its last successful refresh
+// began plus the TTL minus 1.5 s, so a former holder's last send starts at
+// least 1.5 s before anyone else can hold the lease. A stopping holder
+// deletes the lease after its in-flight sends and the standbys, which watch
+// the key and retry every second, take over at once; a crashed one's lease
+// expires. A new holder starts with an empty bucket (pacer.drain). The
+// lease replaced a pinned priority group on a single consumer, because a
+// pin is per consumer: with one consumer per lane two replicas could have
+// owned different lanes of one account and together exceeded its rate.
+//
+// Priority (sched.go): the holder's scheduler hands the next token, and a
+// slot of the in-flight cap (at most concurrency provider calls across the
+// lanes), to a waiting high job before a normal one before a low one, and
+// serves a lower lane only while every higher lane is idle. A high task
+// therefore takes the account's whole rate while it has work, low yields
+// to both, and the total never exceeds rate and burst. A job waiting for
+// its turn checks its task's run state, its expiry and the account's health
+// every 500 ms, so a pause or cancel still applies within a second.
 //
 // Per job: a job that may have been handled before (redelivered, or marked
 // Recheck when re-published or rendered by a resumed expansion) is checked
@@ -19,12 +45,8 @@
 // the job id as Idempotency-Key; the answer is classified
 // (shared.ErrorClass).
 //
-// Safety: each account's consumer is pinned to one dispatch process at a
-// time (priority group, PriorityPolicyPinned), so that process's token
-// bucket is the account's rate across replicas; a stopping owner releases
-// the pin at once, a crashed one loses it after PinnedTTL. Pacing is
-// adaptive (pacer.go: a 429 halves the rate and honours Retry-After; runs of
-// successes step it back up). daily_cap and per_recipient_interval are
+// Safety: pacing is adaptive (pacer.go: a 429 halves the rate and honours
+// Retry-After; runs of successes step it back up). daily_cap and per_recipient_interval are
 // enforced over KV broadcast_sends (caps.go). Account-fatal answers or three
 // auth failures in a row pause the account (KV broadcast_health); its jobs
 // move to healthy accounts of the task's pool (reroute in send.go).
@@ -36,13 +58,16 @@
 // jitter; waits of Config.LongWait or more (long backoff, Retry-After,
 // caps, no healthy account) are JetStream scheduled messages on
 // broadcast.delay.<account>.<job> (delay.go), which hold no MaxAckPending
-// slot. Jobs of paused or unapproved tasks are parked (control.go).
+// slot. Jobs of paused or unapproved tasks are parked (control.go). Every
+// re-publication (delayed, moved to another account, unparked, dead letters
+// retried) goes back to the lane of the job's own priority.
 //
 // Where to edit what: dispatch.go (service, account lifecycle),
-// account.go (one account's consumer, pin, health and sender), send.go (the
-// per-job steps, failure handling, rerouting), pacer.go (adaptive token
-// bucket), caps.go (daily cap, per-recipient gap), delay.go (scheduled
-// waits, moving jobs), control.go (pause/cancel of tasks), backoff.go
+// account.go (one account's lanes, lease sessions, health and sender),
+// lease.go (the account lease), sched.go (priority and the in-flight cap),
+// send.go (the per-job steps, failure handling, rerouting), pacer.go
+// (adaptive token bucket), caps.go (daily cap, per-recipient gap), delay.go
+// (scheduled waits, moving jobs), control.go (pause/cancel of tasks), backoff.go
 // (retry delays), ledger.go (attempt history), sentindex.go (idempotency),
 // deadletter.go (giving up), config.go (settings).
 package dispatch

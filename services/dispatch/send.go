@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,11 +16,21 @@ import (
 // maxAuthFailures is how many 401/403 answers in a row pause an account.
 const maxAuthFailures = 3
 
-// handle takes one job through the ledger, expiry, the account's health,
-// caps and pacing, the provider call, and the outcome. It returns what the
-// consume loop should do; waits longer than Config.LongWait are scheduled
-// re-publications, so they hold no MaxAckPending slot.
-func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
+// turnCheck is how long a job waits for its turn (scheduler) before it
+// checks again that it may still be sent: a pause, cancel or expiry of a
+// waiting job (a low job behind a long normal queue, say) applies within it.
+const turnCheck = 500 * time.Millisecond
+
+// handle takes one job of lane through the ledger, expiry, the account's
+// health, caps, its turn (priority and pacing, sched.go), the provider
+// call, and the outcome. It returns what the consume loop should do; waits
+// longer than Config.LongWait are scheduled re-publications, so they hold
+// no MaxAckPending slot.
+func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, msg jetstream.Msg) error {
+	// The job counts as its lane's work from now on, so lower lanes wait
+	// for it (sched.go), until it is sent or leaves.
+	turn := sched.begin(lane)
+	defer turn.finish()
 	s := r.svc
 	var job shared.Job
 	if err := json.Unmarshal(msg.Data(), &job); err != nil {
@@ -34,13 +45,6 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	log := r.log.With(shared.KeyTaskID, job.TaskID, shared.KeyJobID, job.ID, shared.KeyAttempt, attempt)
 	r.mu.Lock()
 	r.lastActive = time.Now()
-	if pin := msg.Headers().Get(pinIDHeader); pin != "" && pin != r.pinID {
-		// This process has just become the account's sender: start from
-		// an empty bucket (see pacer.drain), under r.mu so that no job of
-		// the new pin takes a token first.
-		r.pinID = pin
-		r.pacer.drain()
-	}
 	r.mu.Unlock()
 
 	// A job that may have been handled before (redelivered, re-published,
@@ -66,16 +70,8 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 				Kind: shared.EventSent, Attempt: le.Attempt, Index: job.Index, ProviderID: le.ProviderID, At: le.At})
 		}
 	}
-	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
-		return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: acct.Name,
-			Kind: shared.EventExpired, Attempt: attempt - 1, Index: job.Index, Code: "expired",
-			Error: "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the send"})
-	}
-	if done, err := r.obeyControl(ctx, &job, attempt-1); done {
+	if done, err := r.mayStillSend(ctx, &job, attempt-1); done {
 		return err
-	}
-	if drain, why := r.draining(); drain {
-		return r.reroute(ctx, &job, attempt-1, why)
 	}
 
 	// Caps: a reached daily cap or a too-recent send to this recipient delays
@@ -98,12 +94,31 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 	}
 
-	if err := r.pacer.wait(ctx); err != nil {
-		if caps != nil {
-			caps.release(ctx, job.To, false, time.Now())
+	for {
+		granted, err := turn.wait(ctx, turnCheck)
+		if granted {
+			break
 		}
-		// Stopping: leave the job for redelivery without spending an attempt.
-		return shared.RetryAfter(time.Second, err)
+		if err != nil {
+			if caps != nil {
+				caps.release(ctx, job.To, false, time.Now())
+			}
+			// Stopping, or the lease is gone: hand the job back at once for
+			// whichever process sends for the account next (a delayed NAK
+			// would hold one of the lane's MaxAckPending slots meanwhile,
+			// and with all of them held the new owner would wait).
+			delay := time.Second
+			if errors.Is(err, errSchedStopped) || errors.Is(err, errLeaseLost) {
+				delay = 0
+			}
+			return shared.RetryAfter(delay, err)
+		}
+		if done, err := r.mayStillSend(ctx, &job, attempt-1); done {
+			if caps != nil {
+				caps.release(ctx, job.To, false, time.Now())
+			}
+			return err
+		}
 	}
 	// A pause or cancel that came while this job waited for a token wins:
 	// no new send starts after it.
@@ -117,6 +132,7 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	res := sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
 		Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
 	latency := time.Since(start)
+	turn.sent() // the provider call is over: its in-flight slot is free
 	s.cfg.metrics.Latency(acct.Name, latency)
 	if caps != nil {
 		caps.release(ctx, job.To, res.OK(), time.Now())
@@ -187,6 +203,25 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 		return s.delayJob(ctx, &job, acct.Name, attempt, delay)
 	}
 	return shared.RetryAfter(delay, fmt.Errorf("%s: %s", res.Class, res.Err))
+}
+
+// mayStillSend checks what may change while a job waits: its expiry, its
+// task's run state and the account's health. done reports that the job was
+// handled here (expired, cancelled, parked or moved), with err for the
+// consume loop.
+func (r *accountRunner) mayStillSend(ctx context.Context, job *shared.Job, attempts int) (done bool, err error) {
+	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
+		return true, r.svc.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name,
+			Kind: shared.EventExpired, Attempt: attempts, Index: job.Index, Code: "expired",
+			Error: "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the send"})
+	}
+	if done, err := r.obeyControl(ctx, job, attempts); done {
+		return true, err
+	}
+	if drain, why := r.draining(); drain {
+		return true, r.reroute(ctx, job, attempts, why)
+	}
+	return false, nil
 }
 
 // event starts an event about job with the account's effective rate.

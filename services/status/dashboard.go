@@ -38,7 +38,8 @@ type Snapshot struct {
 
 // AccountView is one sender account as the dashboard shows it: its
 // configuration (KV broadcast_accounts), its health (KV broadcast_health)
-// and its queue (the JOBS consumer dispatch-<account>).
+// and its queue (its JOBS consumers, one per priority: dispatch-<account>,
+// dispatch_high-<account>, dispatch_low-<account>).
 type AccountView struct {
 	Name    string `json:"name"`
 	Channel string `json:"channel"`
@@ -219,6 +220,22 @@ func (d *dashboard) poll(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// accountOfConsumer returns the account whose jobs a dispatch consumer of
+// JOBS reads, from its filter subject (broadcast.jobs.<account>.<priority>,
+// or broadcast.jobs.<account>.> for the single consumer of earlier
+// versions), so every priority lane of an account adds to its queue.
+func accountOfConsumer(info *jetstream.ConsumerInfo) (string, bool) {
+	if !strings.HasPrefix(info.Name, "dispatch") {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(info.Config.FilterSubject, shared.SubjectJobsPrefix)
+	if !ok {
+		return "", false
+	}
+	account, _, ok := strings.Cut(rest, ".")
+	return account, ok && account != ""
+}
+
 func (d *dashboard) pollOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -227,8 +244,11 @@ func (d *dashboard) pollOnce(ctx context.Context) {
 	if err == nil {
 		lister := stream.ListConsumers(ctx)
 		for info := range lister.Info() {
-			if name, ok := strings.CutPrefix(info.Name, "dispatch-"); ok {
-				queues[name] = queueInfo{pending: info.NumPending, inFlight: info.NumAckPending}
+			if name, ok := accountOfConsumer(info); ok {
+				q := queues[name]
+				q.pending += info.NumPending
+				q.inFlight += info.NumAckPending
+				queues[name] = q
 			}
 		}
 		err = lister.Err()

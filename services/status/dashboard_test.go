@@ -17,6 +17,7 @@ import (
 
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -76,13 +77,20 @@ func TestDashboardShowsKVState(t *testing.T) {
 	putKV(t, ts, shared.BucketProgress, "newer-done", shared.Progress{TaskID: "newer-done", State: shared.StatePartial, Total: 2, Sent: 1, Failed: 1, CreatedAt: now.Add(-time.Hour)})
 	putKV(t, ts, shared.BucketProgress, "live", shared.Progress{TaskID: "live", State: shared.StateProcessing, Total: 100, Sent: 10, CreatedAt: now.Add(-3 * time.Hour)})
 
-	// Five jobs wait in hook-a's queue, as dispatch's consumer would see them.
+	// Five jobs wait in hook-a's queue, as dispatch's consumers (one per
+	// priority) would see them: three normal, two high.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := ts.JS.CreateOrUpdateConsumer(ctx, shared.StreamJobs, jetstreamConsumer("hook-a"))
-	require.NoError(t, err)
+	for _, p := range []shared.Priority{shared.PriorityNormal, shared.PriorityHigh} {
+		_, err := ts.JS.CreateOrUpdateConsumer(ctx, shared.StreamJobs, jetstreamConsumer("hook-a", p))
+		require.NoError(t, err)
+	}
 	for i := range 5 {
-		_, err := ts.JS.Publish(ctx, shared.JobSubject("hook-a", shared.PriorityNormal), []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		p := shared.PriorityNormal
+		if i >= 3 {
+			p = shared.PriorityHigh
+		}
+		_, err := ts.JS.Publish(ctx, shared.JobSubject("hook-a", p), []byte(fmt.Sprintf(`{"n":%d}`, i)))
 		require.NoError(t, err)
 	}
 
@@ -169,7 +177,8 @@ func TestDashboardShowsKVState(t *testing.T) {
 	}, "polled gauges")
 }
 
-// jetstreamConsumer is an account consumer shaped like dispatch's.
-func jetstreamConsumer(account string) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{Durable: "dispatch-" + account, FilterSubject: shared.JobsFilter(account), AckPolicy: jetstream.AckExplicitPolicy}
+// jetstreamConsumer is an account's consumer of one priority, shaped like
+// dispatch's.
+func jetstreamConsumer(account string, p shared.Priority) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: dispatch.ConsumerName(account, p), FilterSubject: shared.JobSubject(account, p), AckPolicy: jetstream.AckExplicitPolicy}
 }

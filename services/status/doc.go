@@ -19,7 +19,8 @@
 // API and server-sent events, the control buttons (forwarded as requests on
 // broadcast.control.<task>) and /metrics. The dashboard reads KV
 // broadcast_progress, broadcast_accounts and broadcast_health, and polls
-// the JOBS consumers dispatch-<account> for queue depths.
+// the JOBS consumers of dispatch (one per account and priority) for queue
+// depths.
 //
 // Where to edit what: status.go (the consume and flush loop), fold.go (how
 // an event changes a task's progress), checkpoint.go (saving and loading

@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// The priority tests are timing-sensitive, so they run serially (no
+// t.Parallel), like the pacing tests.
+
+const (
+	prioRate  = 500 // the account's rate_per_sec
+	prioBurst = 10
+)
+
+// prioAccount is a zero-latency sandbox account: the pipeline and the
+// pacing are all that is measured.
+var prioAccount = fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%d,"burst":%d,"concurrency":8}`, prioRate, prioBurst)
+
+// TestDispatchPriorityOvertakes queues 100,000 normal jobs for one account
+// (500/s, burst 10) with two dispatch replicas, then submits a high task of
+// 1,000 recipients and a low task of 200. The high task must get its first
+// send within 1 s of its submission and run at (nearly) the account's whole
+// rate, with the normal work waiting meanwhile; the low task must get
+// nothing while normal work is queued; and no one-second window of all the
+// sends may exceed rate+burst.
+//
+// The normal queue is 100,000 jobs deep by default; BROADCAST_PRIO_QUEUE
+// sets another depth (e.g. 1000000 for a soak run).
+func TestDispatchPriorityOvertakes(t *testing.T) {
+	queued := 100_000
+	if v := os.Getenv("BROADCAST_PRIO_QUEUE"); v != "" {
+		_, err := fmt.Sscan(v, &queued)
+		require.NoError(t, err, "BROADCAST_PRIO_QUEUE")
+	}
+	const nHigh, nLow = 1000, 200
+	e := newDispatchEnv(t, dispatch.Config{})
+	e.ts.PutAccount(t, "prio", prioAccount)
+	for range 2 {
+		e.startReplica()
+	}
+
+	var b strings.Builder
+	for i := range queued {
+		fmt.Fprintf(&b, `{"to":"n-%07d"}`+"\n", i)
+	}
+	putObject(t, e.ts, "lists/bulk.jsonl", b.String())
+	bulkAt := time.Now()
+	submit(t, e.ts, `{"id":"bulk","channel":"sandbox","template":"bulk","recipients_object":"lists/bulk.jsonl"}`)
+
+	// Wait until every normal job is in the queue (or sent) and the account
+	// is sending: the high task then arrives behind the whole backlog.
+	// Only normal jobs are sent so far.
+	waitCount(t, 3*time.Minute, queued, func() int {
+		time.Sleep(100 * time.Millisecond)
+		pending, inFlight := e.laneDepth("prio", shared.PriorityNormal)
+		return pending + inFlight + e.sendCount()
+	}, "normal jobs enqueued")
+	pendingAtSubmit, _ := e.laneDepth("prio", shared.PriorityNormal)
+	t.Logf("%d normal jobs enqueued after %s; %d still queued, %d sent", queued, time.Since(bulkAt).Round(time.Millisecond), pendingAtSubmit, e.sendCount())
+	require.Greater(t, pendingAtSubmit, queued/2, "the normal queue is deep when the high task arrives")
+
+	low := shared.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: shared.PriorityLow, Recipients: recipients("l", nLow)}
+	submit(t, e.ts, low)
+	high := shared.Task{ID: "high", Channel: "sandbox", Template: "high", Priority: shared.PriorityHigh, Recipients: recipients("h", nHigh)}
+	submitAt := time.Now()
+	submit(t, e.ts, high)
+	ph := e.ts.WaitFinal(t, high.ID, 30*time.Second)
+	require.Equal(t, shared.StateSucceeded, ph.State)
+	require.Equal(t, nHigh, ph.Sent)
+
+	// Normal work goes on after the high task; the low task waits behind it.
+	time.Sleep(2 * time.Second)
+	pendingAtEnd, _ := e.laneDepth("prio", shared.PriorityNormal)
+	log := e.sendLog()
+	var highs, lows, normals []time.Time
+	for _, s := range log {
+		switch s.to[0] {
+		case 'h':
+			highs = append(highs, s.at)
+		case 'l':
+			lows = append(lows, s.at)
+		case 'n':
+			normals = append(normals, s.at)
+		}
+	}
+	require.Len(t, highs, nHigh, "every high recipient sent once")
+	first, last := highs[0], highs[len(highs)-1]
+	latency := first.Sub(submitAt)
+	highRate := float64(len(highs)-1) / last.Sub(first).Seconds()
+	normalDuring := 0
+	for _, at := range normals {
+		if !at.Before(first) && !at.After(last) {
+			normalDuring++
+		}
+	}
+	normalAfter := 0
+	for _, at := range normals {
+		if at.After(last) {
+			normalAfter++
+		}
+	}
+	all := e.issuePacing(prioRate + prioBurst)
+	t.Logf("high task: first send %s after submission; %d sends in %s = %.1f/s (%.1f%% of %d/s); normal sends meanwhile %d, after it %d",
+		latency.Round(time.Millisecond), len(highs), last.Sub(first).Round(time.Millisecond), highRate, 100*highRate/prioRate, prioRate, normalDuring, normalAfter)
+	t.Logf("low task: %d sends while normal jobs were queued (%d normal jobs still queued at the end)", len(lows), pendingAtEnd)
+	t.Logf("all sends: %s; sends per replica %v", all, e.sendsBy())
+
+	require.Less(t, latency, time.Second, "a high task's first send, behind %d queued normal jobs", pendingAtSubmit)
+	require.GreaterOrEqual(t, highRate, 0.9*prioRate, "the high task runs at the account's rate")
+	require.LessOrEqual(t, normalDuring, nHigh/100, "normal work waits while the high task has work")
+	require.Greater(t, normalAfter, prioRate/2, "normal work resumes after the high task")
+	require.Positive(t, pendingAtEnd, "normal work was still queued")
+	require.Empty(t, lows, "low work yields while normal work is queued")
+	require.LessOrEqual(t, all.maxInSecond, prioRate+prioBurst, "send starts in any one-second window")
+	require.Zero(t, all.overLimitSecs)
+}
+
+// TestDispatchPriorityLowLast sends a normal task and a low task submitted
+// just after it through one account: every low send comes after the last
+// normal one, and the account runs at its rate throughout.
+func TestDispatchPriorityLowLast(t *testing.T) {
+	const nNormal, nLow = 2000, 300
+	e := newDispatchEnv(t, dispatch.Config{})
+	e.ts.PutAccount(t, "prio", prioAccount)
+	e.startReplica()
+
+	normal := shared.Task{ID: "normal", Channel: "sandbox", Template: "normal", Recipients: recipients("n", nNormal)}
+	submit(t, e.ts, normal)
+	waitCount(t, 20*time.Second, 1, func() int { return len(e.sendLog()) }, "normal sends")
+	low := shared.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: shared.PriorityLow, Recipients: recipients("l", nLow)}
+	submit(t, e.ts, low)
+	pl := e.ts.WaitFinal(t, low.ID, 30*time.Second)
+	pn := e.ts.WaitFinal(t, normal.ID, 5*time.Second)
+	require.Equal(t, shared.StateSucceeded, pl.State)
+	require.Equal(t, shared.StateSucceeded, pn.State)
+
+	log := e.sendLog()
+	sort.Slice(log, func(i, j int) bool { return log[i].at.Before(log[j].at) })
+	var lastNormal, firstLow time.Time
+	lowBefore := 0
+	for _, s := range log {
+		if s.to[0] == 'n' {
+			lastNormal = s.at
+		}
+	}
+	for _, s := range log {
+		if s.to[0] == 'l' {
+			if firstLow.IsZero() {
+				firstLow = s.at
+			}
+			if s.at.Before(lastNormal) {
+				lowBefore++
+			}
+		}
+	}
+	all := e.issuePacing(prioRate + prioBurst)
+	t.Logf("last normal send at +%s, first low send at +%s (%d low sends before the last normal one); all sends: %s",
+		lastNormal.Sub(log[0].at).Round(time.Millisecond), firstLow.Sub(log[0].at).Round(time.Millisecond), lowBefore, all)
+	require.Zero(t, lowBefore, "low sends before the last normal send")
+	require.Len(t, log, nNormal+nLow)
+	require.LessOrEqual(t, all.maxInSecond, prioRate+prioBurst)
+	require.GreaterOrEqual(t, all.rate, 0.9*prioRate, "the account's rate, whatever the lane")
+}
+
+// sendCount is how many provider calls the replicas made.
+func (e *dispatchEnv) sendCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.sends)
+}
+
+// laneDepth returns the jobs waiting in one lane of an account (not yet
+// delivered) and those delivered but not acknowledged.
+func (e *dispatchEnv) laneDepth(account string, p shared.Priority) (pending, inFlight int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := e.ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName(account, p))
+	if err != nil {
+		return 0, 0
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, 0
+	}
+	return int(info.NumPending), info.NumAckPending
+}

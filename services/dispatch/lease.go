@@ -1,0 +1,166 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// An account's lease in KV broadcast_leases decides which dispatch process
+// sends for it: the key is the account, the value the owner's instance id.
+// The bucket's TTL (shared.LeaseTTL) removes a lease its owner stopped
+// refreshing, so a crashed owner loses the account after at most that long;
+// a stopping owner deletes its lease, and another replica takes over at once.
+//
+// The owner counts its lease as valid only until the start of its last
+// successful refresh plus the TTL minus leaseMargin. The server stamps the
+// refresh no earlier than the request left, and removes it no earlier than a
+// TTL after that stamp, so a former owner starts its last send at least
+// leaseMargin before anyone else can hold the lease: no one-second window
+// holds sends of both, and the account's rate holds across replicas.
+const (
+	// leaseRefresh is how often the owner refreshes its lease and how often
+	// a non-owner tries to take it (a non-owner also watches the key, so a
+	// released lease is taken at once).
+	leaseRefresh = time.Second
+	// leaseMargin is how long before the server could remove the lease the
+	// owner stops starting sends.
+	leaseMargin = 1500 * time.Millisecond
+	// leaseOpTimeout bounds one lease request.
+	leaseOpTimeout = time.Second
+)
+
+// errLeaseLost means the runner no longer owns its account.
+var errLeaseLost = errors.New("account lease lost")
+
+var leaseSeq atomic.Uint64
+
+// newOwnerID names one runner: host, process and a random part, so that a
+// restarted process (or a restarted runner in the same process) never takes
+// an earlier holder's lease for its own.
+func newOwnerID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s/%d", host, os.Getpid(), hex.EncodeToString(b[:]), leaseSeq.Add(1))
+}
+
+// lease is one runner's claim on its account.
+type lease struct {
+	kv    jetstream.KeyValue
+	key   string
+	owner string
+	ttl   time.Duration
+
+	mu         sync.Mutex
+	rev        uint64    // revision of the lease this runner holds; 0 when none
+	validUntil time.Time // when this runner stops counting its lease as held
+}
+
+func newLease(kv jetstream.KeyValue, account string, ttl time.Duration) *lease {
+	return &lease{kv: kv, key: account, owner: newOwnerID(), ttl: ttl}
+}
+
+// tryAcquire takes the lease if nobody holds it. It reports whether this
+// runner now owns the account.
+func (l *lease) tryAcquire(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
+	defer cancel()
+	start := time.Now()
+	rev, err := l.kv.Create(ctx, l.key, []byte(l.owner))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return false, err
+		}
+		// A Create whose answer was lost may have succeeded: take back a
+		// lease that names this runner rather than wait for it to expire.
+		e, gerr := l.kv.Get(ctx, l.key)
+		if gerr != nil || string(e.Value()) != l.owner {
+			return false, nil
+		}
+		start = time.Now()
+		if rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), e.Revision()); err != nil {
+			return false, nil
+		}
+	}
+	l.mu.Lock()
+	l.rev, l.validUntil = rev, start.Add(l.ttl-leaseMargin)
+	l.mu.Unlock()
+	return true, nil
+}
+
+// refresh extends the lease. errLeaseLost means someone else holds it (or it
+// expired); any other error may be passing, and the lease stays valid until
+// its validUntil.
+func (l *lease) refresh(ctx context.Context) error {
+	l.mu.Lock()
+	rev := l.rev
+	l.mu.Unlock()
+	if rev == 0 {
+		return errLeaseLost
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
+	defer cancel()
+	start := time.Now()
+	next, err := l.kv.Update(ctx, l.key, []byte(l.owner), rev)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.rev, l.validUntil = next, start.Add(l.ttl-leaseMargin)
+		return nil
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyNotFound):
+		l.rev, l.validUntil = 0, time.Time{}
+		return errLeaseLost
+	default:
+		return err
+	}
+}
+
+// valid reports whether this runner may start a send now.
+func (l *lease) valid() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rev != 0 && time.Now().Before(l.validUntil)
+}
+
+// until returns when the lease stops being valid.
+func (l *lease) until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// release deletes the lease if this runner still holds it, so another
+// replica takes the account over at once.
+func (l *lease) release(ctx context.Context) error {
+	l.mu.Lock()
+	rev := l.rev
+	l.rev, l.validUntil = 0, time.Time{}
+	l.mu.Unlock()
+	if rev == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
+	defer cancel()
+	err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return nil // no longer ours: nothing to release
+	}
+	return err
+}
+
+// drop forgets the lease without touching the server (it was lost).
+func (l *lease) drop() {
+	l.mu.Lock()
+	l.rev, l.validUntil = 0, time.Time{}
+	l.mu.Unlock()
+}

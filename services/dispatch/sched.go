@@ -1,0 +1,251 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Lanes: an account's jobs arrive on three consumers, one per priority; a
+// lane's index is its rank (0 is served first).
+const (
+	laneHigh = iota
+	laneNormal
+	laneLow
+	numLanes
+)
+
+// laneOf returns the lane of a priority (unknown ones are normal).
+func laneOf(p shared.Priority) int {
+	switch p {
+	case shared.PriorityHigh:
+		return laneHigh
+	case shared.PriorityLow:
+		return laneLow
+	}
+	return laneNormal
+}
+
+// lanePriority is the priority a lane carries.
+var lanePriority = [numLanes]shared.Priority{shared.PriorityHigh, shared.PriorityNormal, shared.PriorityLow}
+
+// errSchedStopped means the owner's session ended (stop or lost lease)
+// while a job waited for its turn.
+var errSchedStopped = errors.New("account no longer sending from this process")
+
+// scheduler hands an account's sends out across its lanes, strictly by
+// priority: the next token of the account's pacer, and a free slot of its
+// in-flight cap, go to a waiting high job before a normal one before a low
+// one. A lower lane is served only while every higher lane is idle, that is
+// has no job being handled outside its provider call: a higher lane's
+// handlers busy with the ledger, events and acks between their sends still
+// count as its work (counting only the jobs before their send, and handing
+// a token taken meanwhile to any waiter, let 8 low jobs through while
+// 98,000 normal ones were queued in the first run of
+// TestDispatchPriorityOvertakes), but a job inside its
+// provider call does not, so a slow provider does not stop the lower lanes
+// while slots are free. A high task therefore takes the account's whole
+// rate while it has work, and the total never exceeds the pacer's rate and
+// burst, whatever the lanes.
+//
+// One scheduler serves one ownership session of a runner: its run loop
+// stops, and every waiter is turned away, when the session ends.
+type scheduler struct {
+	pacer *pacer
+	slots int // in-flight cap: at most this many granted, unreleased sends
+
+	mu      sync.Mutex
+	waiting [numLanes][]*ticket // FIFO per lane
+	busy    [numLanes]int       // tickets being handled outside their provider call
+	inUse   int                 // granted slots not yet released
+	grants  uint64              // grants so far
+	wake    chan struct{}       // poked on every change that may allow a grant
+	done    chan struct{}       // closed when the session ends
+	endOnce sync.Once
+}
+
+// ticket is one job's claim in its lane, from delivery to the end of its
+// handling: counted as its lane's work except while it holds a slot (its
+// provider call).
+type ticket struct {
+	s       *scheduler
+	lane    int
+	counted bool          // counted in busy
+	held    bool          // holds a slot
+	granted bool          // was granted (ready is closed)
+	seq     uint64        // the grant's number in the session, from 1
+	ready   chan struct{} // closed on grant
+}
+
+func newScheduler(p *pacer, slots int) *scheduler {
+	return &scheduler{pacer: p, slots: max(slots, 1), wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// end stops the session: run returns and waiters are turned away.
+func (s *scheduler) end() { s.endOnce.Do(func() { close(s.done) }) }
+
+// begin counts a job of lane as its lane's work; call finish when its
+// handling ends.
+func (s *scheduler) begin(lane int) *ticket {
+	s.mu.Lock()
+	s.busy[lane]++
+	s.mu.Unlock()
+	return &ticket{s: s, lane: lane, counted: true, ready: make(chan struct{})}
+}
+
+// sent ends the provider call: the slot is free, and the job counts as its
+// lane's work again until finish (its ledger entry, event and ack).
+func (t *ticket) sent() {
+	s := t.s
+	s.mu.Lock()
+	if t.held {
+		t.held = false
+		s.inUse--
+		if !t.counted {
+			t.counted = true
+			s.busy[t.lane]++
+		}
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+// finish ends the ticket: it is no longer counted as busy, and its slot, if
+// held, is released. Calling it twice is safe.
+func (t *ticket) finish() {
+	s := t.s
+	s.mu.Lock()
+	changed := t.counted || t.held
+	if t.counted {
+		t.counted = false
+		s.busy[t.lane]--
+	}
+	if t.held {
+		t.held = false
+		s.inUse--
+	}
+	s.mu.Unlock()
+	if changed {
+		s.poke()
+	}
+}
+
+// wait queues the ticket for a token and a slot, for at most maxWait. It
+// returns true once granted (the caller then holds a slot until finish);
+// false with a nil error when maxWait passed first (the ticket stays
+// counted as busy, so the caller may check its job again and wait again);
+// or an error when ctx ended or the session did.
+func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) {
+	s := t.s
+	s.mu.Lock()
+	if t.granted {
+		s.mu.Unlock()
+		return true, nil
+	}
+	s.waiting[t.lane] = append(s.waiting[t.lane], t)
+	s.mu.Unlock()
+	s.poke()
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-t.ready:
+		return true, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-s.done:
+		err = errSchedStopped
+	case <-timer.C:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.granted {
+		return true, nil // granted at the same moment
+	}
+	if i := slices.Index(s.waiting[t.lane], t); i >= 0 {
+		s.waiting[t.lane] = slices.Delete(s.waiting[t.lane], i, i+1)
+	}
+	return false, err
+}
+
+// pick returns the lane whose first waiter is served next, or -1: the
+// highest lane with a waiter, unless a higher lane is busy. Call with s.mu
+// held.
+func (s *scheduler) pick() int {
+	for lane := range numLanes {
+		if len(s.waiting[lane]) > 0 {
+			return lane
+		}
+		if s.busy[lane] > 0 {
+			return -1
+		}
+	}
+	return -1
+}
+
+// run hands out tokens until the session ends. valid is checked after each
+// token, before the grant: when it fails (the lease could not be confirmed)
+// run ends the session and returns errLeaseLost, and no further send starts.
+func (s *scheduler) run(ctx context.Context, valid func() bool) error {
+	defer s.end()
+	for {
+		for !s.grantable() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-s.done:
+				return errSchedStopped
+			case <-s.wake:
+			}
+		}
+		if err := s.pacer.wait(ctx); err != nil {
+			return err
+		}
+		if !valid() {
+			return errLeaseLost
+		}
+		s.grant()
+	}
+}
+
+// grantable reports whether a waiter may be served and a slot is free.
+func (s *scheduler) grantable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inUse < s.slots && s.pick() >= 0
+}
+
+// grant gives the token just taken to the best waiter now (a high job that
+// arrived while the token was awaited gets it). When a higher lane turned
+// busy meanwhile without a waiter, the token is dropped rather than given
+// to a lower lane: a token unused only lowers the rate.
+func (s *scheduler) grant() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lane := s.pick()
+	if lane < 0 {
+		return
+	}
+	t := s.waiting[lane][0]
+	s.waiting[lane] = s.waiting[lane][1:]
+	t.held, t.granted = true, true
+	s.grants++
+	t.seq = s.grants
+	if t.counted {
+		t.counted = false
+		s.busy[lane]--
+	}
+	s.inUse++
+	close(t.ready)
+}

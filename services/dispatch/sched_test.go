@@ -1,0 +1,205 @@
+package dispatch
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// schedGrant is one grant as a test lane saw it.
+type schedGrant struct {
+	lane int
+	seq  uint64 // the scheduler's order of grants
+	at   time.Time
+}
+
+// runLane handles n jobs of lane with k workers the way the consume loop
+// and handle do (begin, wait for the turn, send taking hold, sent, a little
+// bookkeeping, finish), recording every grant.
+func runLane(ctx context.Context, s *scheduler, lane, n, k int, hold time.Duration, record func(schedGrant)) *sync.WaitGroup {
+	jobs := make(chan int, n)
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	for range k {
+		wg.Go(func() {
+			for range jobs {
+				t := s.begin(lane)
+				for {
+					ok, err := t.wait(ctx, 50*time.Millisecond)
+					if ok {
+						break
+					}
+					if err != nil {
+						t.finish()
+						return
+					}
+				}
+				record(schedGrant{lane: lane, seq: t.seq, at: time.Now()})
+				time.Sleep(hold)
+				t.sent()
+				time.Sleep(100 * time.Microsecond) // ledger, event, ack
+				t.finish()
+			}
+		})
+	}
+	return &wg
+}
+
+func TestDispatchSchedulerStrictPriority(t *testing.T) {
+	t.Parallel()
+	const rate, burst = 500, 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newScheduler(newPacer(rate, rate, burst, 100), 4)
+	go func() { _ = s.run(ctx, func() bool { return true }) }()
+
+	var mu sync.Mutex
+	var grants []schedGrant
+	record := func(g schedGrant) { mu.Lock(); grants = append(grants, g); mu.Unlock() }
+
+	normal := runLane(ctx, s, laneNormal, 300, 4, 0, record)
+	time.Sleep(100 * time.Millisecond) // normal work is flowing
+	low := runLane(ctx, s, laneLow, 100, 4, 0, record)
+	time.Sleep(100 * time.Millisecond)
+	highAt := time.Now()
+	high := runLane(ctx, s, laneHigh, 200, 4, 0, record)
+	for _, wg := range []*sync.WaitGroup{high, normal, low} {
+		wg.Wait()
+	}
+
+	require.Len(t, grants, 600)
+	// Orderings by the scheduler's grant numbers (the recorded times of
+	// grants made moments apart may come out of order on a loaded CPU).
+	var firstHigh, lastHigh time.Time
+	var firstHighSeq, lastHighSeq, lastNormalSeq uint64
+	for _, g := range grants {
+		switch g.lane {
+		case laneHigh:
+			if firstHigh.IsZero() || g.at.Before(firstHigh) {
+				firstHigh = g.at
+			}
+			if g.at.After(lastHigh) {
+				lastHigh = g.at
+			}
+			if firstHighSeq == 0 || g.seq < firstHighSeq {
+				firstHighSeq = g.seq
+			}
+			lastHighSeq = max(lastHighSeq, g.seq)
+		case laneNormal:
+			lastNormalSeq = max(lastNormalSeq, g.seq)
+		}
+	}
+	normalDuringHigh, lowBeforeNormalDone := 0, 0
+	for _, g := range grants {
+		if g.lane == laneNormal && g.seq > firstHighSeq && g.seq < lastHighSeq {
+			normalDuringHigh++
+		}
+		if g.lane == laneLow && g.seq < lastNormalSeq {
+			lowBeforeNormalDone++
+		}
+	}
+	sort.Slice(grants, func(i, j int) bool { return grants[i].at.Before(grants[j].at) })
+	highRate := 199 / lastHigh.Sub(firstHigh).Seconds()
+	f := maxInSecond(grants)
+	t.Logf("first high grant %s after its arrival; high %.0f/s; normal grants during high %d; low grants before the last normal %d; max %d grants in any second (rate %d, burst %d)",
+		firstHigh.Sub(highAt).Round(time.Microsecond), highRate, normalDuringHigh, lowBeforeNormalDone, f, rate, burst)
+	require.Less(t, firstHigh.Sub(highAt), 50*time.Millisecond, "a high job gets one of the next tokens")
+	require.Zero(t, normalDuringHigh, "normal waits while high has work")
+	require.Zero(t, lowBeforeNormalDone, "low waits while normal has work")
+	require.GreaterOrEqual(t, highRate, 0.9*rate, "high takes the whole rate")
+	require.LessOrEqual(t, f, rate+burst, "the lanes together keep rate+burst")
+}
+
+// maxInSecond returns the most grants in any one-second window.
+func maxInSecond(gs []schedGrant) int {
+	best, lo := 0, 0
+	for hi := range gs {
+		for gs[hi].at.Sub(gs[lo].at) >= time.Second {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+func TestDispatchSchedulerInFlightCap(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const slots = 3
+	s := newScheduler(newPacer(10000, 10000, 100, 100), slots)
+	go func() { _ = s.run(ctx, func() bool { return true }) }()
+	var inFlight, most atomic.Int64
+	var n atomic.Int64
+	var wgs []*sync.WaitGroup
+	for lane := range numLanes {
+		// Each lane alone could fill every slot (k > slots).
+		wgs = append(wgs, runLane(ctx, s, lane, 40, 5, 0, func(schedGrant) {
+			n.Add(1)
+			cur := inFlight.Add(1)
+			for {
+				m := most.Load()
+				if cur <= m || most.CompareAndSwap(m, cur) {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond) // the provider call
+			inFlight.Add(-1)
+		}))
+	}
+	for _, wg := range wgs {
+		wg.Wait()
+	}
+	t.Logf("%d sends, at most %d in flight (cap %d)", n.Load(), most.Load(), slots)
+	require.Equal(t, int64(120), n.Load())
+	require.Equal(t, int64(slots), most.Load(), "the cap is reached and never exceeded, across lanes")
+}
+
+func TestDispatchSchedulerStopsWhenLeaseInvalid(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newScheduler(newPacer(200, 200, 1, 100), 8)
+	var valid atomic.Bool
+	valid.Store(true)
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.run(ctx, valid.Load) }()
+
+	var granted atomic.Int64
+	var invalidAt atomic.Int64
+	var late atomic.Int64
+	wg := runLane(ctx, s, laneNormal, 1000, 4, 0, func(schedGrant) {
+		granted.Add(1)
+		// A grant the scheduler made just before the switch may be
+		// recorded a moment after it; tokens come every 5 ms.
+		if at := invalidAt.Load(); at != 0 && time.Now().UnixNano() > at+int64(2*time.Millisecond) {
+			late.Add(1)
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	valid.Store(false)
+	invalidAt.Store(time.Now().UnixNano())
+	select {
+	case err := <-runErr:
+		require.ErrorIs(t, err, errLeaseLost)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the scheduler went on after the lease could not be confirmed")
+	}
+	wg.Wait() // the waiters were turned away (errSchedStopped)
+	t.Logf("%d grants before the lease went invalid, %d after", granted.Load(), late.Load())
+	require.Positive(t, granted.Load())
+	require.Zero(t, late.Load(), "no grant once the lease is not valid")
+
+	tk := s.begin(laneHigh)
+	ok, err := tk.wait(ctx, time.Second)
+	require.False(t, ok)
+	require.ErrorIs(t, err, errSchedStopped, "a stopped session turns new jobs away at once")
+}
