@@ -20,6 +20,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/internal/embedded"
+	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -73,7 +74,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := benchPipeline(ctx, js, *n, `{"channel":"sandbox","rate_per_sec":1000000,"burst":100000,"concurrency":256}`, 1, 1)
+	res, err := benchPipeline(ctx, js, *n, `{"channel":"sandbox","rate_per_sec":1000000,"burst":100000,"concurrency":256}`, 1, 1, serviceOverrides{})
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (r *benchResult) print() {
 
 // benchPipeline runs the four services (dispatch with `replicas` copies)
 // and one task of n recipients through account.
-func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, replicas int) (*benchResult, error) {
+func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, replicas int, o serviceOverrides) (*benchResult, error) {
 	log, _ := shared.NewLogger(os.Stderr, shared.LogConfig{Format: os.Getenv("LOG_FORMAT"), Level: "error"})
 	name := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	var pool []string
@@ -141,6 +142,15 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		}
 		pool = append(pool, acct)
 	}
+	// The next run starts with none of these accounts: dispatch spreads all
+	// the accounts it knows over its replicas.
+	defer func() {
+		if kv, err := js.KeyValue(context.WithoutCancel(ctx), shared.BucketAccounts); err == nil {
+			for _, a := range pool {
+				_ = kv.Delete(context.WithoutCancel(ctx), a)
+			}
+		}
+	}()
 	svcCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	names := []string{"ingest", "render", "status"}
@@ -149,7 +159,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	}
 	var svcErr atomic.Value
 	wg.Go(func() {
-		if err := runServices(svcCtx, js, log, names, serviceOverrides{}); err != nil {
+		if err := runServices(svcCtx, js, log, names, o); err != nil {
 			svcErr.Store(err)
 		}
 	})
@@ -256,21 +266,31 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 }
 
 // benchReplicas compares dispatch replica counts against a 20 ms provider
-// with generous rates, spreading the work over 8 accounts: each account has
-// one active sender at a time (its pacing must be exact), so replicas add
-// throughput across accounts, not within one.
+// with generous account rates. Each replica has an in-flight budget of
+// replicaBudget provider calls (DISPATCH_MAX_IN_FLIGHT), standing for one
+// machine's capacity, and the 8 accounts spread evenly over the replicas
+// (share.go in dispatch): each account keeps one sender at a time, so
+// replicas add throughput across accounts, not within one.
 func benchReplicas(ctx context.Context, js jetstream.JetStream, list string) error {
+	const replicaBudget = 16
+	var base float64
 	for _, f := range strings.Split(list, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || r < 1 {
 			return fmt.Errorf("replicas: %q is not a positive number", f)
 		}
-		res, err := benchPipeline(ctx, js, 8000, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, r)
+		res, err := benchPipeline(ctx, js, 8000*r, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, r,
+			serviceOverrides{dispatch: func(c *dispatch.Config) { c.MaxInFlight = replicaBudget }})
 		if err != nil {
 			return err
 		}
-		res.providerLatencyStr = ", 20 ms provider"
+		res.providerLatencyStr = fmt.Sprintf(", 20 ms provider, %d calls in flight per replica", replicaBudget)
 		res.print()
+		if base == 0 {
+			base = res.e2eRate / float64(r)
+		}
+		fmt.Printf("replicas=%d recipients_per_sec=%.0f per_replica=%.0f scaling=%.2f (1.00 is linear)\n",
+			r, res.e2eRate, res.e2eRate/float64(r), res.e2eRate/(base*float64(r)))
 	}
 	return nil
 }

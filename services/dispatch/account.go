@@ -207,6 +207,7 @@ func (r *accountRunner) run() {
 	}
 	go r.reportHealth(ctx)
 	l := newLease(r.svc.leases, r.name, r.svc.leaseTTL)
+	l.owner = ownerID(r.svc.share.replica) // groups this replica's leases (share.go)
 	changed := r.watchLease(ctx)
 	for r.acquire(ctx, l, changed) {
 		r.own(ctx, l)
@@ -254,10 +255,14 @@ func (r *accountRunner) watchLease(ctx context.Context) <-chan struct{} {
 func (r *accountRunner) acquire(ctx context.Context, l *lease, changed <-chan struct{}) bool {
 	var lastErr string
 	for {
-		ok, err := l.tryAcquire(ctx)
-		if ok {
-			r.log.Info("this process now sends for the account")
-			return true
+		var ok bool
+		var err error
+		if r.svc.share.mayTake(ctx) {
+			if ok, err = l.tryAcquire(ctx); ok {
+				r.log.Info("this process now sends for the account")
+				return true
+			}
+			r.svc.share.released()
 		}
 		if err != nil && ctx.Err() == nil && err.Error() != lastErr {
 			r.log.Warn("cannot take the account's lease; retrying", "err", err)
@@ -300,6 +305,26 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 		}
 	})
 
+	// More accounts than this replica's share (another replica joined):
+	// hand this one over, gracefully, like a stop.
+	gaveBack := false
+	bg.Go(func() {
+		t := time.NewTicker(leaseRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if r.svc.share.shouldGiveBack() {
+					gaveBack = true
+					end(errGiveBack)
+					return
+				}
+			}
+		}
+	})
+
 	var lanes sync.WaitGroup
 	for lane := range numLanes {
 		cons := r.laneConsumer(sctx, a, lanePriority[lane])
@@ -327,6 +352,9 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	lanes.Wait()
 	stopKeeping()
 	bg.Wait()
+	if !gaveBack {
+		r.svc.share.released()
+	}
 	if errors.Is(context.Cause(sctx), errLeaseLost) {
 		l.drop()
 		r.log.Warn("lost the account's lease; stopped sending (another process may send for it now)")
@@ -336,7 +364,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 		r.log.Warn("could not release the account's lease; another replica takes over when it expires", "err", err)
 		return
 	}
-	r.log.Info("released the account to another replica")
+	r.log.Info("released the account to another replica", "reason", context.Cause(sctx))
 }
 
 // laneConsumer creates or updates the consumer of one lane, retrying until

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,14 @@ type Config struct {
 	// HealthInterval is how often the active owner of an account refreshes
 	// its health value. Defaults to 2 seconds.
 	HealthInterval time.Duration
+	// MaxInFlight caps the provider calls this replica makes at once, over
+	// all its accounts: a replica's own capacity (connections, CPU), where
+	// an account's concurrency is the provider's limit. 0, the default,
+	// means no cap beyond the accounts'. With it, replicas add capacity:
+	// accounts spread evenly over them (share.go). Set it above the sum of
+	// the concurrency of slow-paced accounts, whose jobs hold a slot while
+	// they wait for their turn.
+	MaxInFlight int
 	// Channels defaults to channels.Builtin().
 	Channels channels.Registry
 	// Getenv resolves accounts' secret_env. Defaults to os.Getenv.
@@ -46,8 +55,8 @@ type Config struct {
 	metrics *metrics.Dispatch
 }
 
-// ConfigFromEnv reads DISPATCH_BACKOFF_BASE and DISPATCH_BACKOFF_MAX (Go
-// durations).
+// ConfigFromEnv reads DISPATCH_BACKOFF_BASE, DISPATCH_BACKOFF_MAX and
+// DISPATCH_LONG_WAIT (Go durations) and DISPATCH_MAX_IN_FLIGHT (a count).
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	for name, dst := range map[string]*time.Duration{
@@ -63,10 +72,20 @@ func ConfigFromEnv() (Config, error) {
 			*dst = d
 		}
 	}
+	if v := os.Getenv("DISPATCH_MAX_IN_FLIGHT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("DISPATCH_MAX_IN_FLIGHT: %q is not a count like 64", v)
+		}
+		c.MaxInFlight = n
+	}
 	return c, c.validate()
 }
 
 func (c *Config) validate() error {
+	if c.MaxInFlight < 0 {
+		return fmt.Errorf("MaxInFlight: must not be negative")
+	}
 	if c.BackoffBase < 0 {
 		return fmt.Errorf("BackoffBase: must not be negative")
 	}

@@ -24,6 +24,8 @@ type Service struct {
 	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
+	share    *fairShare         // how many accounts this replica takes (share.go)
+	inFlight chan struct{}      // Config.MaxInFlight slots; nil when unlimited
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
 	controls *shared.ControlWatcher
@@ -61,6 +63,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: bucket %s has TTL %s; leases need one above %s (shared.LeaseTTL is %s)",
 			shared.BucketLeases, s.leaseTTL, leaseMargin+leaseRefresh, shared.LeaseTTL)
 	}
+	s.share = newFairShare(s.leases, func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.runners)
+	})
+	if s.cfg.MaxInFlight > 0 {
+		s.inFlight = make(chan struct{}, s.cfg.MaxInFlight)
+	}
 	s.ctx = ctx
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
@@ -71,6 +81,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
+	go s.share.run(ctx) // after the accounts are known: it counts them
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {

@@ -41,17 +41,30 @@ const (
 // errLeaseLost means the runner no longer owns its account.
 var errLeaseLost = errors.New("account lease lost")
 
+// errGiveBack ends a session whose account goes to a replica with fewer
+// accounts (share.go).
+var errGiveBack = errors.New("handing the account to a replica with fewer accounts")
+
 var leaseSeq atomic.Uint64
 
-// newOwnerID names one runner: host, process and a random part, so that a
-// restarted process (or a restarted runner in the same process) never takes
-// an earlier holder's lease for its own.
-func newOwnerID() string {
+// newReplicaID names one dispatch service: host, process and a random
+// part, so that a restarted process never takes an earlier holder's lease
+// for its own.
+func newReplicaID() string {
 	host, _ := os.Hostname()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s/%d/%s/%d", host, os.Getpid(), hex.EncodeToString(b[:]), leaseSeq.Add(1))
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
+
+// ownerID names one runner of replica (a restarted runner in the same
+// process gets a new one).
+func ownerID(replica string) string {
+	return fmt.Sprintf("%s/%d", replica, leaseSeq.Add(1))
+}
+
+// newOwnerID names a runner of a replica of its own.
+func newOwnerID() string { return ownerID(newReplicaID()) }
 
 // lease is one runner's claim on its account.
 type lease struct {

@@ -94,6 +94,18 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		}
 	}
 
+	// The replica's in-flight budget (Config.MaxInFlight) is taken before
+	// the account's turn: taken after it, a slot freed late would start
+	// sends together and bunch them beyond the account's rate.
+	slot, err := s.takeInFlight(ctx)
+	if err != nil {
+		if caps != nil {
+			caps.release(ctx, job.To, false, time.Now())
+		}
+		return shared.RetryAfter(0, err)
+	}
+	defer slot.free()
+
 	for {
 		granted, err := turn.wait(ctx, turnCheck)
 		if granted {
@@ -133,6 +145,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
 	latency := time.Since(start)
 	turn.sent() // the provider call is over: its in-flight slot is free
+	slot.free()
 	s.cfg.metrics.Latency(acct.Name, latency)
 	if caps != nil {
 		caps.release(ctx, job.To, res.OK(), time.Now())
