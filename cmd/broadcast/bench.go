@@ -107,23 +107,34 @@ func benchRawPublish(ctx context.Context, js jetstream.JetStream, n int) (float6
 }
 
 type benchResult struct {
-	n                  int
-	elapsed            time.Duration
-	e2eRate            float64
-	ingestDone         time.Duration
-	firstSend          time.Duration
-	p50, p99           time.Duration
-	peakRSSMB          float64
-	final              *shared.Progress
-	dispatchReplicas   int
-	providerLatencyStr string
+	n          int
+	elapsed    time.Duration
+	e2eRate    float64
+	ingestDone time.Duration
+	renderDone time.Duration
+	finalSeen  time.Duration // when the final progress was read
+	firstSend  time.Duration
+	// firstSent and lastSent are the stored times of the first and last
+	// sent events: dispatch's own span.
+	firstSent, lastSent time.Time
+	start               time.Time
+	p50, p99            time.Duration
+	peakRSSMB           float64
+	final               *shared.Progress
+	dispatchReplicas    int
+	providerLatencyStr  string
 }
 
 func (r *benchResult) print() {
 	fmt.Printf("pipeline: %d recipients, %d dispatch replica(s)%s: final state %s, sent %d in %s\n",
 		r.n, r.dispatchReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.elapsed.Round(time.Millisecond))
-	fmt.Printf("  stages: accepted (ingest expanded) after %s, first send after %s, last send after %s\n",
-		r.ingestDone.Round(time.Millisecond), r.firstSend.Round(time.Millisecond), r.elapsed.Round(time.Millisecond))
+	fmt.Printf("  stages: accepted (ingest expanded) after %s, all jobs rendered after %s, first send after %s, last send after %s, final progress read after %s\n",
+		r.ingestDone.Round(time.Millisecond), r.renderDone.Round(time.Millisecond), r.firstSend.Round(time.Millisecond),
+		r.lastSent.Sub(r.start).Round(time.Millisecond), r.finalSeen.Round(time.Millisecond))
+	perSec := func(d time.Duration) float64 { return float64(r.n) / max(d.Seconds(), 1e-3) }
+	fmt.Printf("  per stage: ingest %.0f/s, render %.0f/s (from accepted), dispatch %.0f/s (first to last send), status %s behind the last send\n",
+		perSec(r.ingestDone), perSec(r.renderDone-r.ingestDone), perSec(r.lastSent.Sub(r.firstSent)),
+		(r.finalSeen - r.lastSent.Sub(r.start)).Round(time.Millisecond))
 	fmt.Printf("  throughput: %.0f recipients/s end to end\n", r.e2eRate)
 	fmt.Printf("  enqueue-to-send latency: p50 %s p99 %s\n", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 	fmt.Printf("  peak RSS of this process (server + services): %.0f MB\n", r.peakRSSMB)
@@ -180,24 +191,43 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if err != nil {
 		return nil, err
 	}
+	jobs, err := js.Stream(ctx, shared.StreamJobs)
+	if err != nil {
+		return nil, err
+	}
+	jobsInfo, err := jobs.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	jobsSeq0 := jobsInfo.State.LastSeq
+	// Measure the pipeline, not its start: submit once dispatch sends for
+	// every account (replicas first agree on how to share them).
+	if err := waitLeases(ctx, js, pool, 15*time.Second); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
 	}
-	res := &benchResult{n: n, dispatchReplicas: replicas}
+	res := &benchResult{n: n, dispatchReplicas: replicas, start: start}
 	var lastP *shared.Progress
 	for {
 		if v := svcErr.Load(); v != nil {
 			return nil, v.(error)
 		}
+		// Render is done when the jobs stream has taken n more messages
+		// (the benchmark's sends never fail or move).
+		if res.renderDone == 0 {
+			if info, err := jobs.Info(ctx); err == nil && info.State.LastSeq-jobsSeq0 >= uint64(n) {
+				res.renderDone = time.Since(start)
+			}
+		}
 		if e, err := kv.Get(ctx, id); err == nil {
 			var p shared.Progress
 			if json.Unmarshal(e.Value(), &p) == nil {
 				lastP = &p
-				if res.ingestDone == 0 {
-					res.ingestDone = time.Since(start)
-				}
 				if p.State.Final() {
+					res.finalSeen = time.Since(start)
 					break
 				}
 			}
@@ -215,27 +245,56 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	}
 	res.e2eRate = float64(lastP.Sent) / res.elapsed.Seconds()
 	res.peakRSSMB = peakRSSMB()
-	res.p50, res.p99, err = sendLatencies(ctx, js, id)
+	var accepted time.Time
+	res.p50, res.p99, accepted, res.firstSent, res.lastSent, err = sendLatencies(ctx, js, id)
+	res.ingestDone = accepted.Sub(start)
+	if res.renderDone == 0 {
+		res.renderDone = res.elapsed
+	}
 	return res, err
+}
+
+// waitLeases waits until a dispatch replica holds each account's lease.
+func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, timeout time.Duration) error {
+	kv, err := js.KeyValue(ctx, shared.BucketLeases)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for _, a := range accounts {
+		for {
+			if _, err := kv.Get(ctx, a); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no dispatch replica took account %s within %s", a, timeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // sendLatencies reads the task's sent events and measures enqueue-to-send
 // from the stored job enqueue time, approximated by the accepted event.
-func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (p50, p99 time.Duration, err error) {
+func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (p50, p99 time.Duration, accepted, first, last time.Time, err error) {
 	c, err := js.OrderedConsumer(ctx, shared.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{shared.SubjectEventsPrefix + taskID + ".>"}})
 	if err != nil {
-		return 0, 0, err
+		return
 	}
 	info, err := c.Info(ctx)
 	if err != nil {
-		return 0, 0, err
+		return
 	}
-	var accepted time.Time
 	var lat []time.Duration
 	for read := uint64(0); read < info.NumPending; {
-		b, err := c.Fetch(5000, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return 0, 0, err
+		b, ferr := c.Fetch(5000, jetstream.FetchMaxWait(2*time.Second))
+		if ferr != nil {
+			return 0, 0, accepted, first, last, ferr
 		}
 		got := 0
 		for m := range b.Messages() {
@@ -249,7 +308,17 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 			case shared.EventAccepted:
 				accepted = ev.At
 			case shared.EventSent:
-				if meta, err := m.Metadata(); err == nil && !accepted.IsZero() {
+				meta, merr := m.Metadata()
+				if merr != nil {
+					continue
+				}
+				if first.IsZero() || meta.Timestamp.Before(first) {
+					first = meta.Timestamp
+				}
+				if meta.Timestamp.After(last) {
+					last = meta.Timestamp
+				}
+				if !accepted.IsZero() {
 					lat = append(lat, meta.Timestamp.Sub(accepted))
 				}
 			}
@@ -259,10 +328,10 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 		}
 	}
 	if len(lat) == 0 {
-		return 0, 0, nil
+		return 0, 0, accepted, first, last, nil
 	}
 	slices.Sort(lat)
-	return lat[len(lat)/2], lat[len(lat)*99/100], nil
+	return lat[len(lat)/2], lat[len(lat)*99/100], accepted, first, last, nil
 }
 
 // benchReplicas compares dispatch replica counts against a 20 ms provider
