@@ -48,6 +48,8 @@ func TestDispatchOutcomes(t *testing.T) {
 	d.Outcome(&shared.Event{Account: "b", Kind: "strange", Class: "made-up"})
 	d.Latency("a", 30*time.Millisecond)
 	d.Latency("a", 2*time.Second)
+	d.BatchSize("a", 2000)
+	d.BatchSize("a", 3)
 
 	require.Equal(t, 2.0, value(t, d.sends.WithLabelValues("a", "sent", "none")))
 	require.Equal(t, 1.0, value(t, d.sends.WithLabelValues("a", "retrying", "rate_limited")))
@@ -61,6 +63,10 @@ func TestDispatchOutcomes(t *testing.T) {
 	require.NoError(t, d.latency.WithLabelValues("a").(prometheus.Metric).Write(&h))
 	require.Equal(t, uint64(2), h.GetHistogram().GetSampleCount())
 	require.InDelta(t, 2.03, h.GetHistogram().GetSampleSum(), 1e-9)
+	var b dto.Metric
+	require.NoError(t, d.batchSize.WithLabelValues("a").(prometheus.Metric).Write(&b))
+	require.Equal(t, uint64(2), b.GetHistogram().GetSampleCount())
+	require.InDelta(t, 2003, b.GetHistogram().GetSampleSum(), 1e-9)
 	require.Equal(t, 5, series(d.sends))
 }
 

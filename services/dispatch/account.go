@@ -47,6 +47,8 @@ const pullExpiry = pinnedTTL / 4
 // across all replicas. A stopping owner releases the pin; a dead one loses
 // it pinnedTTL after its last pull, and its unacknowledged jobs come back
 // after ackWait.
+// MaxAckPending is jobsInFlight: concurrency, or for a batch account
+// enough jobs to fill its calls (batcher.go).
 func consumerConfig(a *shared.Account) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        ConsumerName(a.Name),
@@ -55,7 +57,7 @@ func consumerConfig(a *shared.Account) jetstream.ConsumerConfig {
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        ackWait,
 		MaxDeliver:     -1,
-		MaxAckPending:  a.Concurrency, // the in-flight cap, across every process
+		MaxAckPending:  jobsInFlight(a), // the in-flight cap, across every process
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{priorityGroup},
 		PinnedTTL:      pinnedTTL,
@@ -68,6 +70,9 @@ type accountRunner struct {
 	name  string
 	pacer *pacer
 	log   *slog.Logger
+	// batch merges sends of identical text into one call; nil unless the
+	// account's max_batch is above 1, so single sends take no extra hop.
+	batch *batcher
 
 	mu          sync.RWMutex
 	acct        *shared.Account
@@ -89,7 +94,7 @@ type accountRunner struct {
 
 func newAccountRunner(parent context.Context, s *Service, a *shared.Account, sender channels.Sender) *accountRunner {
 	ctx, cancel := context.WithCancel(parent)
-	return &accountRunner{
+	r := &accountRunner{
 		svc:     s,
 		name:    a.Name,
 		acct:    a,
@@ -100,13 +105,18 @@ func newAccountRunner(parent context.Context, s *Service, a *shared.Account, sen
 		cancel:  cancel,
 		stopped: make(chan struct{}),
 	}
+	if a.MaxBatch > 1 {
+		r.batch = r.newAccountBatcher(a.MaxBatch)
+	}
+	return r
 }
 
-// canUpdateInPlace reports whether a change leaves the consumer as it is.
+// canUpdateInPlace reports whether a change leaves the consumer (and the
+// batcher, which max_batch sizes) as it is.
 func (r *accountRunner) canUpdateInPlace(a *shared.Account) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.acct.Concurrency == a.Concurrency
+	return r.acct.Concurrency == a.Concurrency && r.acct.MaxBatch == a.MaxBatch
 }
 
 // update applies an account edit. An edit is also how an operator clears a
@@ -234,8 +244,12 @@ func (r *accountRunner) run() {
 		}
 	}
 	go r.reportHealth(ctx)
+	if r.batch != nil {
+		// For a batch account concurrency is provider calls in flight.
+		r.batch.start(ctx, a.Concurrency)
+	}
 	err := shared.Consume(ctx, cons, r.handle, shared.ConsumeConfig{
-		Concurrency: a.Concurrency,
+		Concurrency: jobsInFlight(a),
 		AckWait:     ackWait,
 		RetryDelay:  r.svc.cfg.BackoffBase,
 		DeadLetter:  r.svc.deadLetter,

@@ -86,26 +86,42 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 	}
 
-	if err := r.pacer.wait(ctx); err != nil {
-		if caps != nil {
-			caps.release(ctx, job.To, false, time.Now())
+	var (
+		res     channels.Result
+		latency time.Duration
+	)
+	if r.batch != nil {
+		// A batch account: the batcher merges this send with others of the
+		// same text, paces calls, re-checks pause and cancel before each,
+		// and notes each call's answer for adaptive pacing once.
+		msg := channels.Message{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
+			Account: acct.Name, Attempt: attempt, Vars: job.Vars}
+		var handled bool
+		if res, latency, handled, err = r.sendBatched(ctx, &job, msg, attempt-1, caps); handled {
+			return err
 		}
-		// Stopping: leave the job for redelivery without spending an attempt.
-		return shared.RetryAfter(time.Second, err)
-	}
-	// A pause or cancel that came while this job waited for a token wins:
-	// no new send starts after it.
-	if done, err := r.obeyControl(ctx, &job, attempt-1); done {
-		if caps != nil {
-			caps.release(ctx, job.To, false, time.Now())
+	} else {
+		if err := r.pacer.wait(ctx); err != nil {
+			if caps != nil {
+				caps.release(ctx, job.To, false, time.Now())
+			}
+			// Stopping: leave the job for redelivery without spending an attempt.
+			return shared.RetryAfter(time.Second, err)
 		}
-		return err
+		// A pause or cancel that came while this job waited for a token wins:
+		// no new send starts after it.
+		if done, err := r.obeyControl(ctx, &job, attempt-1); done {
+			if caps != nil {
+				caps.release(ctx, job.To, false, time.Now())
+			}
+			return err
+		}
+		start := time.Now()
+		res = sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
+			Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
+		latency = time.Since(start)
+		s.cfg.metrics.Latency(acct.Name, latency)
 	}
-	start := time.Now()
-	res := sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
-		Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
-	latency := time.Since(start)
-	s.cfg.metrics.Latency(acct.Name, latency)
 	if caps != nil {
 		caps.release(ctx, job.To, res.OK(), time.Now())
 	}
@@ -114,7 +130,9 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	ev.LatencyMS = float64(latency.Microseconds()) / 1000
 
 	if res.OK() {
-		r.noteSuccess()
+		if r.batch == nil {
+			r.noteSuccess()
+		}
 		ev.ProviderID = res.ProviderID
 		entry := &ledgerEntry{State: "sent", Account: acct.Name, Attempt: attempt, ProviderID: res.ProviderID, At: time.Now().UTC()}
 		if err := s.writeLedger(ctx, &job, entry); err != nil {
@@ -127,7 +145,9 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 
 	log = log.With(shared.KeyClass, res.Class, "code", res.Code)
 	le.addAttempt(shared.AttemptError{Attempt: attempt, Account: acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
-	r.noteFailure(res, log)
+	if r.batch == nil {
+		r.noteFailure(res, log)
+	}
 
 	if res.Class == shared.ClassAccountFatal {
 		// The recipient is not at fault: the job moves to a healthy account.
