@@ -12,20 +12,31 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// batchLinger is how long the oldest message of a group waits for more
-// messages with the same text before the group is sent anyway. The consume
-// loop delivers thousands of jobs a second, so 150 ms fills groups of
-// hundreds; a small task or a lone retry is delayed by no more than that,
-// which is less than one call interval of WxPusher (2 calls/s).
-const batchLinger = 150 * time.Millisecond
+// batchLinger is how long a group may go without a new member before it
+// is sent although not full, and batchMaxWait bounds how long its oldest
+// member waits. While members of earlier calls are still being settled
+// (ledger, events, ack) the linger does not run: their slots free up when
+// they are done, and more jobs arrive then.
+//
+// Measured with 10,000 recipients and 3 texts at 20 calls/s (ideal: 6
+// calls): a linger of 150 ms counted from a group's oldest member took 14
+// calls (groups went half full whenever jobs arrived more slowly than
+// max_batch per linger); counted from its newest member, 8 or 9 (the
+// consume loop delivers nothing for the ~200 ms it takes 2,000 handlers to
+// settle a call, so remainders went alone); with the settling pause, 6.
+// A small task or a lone retry still waits only 150 ms, well under one
+// WxPusher call interval (500 ms).
+const (
+	batchLinger  = 150 * time.Millisecond
+	batchMaxWait = 2 * time.Second
+)
 
 // batchFill is how many full calls' worth of jobs a batch account holds in
 // flight per concurrent call (see jobsInFlight). A group fills only while
-// enough jobs of its text are waiting: with exactly concurrency×max_batch
-// jobs in flight, a task whose recipients cycle through three texts left
-// each group a third full when its linger ran out, which about tripled the
-// number of calls. Four groups' worth lets up to four interleaved texts fill
-// their calls.
+// enough jobs of its text are waiting at once: with exactly
+// concurrency×max_batch jobs in flight, 10,000 recipients cycling through
+// 3 texts took 12-13 calls (each group a third to a half full); with four
+// calls' worth, 6, the ideal. Up to four interleaved texts fill their calls.
 const batchFill = 4
 
 // maxJobsInFlight bounds the jobs (and handler goroutines) one batch account
@@ -64,9 +75,11 @@ type batchDeps struct {
 // batcher merges the jobs of one batch account (max_batch > 1) whose
 // rendered text is identical into provider calls of up to max_batch
 // recipients. Job handlers submit their message after every per-job check
-// and wait for their own Result; a group is sent when it is full or its
-// oldest message has waited batchLinger. Each call takes one pacer token,
-// and at most concurrency calls are in flight.
+// and wait for their own Result; a group is sent when it is full, when no
+// new member joined it for linger (not counting time in which members of
+// earlier calls were still settling), or when its oldest member waited
+// maxWait. Each call takes one pacer token, and at most concurrency calls
+// are in flight.
 //
 // A pause, cancel or drain wins over waiting messages: every member is
 // checked again just before its call, and every waiting message each
@@ -77,23 +90,55 @@ type batcher struct {
 	deps     batchDeps
 	maxBatch int
 	linger   time.Duration
+	maxWait  time.Duration
 
 	// gate is held by the one worker looking for a ready group and waiting
 	// for a token, so the group it found is still there when it has one.
 	gate sync.Mutex
-	// wake tells that worker a group became full or the first group
-	// appeared; later groups' linger deadlines come after the one it
-	// already waits for.
+	// wake tells that worker a group became full, the first group
+	// appeared or settling ended; a later group is ready no sooner than
+	// the groups the worker already waits for, and a new member only
+	// delays its group.
 	wake chan struct{}
 
 	mu      sync.Mutex
 	groups  map[string]*batchGroup // by body
 	pending int
 	stopped bool
+	// settling counts members of finished calls whose handlers have not
+	// called settled yet; settledAt is when it last fell to zero.
+	settling  int
+	settledAt time.Time
 }
 
 // batchGroup is the waiting messages with one text, oldest first.
-type batchGroup struct{ items []*batchItem }
+type batchGroup struct {
+	items []*batchItem
+	// last is when the newest member joined.
+	last time.Time
+}
+
+// readyAt is when g is sent unless it fills first or earlier calls are
+// still settling. Call with b.mu held.
+func (b *batcher) readyAt(g *batchGroup) time.Time {
+	w := g.items[0].at.Add(b.maxWait)
+	if b.settling > 0 {
+		return w
+	}
+	t := g.last
+	if b.settledAt.After(t) {
+		t = b.settledAt
+	}
+	if t = t.Add(b.linger); w.Before(t) {
+		return w
+	}
+	return t
+}
+
+// ready reports whether g is to be sent now. Call with b.mu held.
+func (b *batcher) ready(g *batchGroup, now time.Time) bool {
+	return len(g.items) >= b.maxBatch || !now.Before(b.readyAt(g))
+}
 
 // batchItem is one job waiting in the batcher.
 type batchItem struct {
@@ -119,8 +164,8 @@ type batchOutcome struct {
 	err  error
 }
 
-func newBatcher(deps batchDeps, maxBatch int, linger time.Duration) *batcher {
-	return &batcher{deps: deps, maxBatch: maxBatch, linger: linger,
+func newBatcher(deps batchDeps, maxBatch int, linger, maxWait time.Duration) *batcher {
+	return &batcher{deps: deps, maxBatch: maxBatch, linger: linger, maxWait: max(maxWait, linger),
 		wake: make(chan struct{}, 1), groups: map[string]*batchGroup{}}
 }
 
@@ -151,7 +196,8 @@ func (b *batcher) start(ctx context.Context, calls int) {
 
 // submit queues msg (the message of job) and waits for its outcome. ctx is
 // the handler's context; the call carrying msg uses it too, so a stop that
-// abandons handlers abandons their call.
+// abandons handlers abandons their call. When the outcome is sent, the
+// caller must call settled once it has recorded it.
 func (b *batcher) submit(ctx context.Context, job *shared.Job, msg channels.Message) batchOutcome {
 	it := &batchItem{ctx: ctx, job: job, msg: msg, at: time.Now(), done: make(chan batchOutcome, 1)}
 	b.mu.Lock()
@@ -165,6 +211,7 @@ func (b *batcher) submit(ctx context.Context, job *shared.Job, msg channels.Mess
 		b.groups[msg.Body] = g
 	}
 	g.items = append(g.items, it)
+	g.last = it.at
 	b.pending++
 	wake := len(g.items) == b.maxBatch || b.pending == 1
 	b.mu.Unlock()
@@ -185,6 +232,25 @@ func (b *batcher) submit(ctx context.Context, job *shared.Job, msg channels.Mess
 	// Already in a call (which uses this context, so it ends soon) or
 	// handed back.
 	return <-it.done
+}
+
+// settled tells the batcher a sent job's handler is done with its result,
+// so its consumer slot is about to free up.
+func (b *batcher) settled() {
+	b.mu.Lock()
+	b.settling--
+	last := b.settling == 0
+	if last {
+		b.settledAt = time.Now()
+	}
+	b.mu.Unlock()
+	if last {
+		// Partial groups' lingers run again from now.
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // withdraw removes a waiting item; false means it already left its group.
@@ -290,19 +356,15 @@ func (b *batcher) waitReady(ctx context.Context) bool {
 	}
 }
 
-// readyLocked reports whether a group is full or has lingered, else how
-// long until the first will have (0: no group waits).
+// readyLocked reports whether a group is ready, else how long until the
+// first will be (0: no group waits).
 func (b *batcher) readyLocked(now time.Time) (bool, time.Duration) {
 	var next time.Duration
 	for _, g := range b.groups {
-		if len(g.items) >= b.maxBatch {
+		if b.ready(g, now) {
 			return true, 0
 		}
-		d := g.items[0].at.Add(b.linger).Sub(now)
-		if d <= 0 {
-			return true, 0
-		}
-		if next == 0 || d < next {
+		if d := b.readyAt(g).Sub(now); next == 0 || d < next {
 			next = d
 		}
 	}
@@ -321,7 +383,7 @@ func (b *batcher) take() []*batchItem {
 		bestReady bool
 	)
 	for body, g := range b.groups {
-		ready := len(g.items) >= b.maxBatch || now.Sub(g.items[0].at) >= b.linger
+		ready := b.ready(g, now)
 		if best == nil || ready && !bestReady || ready == bestReady && g.items[0].at.Before(best.items[0].at) {
 			best, bestBody, bestReady = g, body, ready
 		}
@@ -396,6 +458,9 @@ func (b *batcher) call(batch []*batchItem) {
 	res := b.safeSend(members[0].ctx, msgs)
 	latency := time.Since(start)
 	b.deps.called(res, latency)
+	b.mu.Lock()
+	b.settling += len(members)
+	b.mu.Unlock()
 	for i, it := range members {
 		it.done <- batchOutcome{res: res[i], latency: latency, sent: true}
 	}
@@ -485,7 +550,7 @@ func (r *accountRunner) newAccountBatcher(maxBatch int) *batcher {
 			return sender.Send(ctx, msgs)
 		},
 		called: r.noteCall,
-	}, maxBatch, batchLinger)
+	}, maxBatch, batchLinger, batchMaxWait)
 }
 
 // sendBatched hands a job to the account's batcher and waits for its share

@@ -75,11 +75,11 @@ func (f *fakeProvider) snapshot() [][]channels.Message {
 }
 
 // startBatcher runs a batcher until the test ends.
-func startBatcher(t *testing.T, f *fakeProvider, maxBatch, calls int, linger time.Duration) *batcher {
+func startBatcher(t *testing.T, f *fakeProvider, maxBatch, calls int, linger, maxWait time.Duration) *batcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	b := newBatcher(f.deps(), maxBatch, linger)
+	b := newBatcher(f.deps(), maxBatch, linger, maxWait)
 	b.start(ctx, calls)
 	return b
 }
@@ -87,6 +87,15 @@ func startBatcher(t *testing.T, f *fakeProvider, maxBatch, calls int, linger tim
 func testJob(task string, i int, to, body string) (*shared.Job, channels.Message) {
 	job := &shared.Job{ID: fmt.Sprintf("%s.%d", task, i), TaskID: task, Index: i, To: to, Body: body}
 	return job, channels.Message{ID: job.ID, TaskID: task, To: to, Body: body}
+}
+
+// submitSettle submits like a job handler: a sent job is settled at once.
+func submitSettle(ctx context.Context, b *batcher, job *shared.Job, msg channels.Message) batchOutcome {
+	o := b.submit(ctx, job, msg)
+	if o.sent {
+		b.settled()
+	}
+	return o
 }
 
 // submitAll submits every (to, body) from its own goroutine, as the consume
@@ -98,7 +107,7 @@ func submitAll(ctx context.Context, b *batcher, task string, tos, bodies []strin
 	for i := range tos {
 		job, msg := testJob(task, i, tos[i], bodies[i])
 		wg.Go(func() {
-			o := b.submit(ctx, job, msg)
+			o := submitSettle(ctx, b, job, msg)
 			mu.Lock()
 			out[job.ID] = o
 			mu.Unlock()
@@ -111,7 +120,7 @@ func submitAll(ctx context.Context, b *batcher, task string, tos, bodies []strin
 func TestBatcherGroupsIdenticalBodies(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{}
-	b := startBatcher(t, f, 4, 1, 300*time.Millisecond)
+	b := startBatcher(t, f, 4, 1, 300*time.Millisecond, time.Hour)
 	// 9 of A, 3 of B, 1 of C, interleaved; "bad" recipients fail.
 	var tos, bodies []string
 	for i := range 13 {
@@ -166,7 +175,7 @@ func TestBatcherGroupsIdenticalBodies(t *testing.T) {
 func TestBatcherFlushesFullGroupBeforeLinger(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{}
-	b := startBatcher(t, f, 3, 1, time.Hour)
+	b := startBatcher(t, f, 3, 1, time.Hour, time.Hour)
 	start := time.Now()
 	out := submitAll(context.Background(), b, "t", []string{"a", "b", "c"}, []string{"X", "X", "X"})
 	require.Less(t, time.Since(start), 2*time.Second, "a full group does not wait for the linger")
@@ -180,7 +189,7 @@ func TestBatcherLingerSendsPartialGroup(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{}
 	const linger = 120 * time.Millisecond
-	b := startBatcher(t, f, 2000, 1, linger)
+	b := startBatcher(t, f, 2000, 1, linger, time.Hour)
 	start := time.Now()
 	out := submitAll(context.Background(), b, "t", []string{"a", "b"}, []string{"X", "X"})
 	took := time.Since(start)
@@ -192,10 +201,80 @@ func TestBatcherLingerSendsPartialGroup(t *testing.T) {
 	require.True(t, out["t.0"].sent && out["t.1"].sent)
 }
 
+// TestBatcherGroupGrowsWhileItsTextArrives checks that a group is not sent
+// while members keep joining within the linger, and that maxWait bounds
+// the wait of its oldest member.
+func TestBatcherGroupGrowsWhileItsTextArrives(t *testing.T) {
+	t.Parallel()
+	f := &fakeProvider{}
+	const linger, maxWait = 100 * time.Millisecond, 600 * time.Millisecond
+	b := startBatcher(t, f, 2000, 1, linger, maxWait)
+	var wg sync.WaitGroup
+	start := time.Now()
+	// One member every 40 ms for 1.2 s: never idle for a linger.
+	for i := range 30 {
+		job, msg := testJob("t", i, fmt.Sprint("u", i), "X")
+		wg.Go(func() { submitSettle(context.Background(), b, job, msg) })
+		time.Sleep(40 * time.Millisecond)
+	}
+	wg.Wait()
+	took := time.Since(start)
+	calls := f.snapshot()
+	var sizes []int
+	for _, c := range calls {
+		sizes = append(sizes, len(c))
+	}
+	t.Logf("calls %v in %s", sizes, took)
+	// 30 members over 1.2 s in groups cut at maxWait (600 ms, about 15
+	// members): 2 or 3 calls. A linger from the oldest would make about
+	// 10 calls of 3; a linger from the newest without maxWait, 1 call.
+	require.GreaterOrEqual(t, len(calls), 2, "maxWait bounds the oldest member's wait")
+	require.LessOrEqual(t, len(calls), 3, "a group grows while its text keeps arriving")
+	require.GreaterOrEqual(t, sizes[0], 10)
+}
+
+// TestBatcherWaitsWhileCallsSettle checks that a partial group does not
+// linger out while members of an earlier call are still being settled
+// (their slots bring more jobs), and goes a linger after the last settles.
+func TestBatcherWaitsWhileCallsSettle(t *testing.T) {
+	t.Parallel()
+	f := &fakeProvider{}
+	const linger = 50 * time.Millisecond
+	b := startBatcher(t, f, 100, 1, linger, time.Hour)
+	first := make(chan batchOutcome, 3)
+	for i := range 3 {
+		go func() { first <- b.submit(testJobMsg("t", i, fmt.Sprint("u", i), "X")) }()
+	}
+	for range 3 {
+		require.True(t, (<-first).sent)
+	}
+	// The first call's three members are not settled yet.
+	second := make(chan batchOutcome, 2)
+	for i := 3; i < 5; i++ {
+		job, msg := testJob("t", i, fmt.Sprint("u", i), "X")
+		go func() { second <- submitSettle(context.Background(), b, job, msg) }()
+	}
+	time.Sleep(6 * linger)
+	require.Len(t, f.snapshot(), 1, "no partial call while earlier members settle")
+	b.settled()
+	b.settled()
+	time.Sleep(2 * linger)
+	require.Len(t, f.snapshot(), 1, "one member still settling")
+	settledAt := time.Now()
+	b.settled()
+	for range 2 {
+		require.True(t, (<-second).sent)
+	}
+	require.GreaterOrEqual(t, time.Since(settledAt), linger, "the linger runs from the last settle")
+	calls := f.snapshot()
+	require.Len(t, calls, 2)
+	require.Len(t, calls[1], 2)
+}
+
 func TestBatcherCallsInFlightAtMostConcurrency(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{block: make(chan struct{})}
-	b := startBatcher(t, f, 2, 2, 10*time.Millisecond)
+	b := startBatcher(t, f, 2, 2, 10*time.Millisecond, time.Hour)
 	done := make(chan map[string]batchOutcome)
 	go func() {
 		// Six texts, two recipients each: six full groups.
@@ -224,7 +303,7 @@ func TestBatcherPauseWins(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{}
 	const linger = 300 * time.Millisecond
-	b := startBatcher(t, f, 100, 1, linger)
+	b := startBatcher(t, f, 100, 1, linger, time.Hour)
 	var mu sync.Mutex
 	out := map[string]batchOutcome{}
 	var wg sync.WaitGroup
@@ -232,7 +311,7 @@ func TestBatcherPauseWins(t *testing.T) {
 		for i := range 5 {
 			job, msg := testJob(task, i, fmt.Sprint(task, i), "same text")
 			wg.Go(func() {
-				o := b.submit(context.Background(), job, msg)
+				o := submitSettle(context.Background(), b, job, msg)
 				mu.Lock()
 				out[job.ID] = o
 				mu.Unlock()
@@ -275,7 +354,7 @@ func TestBatcherSweepsPausedJobs(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := newBatcher(deps, 1000, 20*time.Millisecond)
+	b := newBatcher(deps, 1000, 20*time.Millisecond, time.Hour)
 	b.start(ctx, 1)
 	f.paused.Store("pause", true)
 	// The first group is ready after 20 ms and the only worker waits for
@@ -308,13 +387,13 @@ func TestBatcherWithdrawOnContextEnd(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{}
 	const linger = 200 * time.Millisecond
-	b := startBatcher(t, f, 100, 1, linger)
+	b := startBatcher(t, f, 100, 1, linger, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	gone, gmsg := testJob("t", 0, "gone", "X")
 	stay, smsg := testJob("t", 1, "stay", "X")
 	res := make(chan batchOutcome, 2)
-	go func() { res <- b.submit(ctx, gone, gmsg) }()
-	go func() { res <- b.submit(context.Background(), stay, smsg) }()
+	go func() { res <- submitSettle(ctx, b, gone, gmsg) }()
+	go func() { res <- submitSettle(context.Background(), b, stay, smsg) }()
 	time.Sleep(linger / 4)
 	cancel()
 	first := <-res
@@ -332,7 +411,7 @@ func TestBatcherStopHandsBackWaitingJobs(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := newBatcher(f.deps(), 100, time.Hour)
+	b := newBatcher(f.deps(), 100, time.Hour, time.Hour)
 	b.start(ctx, 1)
 	res := make(chan batchOutcome, 3)
 	for i := range 3 {
@@ -363,7 +442,7 @@ func TestBatcherAdapterMistakes(t *testing.T) {
 			deps.send = send
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			b := newBatcher(deps, 2, time.Hour)
+			b := newBatcher(deps, 2, time.Hour, time.Hour)
 			b.start(ctx, 1)
 			out := submitAll(ctx, b, "t", []string{"a", "b"}, []string{"X", "X"})
 			for id, o := range out {

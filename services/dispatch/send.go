@@ -100,6 +100,9 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 		if res, latency, handled, err = r.sendBatched(ctx, &job, msg, attempt-1, caps); handled {
 			return err
 		}
+		// Until this job is settled, the batcher expects its slot to bring
+		// more jobs and keeps partial groups waiting.
+		defer r.batch.settled()
 	} else {
 		if err := r.pacer.wait(ctx); err != nil {
 			if caps != nil {
