@@ -25,6 +25,7 @@ type fakeWxPusher struct {
 
 	mu       sync.Mutex
 	calls    []wxCall
+	at       []time.Time // when each call arrived
 	accepted map[string]int // uid -> times answered 1000
 	seen     map[string]int // uid -> times carried by a call
 }
@@ -50,6 +51,7 @@ func startFakeWxPusher(t *testing.T, token string, fail map[string]int) *fakeWxP
 		}
 		f.mu.Lock()
 		f.calls = append(f.calls, wxCall{content: req.Content, uids: req.UIDs})
+		f.at = append(f.at, time.Now())
 		data := make([]string, len(req.UIDs))
 		for i, u := range req.UIDs {
 			f.seen[u]++
@@ -204,4 +206,59 @@ func TestWxPusherBatchRetriesOnlyFailedUIDs(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, retrying, "one retrying event per failed uid")
+}
+
+// TestWxPusherBatchPauseResumeCancel pauses a batch account's task while
+// hundreds of its jobs wait in the batcher: no call starts after the pause
+// has taken hold, the waiting jobs are parked and come back on resume, and
+// after a cancel every recipient is either sent once or cancelled.
+func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	fake := startFakeWxPusher(t, "AT_wx", nil)
+	ts := natstest.Start(t)
+	// 2 calls/s of up to 100 uids: the task takes about 10 s of calls.
+	ts.PutAccount(t, "wxc", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN",
+		"rate_per_sec":2,"min_rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":100}`, fake.URL))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WX_TOKEN": "AT_wx"}))
+
+	task := shared.Task{ID: "wx-ctl", Channel: "wxpusher", Template: "Sale starts now"}
+	for i := range n {
+		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("UID_c%04d", i)})
+	}
+	submit(t, ts, task)
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(fake.snapshot()) >= 3 })
+
+	control(t, ts, "wx-ctl", shared.ActionPause)
+	pausedAt := time.Now()
+	waitProgress(t, ts, "wx-ctl", 3*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	time.Sleep(1500 * time.Millisecond)
+	atPause := fake.snapshot()
+	lastCall := time.Time{}
+	fake.mu.Lock()
+	for _, at := range fake.at {
+		lastCall = at
+	}
+	fake.mu.Unlock()
+	t.Logf("pause: %d calls before, last one %s after the pause reply", len(atPause), lastCall.Sub(pausedAt).Round(time.Millisecond))
+	// At 2 calls/s at most one more call (its token taken just before the
+	// pause reached dispatch) starts after the reply.
+	require.Less(t, lastCall.Sub(pausedAt), 600*time.Millisecond, "no call starts well after the pause")
+	time.Sleep(time.Second)
+	require.Len(t, fake.snapshot(), len(atPause), "nothing is sent while paused")
+
+	control(t, ts, "wx-ctl", shared.ActionResume)
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(fake.snapshot()) >= len(atPause)+3 })
+	control(t, ts, "wx-ctl", shared.ActionCancel)
+	final := ts.WaitFinal(t, "wx-ctl", 30*time.Second)
+	require.Equal(t, shared.StateCancelled, final.State)
+	require.Equal(t, n, final.Sent+final.Cancelled)
+	require.Positive(t, final.Cancelled)
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	require.Len(t, fake.accepted, final.Sent, "progress equals what the provider accepted")
+	for uid, c := range fake.accepted {
+		require.Equal(t, 1, c, "uid %s sent once", uid)
+	}
+	t.Logf("sent %d in %d calls, cancelled %d", final.Sent, len(fake.calls), final.Cancelled)
 }
