@@ -25,7 +25,7 @@ type fakeWxPusher struct {
 
 	mu       sync.Mutex
 	calls    []wxCall
-	at       []time.Time // when each call arrived
+	at       []time.Time    // when each call arrived
 	accepted map[string]int // uid -> times answered 1000
 	seen     map[string]int // uid -> times carried by a call
 }
