@@ -85,7 +85,8 @@ func (m *Dispatch) Outcome(ev *shared.Event) {
 	if ev.Kind == shared.EventRetrying {
 		m.retries.WithLabelValues(ev.Account, class).Inc()
 	}
-	if ev.Class == shared.ClassRateLimited {
+	if ev.Class == shared.ClassRateLimited && !ev.CallShared {
+		// A batch call rate limited as a whole is one answer.
 		m.rateLimited.WithLabelValues(ev.Account).Inc()
 	}
 	if ev.RatePerSec > 0 {

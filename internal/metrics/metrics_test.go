@@ -43,6 +43,8 @@ func TestDispatchOutcomes(t *testing.T) {
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent, RatePerSec: 40})
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent, RatePerSec: 20})
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRateLimited})
+	// The other recipients of a batch call rate limited as a whole: one answer.
+	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRateLimited, CallShared: true})
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRetryable})
 	d.Outcome(&shared.Event{Account: "b", Kind: shared.EventFailed, Class: shared.ClassPermanent})
 	d.Outcome(&shared.Event{Account: "b", Kind: "strange", Class: "made-up"})
@@ -52,10 +54,10 @@ func TestDispatchOutcomes(t *testing.T) {
 	d.BatchSize("a", 3)
 
 	require.Equal(t, 2.0, value(t, d.sends.WithLabelValues("a", "sent", "none")))
-	require.Equal(t, 1.0, value(t, d.sends.WithLabelValues("a", "retrying", "rate_limited")))
+	require.Equal(t, 2.0, value(t, d.sends.WithLabelValues("a", "retrying", "rate_limited")))
 	require.Equal(t, 1.0, value(t, d.sends.WithLabelValues("b", "failed", "permanent")))
 	require.Equal(t, 1.0, value(t, d.sends.WithLabelValues("b", "other", "other")), "unknown kinds and classes are bounded")
-	require.Equal(t, 1.0, value(t, d.retries.WithLabelValues("a", "rate_limited")))
+	require.Equal(t, 2.0, value(t, d.retries.WithLabelValues("a", "rate_limited")))
 	require.Equal(t, 1.0, value(t, d.retries.WithLabelValues("a", "retryable")))
 	require.Equal(t, 1.0, value(t, d.rateLimited.WithLabelValues("a")))
 	require.Equal(t, 20.0, value(t, d.rate.WithLabelValues("a")), "the last effective rate")

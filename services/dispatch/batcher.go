@@ -162,6 +162,9 @@ type batchOutcome struct {
 	// because admit refused it.
 	sent bool
 	err  error
+	// callShared marks a call-level failure an earlier member of the same
+	// call got as well (see sharedFailures and shared.Event.CallShared).
+	callShared bool
 }
 
 func newBatcher(deps batchDeps, maxBatch int, linger, maxWait time.Duration) *batcher {
@@ -461,8 +464,9 @@ func (b *batcher) call(batch []*batchItem) {
 	b.mu.Lock()
 	b.settling += len(members)
 	b.mu.Unlock()
+	marks := sharedFailures(res)
 	for i, it := range members {
-		it.done <- batchOutcome{res: res[i], latency: latency, sent: true}
+		it.done <- batchOutcome{res: res[i], latency: latency, sent: true, callShared: marks[i]}
 	}
 }
 
@@ -483,6 +487,35 @@ func (b *batcher) safeSend(ctx context.Context, msgs []channels.Message) (res []
 			Err: fmt.Sprintf("adapter returned %d results for %d messages", len(res), len(msgs))})
 	}
 	return res
+}
+
+// sharedFailures marks the results that repeat a call-level failure an
+// earlier member of the same call got: the same class and code of a kind
+// that is about the call or the provider, not the recipient (rate limited,
+// retryable, account fatal). The circuit breaker and the rate-limit metric
+// count such an answer once per call, as for a single send; permanent and
+// per-recipient-delay failures stay counted per recipient.
+func sharedFailures(res []channels.Result) []bool {
+	type key struct {
+		class shared.ErrorClass
+		code  string
+	}
+	var seen map[key]bool
+	marks := make([]bool, len(res))
+	for i, r := range res {
+		switch r.Class {
+		case shared.ClassRateLimited, shared.ClassRetryable, shared.ClassAccountFatal:
+		default:
+			continue
+		}
+		k := key{r.Class, r.Code}
+		if seen == nil {
+			seen = map[key]bool{}
+		}
+		marks[i] = seen[k]
+		seen[k] = true
+	}
+	return marks
 }
 
 // callAnswer is the answer that speaks for a whole call in adaptive pacing
@@ -558,11 +591,10 @@ func (r *accountRunner) newAccountBatcher(maxBatch int) *batcher {
 // err for the consume loop: a pause, cancel or drain that came while it
 // waited (the same paths as on arrival), or a stop (left for redelivery
 // without spending an attempt).
-func (r *accountRunner) sendBatched(ctx context.Context, job *shared.Job, msg channels.Message, attempts int, caps *capTracker) (res channels.Result, latency time.Duration, handled bool, err error) {
+func (r *accountRunner) sendBatched(ctx context.Context, job *shared.Job, msg channels.Message, attempts int, caps *capTracker) (o batchOutcome, handled bool, err error) {
 	for {
-		o := r.batch.submit(ctx, job, msg)
-		if o.sent {
-			return o.res, o.latency, false, nil
+		if o = r.batch.submit(ctx, job, msg); o.sent {
+			return o, false, nil
 		}
 		switch {
 		case o.err != nil:
@@ -578,7 +610,7 @@ func (r *accountRunner) sendBatched(ctx context.Context, job *shared.Job, msg ch
 			if caps != nil {
 				caps.release(ctx, job.To, false, time.Now())
 			}
-			return res, 0, true, err
+			return o, true, err
 		}
 		// Handed back, but the task runs again: queue once more.
 	}

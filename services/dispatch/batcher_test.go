@@ -445,11 +445,39 @@ func TestBatcherAdapterMistakes(t *testing.T) {
 			b := newBatcher(deps, 2, time.Hour, time.Hour)
 			b.start(ctx, 1)
 			out := submitAll(ctx, b, "t", []string{"a", "b"}, []string{"X", "X"})
+			var shared0 int
 			for id, o := range out {
 				require.True(t, o.sent, id)
 				require.Equal(t, shared.ClassRetryable, o.res.Class, id)
+				if o.callShared {
+					shared0++
+				}
 			}
+			require.Equal(t, 1, shared0, "a call-wide failure is marked shared on all members but one")
 		})
+	}
+}
+
+func TestSharedFailures(t *testing.T) {
+	t.Parallel()
+	busy := channels.Result{Class: shared.ClassRetryable, Code: "503"}
+	uidBusy := channels.Result{Class: shared.ClassRetryable, Code: "1005"}
+	limited := channels.Result{Class: shared.ClassRateLimited, Code: "429"}
+	gone := channels.Result{Class: shared.ClassPermanent, Code: "1001"}
+	ok := channels.Result{ProviderID: "x"}
+	tests := []struct {
+		name string
+		in   []channels.Result
+		want []bool
+	}{
+		{"a single send", []channels.Result{busy}, []bool{false}},
+		{"a call that failed as a whole counts once", []channels.Result{busy, busy, busy}, []bool{false, true, true}},
+		{"each distinct call-level answer once", []channels.Result{busy, uidBusy, busy, limited, uidBusy, limited}, []bool{false, false, true, false, true, true}},
+		{"permanent failures count per recipient", []channels.Result{gone, gone, busy, gone}, []bool{false, false, false, false}},
+		{"successes are not failures", []channels.Result{ok, ok}, []bool{false, false}},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, sharedFailures(tt.in), tt.name)
 	}
 }
 

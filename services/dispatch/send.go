@@ -87,8 +87,9 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 
 	var (
-		res     channels.Result
-		latency time.Duration
+		res        channels.Result
+		latency    time.Duration
+		callShared bool
 	)
 	if r.batch != nil {
 		// A batch account: the batcher merges this send with others of the
@@ -96,10 +97,11 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 		// and notes each call's answer for adaptive pacing once.
 		msg := channels.Message{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
 			Account: acct.Name, Attempt: attempt, Vars: job.Vars}
-		var handled bool
-		if res, latency, handled, err = r.sendBatched(ctx, &job, msg, attempt-1, caps); handled {
+		o, handled, err := r.sendBatched(ctx, &job, msg, attempt-1, caps)
+		if handled {
 			return err
 		}
+		res, latency, callShared = o.res, o.latency, o.callShared
 		// Until this job is settled, the batcher expects its slot to bring
 		// more jobs and keeps partial groups waiting.
 		defer r.batch.settled()
@@ -130,6 +132,7 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	ev := r.event(&job, shared.EventSent, attempt)
 	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
+	ev.CallShared = callShared
 	ev.LatencyMS = float64(latency.Microseconds()) / 1000
 
 	if res.OK() {
@@ -162,7 +165,7 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 			return err
 		}
 		if attempt >= job.MaxAttempts {
-			return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History})
+			return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History, callShared: callShared})
 		}
 		_, why := r.draining()
 		return r.reroute(ctx, &job, attempt, why)
@@ -173,7 +176,7 @@ func (r *accountRunner) handle(ctx context.Context, msg jetstream.Msg) error {
 			reason = fmt.Sprintf("gave up after %d attempts", attempt)
 		}
 		log.Warn("send failed; giving up", "reason", reason, "err", res.Err)
-		return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History})
+		return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History, callShared: callShared})
 	}
 
 	delay := backoff(attempt, s.cfg.BackoffBase, s.cfg.BackoffMax)
