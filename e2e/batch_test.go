@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -261,4 +262,50 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 		require.Equal(t, 1, c, "uid %s sent once", uid)
 	}
 	t.Logf("sent %d in %d calls, cancelled %d", final.Sent, len(fake.calls), final.Cancelled)
+}
+
+// TestSandboxBatchCallFailures runs a sandbox batch account whose calls
+// fail as a whole 30% of the time, with two calls in flight: every
+// recipient ends sent, each call carries one text and at most max_batch
+// recipients, and the failed calls' recipients come back in later calls.
+func TestSandboxBatchCallFailures(t *testing.T) {
+	t.Parallel()
+	const n, maxBatch = 3000, 250
+	stats := &channels.SandboxStats{}
+	reg := channels.Builtin()
+	reg["sandbox"] = channels.Sandbox{Stats: stats}
+	ts := natstest.Start(t)
+	ts.PutAccount(t, "sbx", fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":40,"burst":2,"concurrency":2,
+		"max_batch":%d,"latency":"30ms","fail_rate":0.3,"permanent_prefix":"gone-"}`, maxBatch))
+	cfg := fastRetries()
+	cfg.Ingest.Channels, cfg.Render.Channels, cfg.Dispatch.Channels = reg, reg, reg
+	natstest.StartPipeline(t, ts, cfg)
+
+	task := shared.Task{ID: "sbx-batch", Channel: "sandbox", Template: "{{.a}} news", MaxAttempts: 20}
+	for i := range n {
+		to := fmt.Sprintf("r%04d", i)
+		if i%500 == 7 {
+			to = "gone-" + to
+		}
+		task.Recipients = append(task.Recipients, shared.Recipient{To: to, Vars: map[string]any{"a": []string{"Good", "Bad"}[i%2]}})
+	}
+	submit(t, ts, task)
+	p := ts.WaitFinal(t, "sbx-batch", 2*time.Minute)
+	require.Equal(t, n-6, p.Sent)
+	require.Equal(t, 6, p.Failed, "permanent recipients fail alone, not their batch")
+
+	calls, msgs := stats.Calls.Load(), stats.Messages.Load()
+	var retrying int
+	for _, ev := range ts.Events(t, "sbx-batch") {
+		if ev.Kind == shared.EventRetrying {
+			retrying++
+			require.Equal(t, "503", ev.Code)
+		}
+	}
+	t.Logf("%d recipients: %d calls carrying %d messages (%d retries)", n, calls, msgs, retrying)
+	require.EqualValues(t, n+retrying, msgs, "every attempt is one message of one call")
+	require.Positive(t, retrying)
+	// Without failures 2 texts × ceil(1500/250) = 12 calls; a failed call
+	// comes back as (part of) another.
+	require.Less(t, calls, int64(n/10), "calls carry many recipients each")
 }
