@@ -36,8 +36,14 @@ type SandboxStats struct {
 	Messages atomic.Int64
 }
 
+// SandboxMaxBatch is the most messages one simulated call takes.
+const SandboxMaxBatch = 10_000
+
 // Name implements Channel.
 func (Sandbox) Name() string { return "sandbox" }
+
+// MaxBatch implements BatchChannel.
+func (Sandbox) MaxBatch() int { return SandboxMaxBatch }
 
 // NormalizeRecipient accepts what the webhook channel accepts.
 func (Sandbox) NormalizeRecipient(to string) (string, error) { return Webhook{}.NormalizeRecipient(to) }

@@ -85,6 +85,9 @@ type WxPusher struct{}
 // Name implements Channel.
 func (WxPusher) Name() string { return "wxpusher" }
 
+// MaxBatch implements BatchChannel.
+func (WxPusher) MaxBatch() int { return WxPusherMaxUIDs }
+
 // NormalizeRecipient checks that to looks like a WxPusher uid.
 func (WxPusher) NormalizeRecipient(to string) (string, error) {
 	to = strings.TrimSpace(to)

@@ -39,6 +39,7 @@ type Account struct {
 	// recipient through this account. Defaults to 0s.
 	PerRecipientInterval Duration `json:"per_recipient_interval"`
 	// MaxBatch is how many recipients one provider call may carry; above 1,
+	// for a channel that takes several per call (channels.BatchChannel),
 	// dispatch merges recipients whose rendered text is identical into one
 	// call, and RatePerSec, Burst and Concurrency count calls. Defaults to 1.
 	MaxBatch int `json:"max_batch"`

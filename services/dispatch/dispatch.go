@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -104,6 +105,16 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	if err != nil {
 		log.Error("account has an unknown channel; not started", "err", err)
 		return
+	}
+	if n := channels.EffectiveMaxBatch(ch, acct); n != acct.MaxBatch {
+		if n == 1 {
+			log.Warn("max_batch ignored: the channel sends one recipient per call", "channel", acct.Channel, "max_batch", acct.MaxBatch)
+		} else {
+			log.Warn("max_batch capped at the channel's limit", "channel", acct.Channel, "max_batch", acct.MaxBatch, "limit", n)
+		}
+		cp := *acct
+		cp.MaxBatch = n
+		acct = &cp
 	}
 	sender, err := ch.NewSender(acct, s.cfg.Getenv)
 	if err != nil {
