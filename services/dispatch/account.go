@@ -47,6 +47,7 @@ const pullExpiry = pinnedTTL / 4
 // across all replicas. A stopping owner releases the pin; a dead one loses
 // it pinnedTTL after its last pull, and its unacknowledged jobs come back
 // after ackWait.
+//
 // MaxAckPending is jobsInFlight: concurrency, or for a batch account
 // enough jobs to fill its calls (batcher.go).
 func consumerConfig(a *shared.Account) jetstream.ConsumerConfig {
