@@ -69,6 +69,28 @@ type Sender interface {
 	Send(ctx context.Context, msgs []Message) []Result
 }
 
+// BatchChannel is a Channel whose provider takes several recipients with
+// identical content in one call (WxPusher: 2,000 uids). Only for these does
+// dispatch merge recipients into one Send.
+type BatchChannel interface {
+	Channel
+	// MaxBatch is the most recipients one provider call may carry.
+	MaxBatch() int
+}
+
+// EffectiveMaxBatch is how many messages one Send to acct may carry: the
+// account's max_batch within the channel's limit, or 1 for a channel that
+// is not a BatchChannel (its Send would only loop over single sends, which
+// the account's rate, counted per call for batch accounts, would no longer
+// pace).
+func EffectiveMaxBatch(ch Channel, acct *shared.Account) int {
+	bc, ok := ch.(BatchChannel)
+	if !ok || acct.MaxBatch <= 1 {
+		return 1
+	}
+	return min(acct.MaxBatch, bc.MaxBatch())
+}
+
 // Fail builds a failed Result for every message, for errors that hit a
 // whole call.
 func Fail(n int, r Result) []Result {

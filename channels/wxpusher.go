@@ -15,8 +15,12 @@ package channels
 //
 // WxPusher takes up to 2,000 uids per call and allows about 2 calls per
 // second per app, so use rate_per_sec 2, concurrency 1 and max_batch 2000:
-// render merges recipients with identical content into one call. A Send
-// with more than 2,000 messages is split into several calls.
+// dispatch (services/dispatch/batcher.go) merges the jobs of recipients
+// whose rendered content is identical into one Send of up to max_batch
+// messages, and for such an account rate_per_sec and concurrency count
+// calls, not recipients. Each uid still gets its own Result, so results,
+// retries and dead letters stay per recipient. A Send with more than 2,000
+// messages is split into several calls.
 //
 // Environment: the variable named by secret_env holds the app's appToken
 // ("AT_..."). It travels in the request body and is removed from any
@@ -80,6 +84,9 @@ type WxPusher struct{}
 
 // Name implements Channel.
 func (WxPusher) Name() string { return "wxpusher" }
+
+// MaxBatch implements BatchChannel.
+func (WxPusher) MaxBatch() int { return WxPusherMaxUIDs }
 
 // NormalizeRecipient checks that to looks like a WxPusher uid.
 func (WxPusher) NormalizeRecipient(to string) (string, error) {

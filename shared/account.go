@@ -30,14 +30,18 @@ type Account struct {
 	RatePerSec float64 `json:"rate_per_sec"`
 	// Burst is the token bucket size. Defaults to 1.
 	Burst int `json:"burst"`
-	// Concurrency caps in-flight requests. Defaults to 4.
+	// Concurrency caps in-flight requests (provider calls, for an account
+	// with MaxBatch above 1). Defaults to 4.
 	Concurrency int `json:"concurrency"`
 	// DailyCap is distinct recipients per rolling 24 h; 0 means none.
 	DailyCap int `json:"daily_cap"`
 	// PerRecipientInterval is the minimum gap between two sends to one
 	// recipient through this account. Defaults to 0s.
 	PerRecipientInterval Duration `json:"per_recipient_interval"`
-	// MaxBatch is how many recipients one provider call may carry. Defaults to 1.
+	// MaxBatch is how many recipients one provider call may carry; above 1,
+	// for a channel that takes several per call (channels.BatchChannel),
+	// dispatch merges recipients whose rendered text is identical into one
+	// call, and RatePerSec, Burst and Concurrency count calls. Defaults to 1.
 	MaxBatch int `json:"max_batch"`
 	// MinRatePerSec is the floor adaptive pacing never goes below after
 	// rate-limit answers. Defaults to rate_per_sec/20.

@@ -57,6 +57,13 @@ type Event struct {
 	Requeued bool `json:"requeued,omitempty"`
 	// LatencyMS is how long the provider call took.
 	LatencyMS float64 `json:"latency_ms,omitempty"`
+	// CallShared marks a call-level failure (rate limited, retryable or
+	// account fatal: a 429, a 5xx, a network error) that an earlier
+	// recipient of the same batch provider call got with the same code; it
+	// is on all such events of the call but one, so the circuit breaker and
+	// the rate-limit metric count the call's answer once, as they count a
+	// single send's. Permanent failures are never marked.
+	CallShared bool `json:"call_shared,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of the event, so a republished outcome within the

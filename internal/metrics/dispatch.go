@@ -15,17 +15,23 @@ type Dispatch struct {
 	rateLimited *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	rate        *prometheus.GaugeVec
+	batchSize   *prometheus.HistogramVec
 }
 
 // latencyBuckets spans a sandbox's microseconds to a slow gateway's tens of
 // seconds.
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
+// batchSizeBuckets spans a lone retry to WxPusher's 2,000 uids per call.
+var batchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000}
+
 // NewDispatch registers dispatch's metrics with reg; a nil reg gives a nil
 // set.
 //
 //	broadcast_sends_total{account, outcome="sent|retrying|failed|expired|cancelled", class}
-//	broadcast_send_duration_seconds{account}   (histogram of provider calls)
+//	broadcast_send_duration_seconds{account}   (histogram of provider calls;
+//	                                            its _count is the number of calls)
+//	broadcast_batch_size{account}              (recipients per call, batch accounts only)
 //	broadcast_retries_total{account, class}
 //	broadcast_rate_limited_total{account}
 //	broadcast_account_rate_per_sec{account}    (effective, adaptive rate)
@@ -55,6 +61,11 @@ func NewDispatch(reg *prometheus.Registry) *Dispatch {
 			Namespace: namespace, Name: "account_rate_per_sec",
 			Help: "Effective (adaptive) send rate of an account as of its last outcome.",
 		}, []string{"account"})),
+		batchSize: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "batch_size",
+			Help:    "Recipients per provider call of batch accounts (max_batch > 1), by account.",
+			Buckets: batchSizeBuckets,
+		}, []string{"account"})),
 	}
 }
 
@@ -74,7 +85,8 @@ func (m *Dispatch) Outcome(ev *shared.Event) {
 	if ev.Kind == shared.EventRetrying {
 		m.retries.WithLabelValues(ev.Account, class).Inc()
 	}
-	if ev.Class == shared.ClassRateLimited {
+	if ev.Class == shared.ClassRateLimited && !ev.CallShared {
+		// A batch call rate limited as a whole is one answer.
 		m.rateLimited.WithLabelValues(ev.Account).Inc()
 	}
 	if ev.RatePerSec > 0 {
@@ -88,6 +100,14 @@ func (m *Dispatch) Latency(account string, d time.Duration) {
 		return
 	}
 	m.latency.WithLabelValues(account).Observe(d.Seconds())
+}
+
+// BatchSize records how many recipients one call of a batch account carried.
+func (m *Dispatch) BatchSize(account string, n int) {
+	if m == nil {
+		return
+	}
+	m.batchSize.WithLabelValues(account).Observe(float64(n))
 }
 
 // classLabel bounds the class label to the known error classes.

@@ -43,17 +43,21 @@ func TestDispatchOutcomes(t *testing.T) {
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent, RatePerSec: 40})
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent, RatePerSec: 20})
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRateLimited})
+	// The other recipients of a batch call rate limited as a whole: one answer.
+	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRateLimited, CallShared: true})
 	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRetryable})
 	d.Outcome(&shared.Event{Account: "b", Kind: shared.EventFailed, Class: shared.ClassPermanent})
 	d.Outcome(&shared.Event{Account: "b", Kind: "strange", Class: "made-up"})
 	d.Latency("a", 30*time.Millisecond)
 	d.Latency("a", 2*time.Second)
+	d.BatchSize("a", 2000)
+	d.BatchSize("a", 3)
 
 	require.Equal(t, 2.0, value(t, d.sends.WithLabelValues("a", "sent", "none")))
-	require.Equal(t, 1.0, value(t, d.sends.WithLabelValues("a", "retrying", "rate_limited")))
+	require.Equal(t, 2.0, value(t, d.sends.WithLabelValues("a", "retrying", "rate_limited")))
 	require.Equal(t, 1.0, value(t, d.sends.WithLabelValues("b", "failed", "permanent")))
 	require.Equal(t, 1.0, value(t, d.sends.WithLabelValues("b", "other", "other")), "unknown kinds and classes are bounded")
-	require.Equal(t, 1.0, value(t, d.retries.WithLabelValues("a", "rate_limited")))
+	require.Equal(t, 2.0, value(t, d.retries.WithLabelValues("a", "rate_limited")))
 	require.Equal(t, 1.0, value(t, d.retries.WithLabelValues("a", "retryable")))
 	require.Equal(t, 1.0, value(t, d.rateLimited.WithLabelValues("a")))
 	require.Equal(t, 20.0, value(t, d.rate.WithLabelValues("a")), "the last effective rate")
@@ -61,6 +65,10 @@ func TestDispatchOutcomes(t *testing.T) {
 	require.NoError(t, d.latency.WithLabelValues("a").(prometheus.Metric).Write(&h))
 	require.Equal(t, uint64(2), h.GetHistogram().GetSampleCount())
 	require.InDelta(t, 2.03, h.GetHistogram().GetSampleSum(), 1e-9)
+	var b dto.Metric
+	require.NoError(t, d.batchSize.WithLabelValues("a").(prometheus.Metric).Write(&b))
+	require.Equal(t, uint64(2), b.GetHistogram().GetSampleCount())
+	require.InDelta(t, 2003, b.GetHistogram().GetSampleSum(), 1e-9)
 	require.Equal(t, 5, series(d.sends))
 }
 

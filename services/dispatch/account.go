@@ -46,7 +46,7 @@ func consumerConfig(a *shared.Account, p shared.Priority) jetstream.ConsumerConf
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
-		MaxAckPending: a.Concurrency,
+		MaxAckPending: jobsInFlight(a), // concurrency, or enough jobs to fill a batch account's calls (batcher.go)
 	}
 }
 
@@ -56,6 +56,11 @@ type accountRunner struct {
 	name  string
 	pacer *pacer
 	log   *slog.Logger
+	// batch merges sends of identical text into one call, for accounts
+	// whose max_batch is above 1 (nil otherwise, so single sends take no
+	// extra hop). Each ownership session makes its own; the handlers of a
+	// session read it, and it is replaced only after they are done.
+	batch *batcher
 
 	mu          sync.RWMutex
 	acct        *shared.Account
@@ -91,7 +96,7 @@ func newAccountRunner(parent context.Context, s *Service, a *shared.Account, sen
 func (r *accountRunner) canUpdateInPlace(a *shared.Account) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.acct.Concurrency == a.Concurrency
+	return r.acct.Concurrency == a.Concurrency && r.acct.MaxBatch == a.MaxBatch
 }
 
 // update applies an account edit. An edit is also how an operator clears a
@@ -293,6 +298,22 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	// burst moments ago. Start from an empty one (see pacer.drain).
 	r.pacer.drain()
 	sched := newScheduler(r.pacer, a.Concurrency)
+	r.batch = nil
+	if a.MaxBatch > 1 {
+		// For a batch account concurrency is provider calls in flight; each
+		// call takes one token, and is made only while the lease holds.
+		r.batch = r.newAccountBatcher(a.MaxBatch, func(ctx context.Context) error {
+			if err := r.pacer.wait(ctx); err != nil {
+				return err
+			}
+			if !l.valid() {
+				end(errLeaseLost)
+				return errLeaseLost
+			}
+			return nil
+		})
+		r.batch.start(sctx, a.Concurrency)
+	}
 
 	// The lease is kept until the in-flight sends are done, even while
 	// stopping, so nobody else starts before them.
@@ -335,7 +356,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 			err := shared.Consume(sctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				return r.handle(ctx, sched, lane, msg)
 			}, shared.ConsumeConfig{
-				Concurrency: a.Concurrency,
+				Concurrency: jobsInFlight(a),
 				AckWait:     ackWait,
 				RetryDelay:  r.svc.cfg.BackoffBase,
 				DeadLetter:  r.svc.deadLetter,
@@ -347,6 +368,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 			}
 		})
 	}
+	bg.Go(func() { r.watchBacklog(sctx, sched) })
 	<-sctx.Done()
 	sched.end()
 	lanes.Wait()
@@ -365,6 +387,24 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 		return
 	}
 	r.log.Info("released the account to another replica", "reason", context.Cause(sctx))
+}
+
+// watchBacklog tells the scheduler which of the higher lanes (high,
+// normal) have jobs queued on the server, from the service's view of the
+// jobs stream (backlog.go), until ctx ends.
+func (r *accountRunner) watchBacklog(ctx context.Context, sched *scheduler) {
+	t := time.NewTicker(backlogPoll / 2)
+	defer t.Stop()
+	for {
+		for lane := range laneLow {
+			sched.setBacklog(lane, r.svc.backlog.queued(shared.JobSubject(r.name, lanePriority[lane])))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // laneConsumer creates or updates the consumer of one lane, retrying until

@@ -22,6 +22,8 @@ type giveUp struct {
 	code    string
 	err     string
 	history []shared.AttemptError
+	// callShared: see shared.Event.CallShared.
+	callShared bool
 }
 
 func (g *giveUp) Error() string { return fmt.Sprintf("%s (%s): %s", g.class, g.code, g.err) }
@@ -63,5 +65,6 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 		return nil
 	}
 	return s.publish(ctx, &shared.Event{TaskID: g.job.TaskID, JobID: g.job.ID, To: g.job.To, Account: g.account,
-		Kind: shared.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now})
+		Kind: shared.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now,
+		CallShared: g.callShared})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -25,6 +26,7 @@ type Service struct {
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
 	share    *fairShare         // how many accounts this replica takes (share.go)
+	backlog  backlog            // jobs queued per lane, for the priority scheduler
 	inFlight chan struct{}      // Config.MaxInFlight slots; nil when unlimited
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
@@ -82,6 +84,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	go s.share.run(ctx) // after the accounts are known: it counts them
+	go s.backlog.run(ctx, s.js)
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {
@@ -127,6 +130,16 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	if err != nil {
 		log.Error("account has an unknown channel; not started", "err", err)
 		return
+	}
+	if n := channels.EffectiveMaxBatch(ch, acct); n != acct.MaxBatch {
+		if n == 1 {
+			log.Warn("max_batch ignored: the channel sends one recipient per call", "channel", acct.Channel, "max_batch", acct.MaxBatch)
+		} else {
+			log.Warn("max_batch capped at the channel's limit", "channel", acct.Channel, "max_batch", acct.MaxBatch, "limit", n)
+		}
+		cp := *acct
+		cp.MaxBatch = n
+		acct = &cp
 	}
 	sender, err := ch.NewSender(acct, s.cfg.Getenv)
 	if err != nil {

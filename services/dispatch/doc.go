@@ -45,6 +45,24 @@
 // the job id as Idempotency-Key; the answer is classified
 // (shared.ErrorClass).
 //
+// Batch accounts (max_batch > 1, e.g. WxPusher's 2,000 uids per call): jobs
+// stay one per recipient in JOBS, and each still goes through every per-job
+// step, but instead of calling the adapter itself a job joins the account's
+// batcher (batcher.go), which makes one call per group of jobs with
+// identical text: when the group is full, when no job joined it for
+// batchLinger (150 ms, not counting time in which earlier calls' jobs are
+// still settling), or after batchMaxWait (2 s). For these accounts
+// rate_per_sec and concurrency count provider calls (one token per call,
+// taken only while the lease holds; at most concurrency calls in flight),
+// and each lane's consumer holds concurrency×max_batch×4 jobs (at most
+// 10,000) so groups can fill. The batcher groups by text, not priority.
+// Every job gets its own result and outcome, so a partly failed call
+// retries only its failed recipients, which merge again with whatever
+// waits. A pause, cancel or drain is checked again before each call and
+// every linger for waiting jobs. A rate-limited call slows the account
+// once. max_batch 1 accounts call the adapter from the job's handler, with
+// no extra hop.
+//
 // Safety: pacing is adaptive (pacer.go: a 429 halves the rate and honours
 // Retry-After; runs of successes step it back up). daily_cap and per_recipient_interval are
 // enforced over KV broadcast_sends (caps.go). Account-fatal answers or three
@@ -65,7 +83,9 @@
 // Where to edit what: dispatch.go (service, account lifecycle),
 // account.go (one account's lanes, lease sessions, health and sender),
 // lease.go (the account lease), sched.go (priority and the in-flight cap),
-// send.go (the per-job steps, failure handling, rerouting), pacer.go
+// send.go (the per-job steps, failure handling, rerouting), batcher.go
+// (merging sends of batch accounts into calls), share.go (spreading accounts
+// over replicas, the in-flight budget), pacer.go
 // (adaptive token bucket), caps.go (daily cap, per-recipient gap), delay.go
 // (scheduled waits, moving jobs), control.go (pause/cancel of tasks), backoff.go
 // (retry delays), ledger.go (attempt history), sentindex.go (idempotency),

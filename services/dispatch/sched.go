@@ -61,10 +61,13 @@ type scheduler struct {
 	mu      sync.Mutex
 	waiting [numLanes][]*ticket // FIFO per lane
 	busy    [numLanes]int       // tickets being handled outside their provider call
-	inUse   int                 // granted slots not yet released
-	grants  uint64              // grants so far
-	wake    chan struct{}       // poked on every change that may allow a grant
-	done    chan struct{}       // closed when the session ends
+	// backlog marks lanes whose consumer has jobs the server has not
+	// delivered yet (setBacklog): a lower lane waits for them too.
+	backlog [numLanes]bool
+	inUse   int           // granted slots not yet released
+	grants  uint64        // grants so far
+	wake    chan struct{} // poked on every change that may allow a grant
+	done    chan struct{} // closed when the session ends
 	endOnce sync.Once
 }
 
@@ -179,6 +182,20 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 	return false, err
 }
 
+// setBacklog records whether lane has undelivered jobs on the server. The
+// handlers alone do not tell: on a loaded host a lane's handlers can all be
+// done while its next jobs are still on their way, and low jobs got tokens
+// then with 98,000 normal jobs queued.
+func (s *scheduler) setBacklog(lane int, queued bool) {
+	s.mu.Lock()
+	changed := s.backlog[lane] != queued
+	s.backlog[lane] = queued
+	s.mu.Unlock()
+	if changed {
+		s.poke()
+	}
+}
+
 // pick returns the lane whose first waiter is served next, or -1: the
 // highest lane with a waiter, unless a higher lane is busy. Call with s.mu
 // held.
@@ -187,7 +204,7 @@ func (s *scheduler) pick() int {
 		if len(s.waiting[lane]) > 0 {
 			return lane
 		}
-		if s.busy[lane] > 0 {
+		if s.busy[lane] > 0 || s.backlog[lane] {
 			return -1
 		}
 	}

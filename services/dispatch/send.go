@@ -94,68 +94,92 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		}
 	}
 
-	// The replica's in-flight budget (Config.MaxInFlight) is taken before
-	// the account's turn: taken after it, a slot freed late would start
-	// sends together and bunch them beyond the account's rate.
-	slot, err := s.takeInFlight(ctx)
-	if err != nil {
-		if caps != nil {
-			caps.release(ctx, job.To, false, time.Now())
+	var (
+		res        channels.Result
+		latency    time.Duration
+		callShared bool
+	)
+	if batch := r.batch; batch != nil {
+		// A batch account: the batcher merges this send with others of the
+		// same text, paces calls, re-checks pause and cancel before each,
+		// and notes each call's answer for adaptive pacing once.
+		msg := channels.Message{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
+			Account: acct.Name, Attempt: attempt, Vars: job.Vars}
+		o, handled, err := r.sendBatched(ctx, batch, &job, msg, attempt-1, caps)
+		if handled {
+			return err
 		}
-		return shared.RetryAfter(0, err)
-	}
-	defer slot.free()
-
-	for {
-		granted, err := turn.wait(ctx, turnCheck)
-		if granted {
-			break
-		}
+		res, latency, callShared = o.res, o.latency, o.callShared
+		// Until this job is settled, the batcher expects its slot to bring
+		// more jobs and keeps partial groups waiting.
+		defer batch.settled()
+	} else {
+		// The replica's in-flight budget (Config.MaxInFlight) is taken before
+		// the account's turn: taken after it, a slot freed late would start
+		// sends together and bunch them beyond the account's rate.
+		slot, err := s.takeInFlight(ctx)
 		if err != nil {
 			if caps != nil {
 				caps.release(ctx, job.To, false, time.Now())
 			}
-			// Stopping, or the lease is gone: hand the job back at once for
-			// whichever process sends for the account next (a delayed NAK
-			// would hold one of the lane's MaxAckPending slots meanwhile,
-			// and with all of them held the new owner would wait).
-			delay := time.Second
-			if errors.Is(err, errSchedStopped) || errors.Is(err, errLeaseLost) {
-				delay = 0
-			}
-			return shared.RetryAfter(delay, err)
+			return shared.RetryAfter(0, err)
 		}
-		if done, err := r.mayStillSend(ctx, &job, attempt-1); done {
+		defer slot.free()
+
+		for {
+			granted, err := turn.wait(ctx, turnCheck)
+			if granted {
+				break
+			}
+			if err != nil {
+				if caps != nil {
+					caps.release(ctx, job.To, false, time.Now())
+				}
+				// Stopping, or the lease is gone: hand the job back at once for
+				// whichever process sends for the account next (a delayed NAK
+				// would hold one of the lane's MaxAckPending slots meanwhile,
+				// and with all of them held the new owner would wait).
+				delay := time.Second
+				if errors.Is(err, errSchedStopped) || errors.Is(err, errLeaseLost) {
+					delay = 0
+				}
+				return shared.RetryAfter(delay, err)
+			}
+			if done, err := r.mayStillSend(ctx, &job, attempt-1); done {
+				if caps != nil {
+					caps.release(ctx, job.To, false, time.Now())
+				}
+				return err
+			}
+		}
+		// A pause or cancel that came while this job waited for a token wins:
+		// no new send starts after it.
+		if done, err := r.obeyControl(ctx, &job, attempt-1); done {
 			if caps != nil {
 				caps.release(ctx, job.To, false, time.Now())
 			}
 			return err
 		}
+		start := time.Now()
+		res = sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
+			Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
+		latency = time.Since(start)
+		turn.sent() // the provider call is over: its in-flight slot is free
+		slot.free()
+		s.cfg.metrics.Latency(acct.Name, latency)
 	}
-	// A pause or cancel that came while this job waited for a token wins:
-	// no new send starts after it.
-	if done, err := r.obeyControl(ctx, &job, attempt-1); done {
-		if caps != nil {
-			caps.release(ctx, job.To, false, time.Now())
-		}
-		return err
-	}
-	start := time.Now()
-	res := sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
-		Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
-	latency := time.Since(start)
-	turn.sent() // the provider call is over: its in-flight slot is free
-	slot.free()
-	s.cfg.metrics.Latency(acct.Name, latency)
 	if caps != nil {
 		caps.release(ctx, job.To, res.OK(), time.Now())
 	}
 	ev := r.event(&job, shared.EventSent, attempt)
 	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
+	ev.CallShared = callShared
 	ev.LatencyMS = float64(latency.Microseconds()) / 1000
 
 	if res.OK() {
-		r.noteSuccess()
+		if r.batch == nil {
+			r.noteSuccess() // a batch account counts calls (batcher.go)
+		}
 		ev.ProviderID = res.ProviderID
 		// The stored sent event is the record that stops a repeat (see
 		// sentIndex); it is published before the job is acknowledged.
@@ -173,7 +197,9 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 
 	log = log.With(shared.KeyClass, res.Class, "code", res.Code)
 	le.addAttempt(shared.AttemptError{Attempt: attempt, Account: acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
-	r.noteFailure(res, log)
+	if r.batch == nil {
+		r.noteFailure(res, log)
+	}
 
 	if res.Class == shared.ClassAccountFatal {
 		// The recipient is not at fault: the job moves to a healthy account.
@@ -185,7 +211,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 			return err
 		}
 		if attempt >= job.MaxAttempts {
-			return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History})
+			return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History, callShared: callShared})
 		}
 		_, why := r.draining()
 		return r.reroute(ctx, &job, attempt, why)
@@ -196,7 +222,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 			reason = fmt.Sprintf("gave up after %d attempts", attempt)
 		}
 		log.Warn("send failed; giving up", "reason", reason, "err", res.Err)
-		return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History})
+		return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History, callShared: callShared})
 	}
 
 	delay := backoff(attempt, s.cfg.BackoffBase, s.cfg.BackoffMax)

@@ -20,8 +20,12 @@ type breakerWindow struct {
 
 // record adds an attempt outcome. Waits for caps or account health are not
 // attempts, and neither are skips.
+//
+// A call-level failure of a batch call counts once (CallShared marks the
+// repeats): one 429 for a call of 2,000 recipients is one bad answer, not
+// a window full of them.
 func (b *breakerWindow) record(ev *shared.Event) {
-	if b.ring == nil {
+	if b.ring == nil || ev.CallShared {
 		return
 	}
 	var failed bool

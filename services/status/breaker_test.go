@@ -1,0 +1,44 @@
+package status
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestBreakerCountsABatchCallOnce checks that a failure a whole batch call
+// got counts once (CallShared on all its events but one), while failures
+// of single sends count each.
+func TestBreakerCountsABatchCallOnce(t *testing.T) {
+	t.Parallel()
+	sent := &shared.Event{Kind: shared.EventSent}
+	limited := func(callShared bool) *shared.Event {
+		return &shared.Event{Kind: shared.EventRetrying, Class: shared.ClassRateLimited, CallShared: callShared}
+	}
+
+	var b breakerWindow
+	b.reset(10)
+	for range 8 {
+		b.record(sent)
+	}
+	for i := range 6 {
+		b.record(limited(i > 0))
+	}
+	_, trip := b.check(0.5)
+	require.False(t, trip, "one rate-limited call of 6 is one failure")
+	require.Equal(t, 1, b.fails)
+	require.Equal(t, 9, b.filled)
+
+	b.reset(10)
+	for range 8 {
+		b.record(sent)
+	}
+	for range 6 {
+		b.record(limited(false))
+	}
+	_, trip = b.check(0.5)
+	require.True(t, trip, "six single sends rate limited are six failures")
+	require.Equal(t, 6, b.fails)
+}
