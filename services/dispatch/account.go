@@ -347,11 +347,13 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	})
 
 	var lanes sync.WaitGroup
+	var consumers []jetstream.Consumer
 	for lane := range numLanes {
 		cons := r.laneConsumer(sctx, a, lanePriority[lane])
 		if cons == nil {
 			break // the session ended
 		}
+		consumers = append(consumers, cons)
 		lanes.Go(func() {
 			err := shared.Consume(sctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				return r.handle(ctx, sched, lane, msg)
@@ -368,7 +370,9 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 			}
 		})
 	}
-	bg.Go(func() { r.watchBacklog(sctx, sched) })
+	if len(consumers) == numLanes {
+		bg.Go(func() { watchBacklog(sctx, sched, consumers) })
+	}
 	<-sctx.Done()
 	sched.end()
 	lanes.Wait()
@@ -389,20 +393,27 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	r.log.Info("released the account to another replica", "reason", context.Cause(sctx))
 }
 
-// watchBacklog tells the scheduler which of the higher lanes (high,
-// normal) have jobs queued on the server, from the service's view of the
-// jobs stream (backlog.go), until ctx ends.
-func (r *accountRunner) watchBacklog(ctx context.Context, sched *scheduler) {
-	t := time.NewTicker(backlogPoll / 2)
+// backlogPoll is how often the owner asks the server whether lanes above
+// a waiting one have jobs queued.
+const backlogPoll = 250 * time.Millisecond
+
+// watchBacklog tells the scheduler which lanes above the lowest one with a
+// waiting job have jobs queued on the server (their consumers'
+// NumPending), until ctx ends. It asks only while some lower lane waits,
+// so an account with work in one lane costs one request per poll at most.
+func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.Consumer) {
+	t := time.NewTicker(backlogPoll)
 	defer t.Stop()
 	for {
-		for lane := range laneLow {
-			sched.setBacklog(lane, r.svc.backlog.queued(shared.JobSubject(r.name, lanePriority[lane])))
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		for lane := range sched.lowestWaiting() {
+			if info, err := consumers[lane].Info(ctx); err == nil {
+				sched.setBacklog(lane, info.NumPending > 0)
+			}
 		}
 	}
 }

@@ -26,7 +26,6 @@ type Service struct {
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
 	share    *fairShare         // how many accounts this replica takes (share.go)
-	backlog  backlog            // jobs queued per lane, for the priority scheduler
 	inFlight chan struct{}      // Config.MaxInFlight slots; nil when unlimited
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
@@ -84,7 +83,6 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	go s.share.run(ctx) // after the accounts are known: it counts them
-	go s.backlog.run(ctx, s.js)
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {

@@ -182,6 +182,19 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 	return false, err
 }
 
+// lowestWaiting returns the lowest-ranked lane with a waiting job (0 when
+// none waits): the lanes above it are the ones whose backlog matters.
+func (s *scheduler) lowestWaiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for lane := numLanes - 1; lane > 0; lane-- {
+		if len(s.waiting[lane]) > 0 {
+			return lane
+		}
+	}
+	return 0
+}
+
 // setBacklog records whether lane has undelivered jobs on the server. The
 // handlers alone do not tell: on a loaded host a lane's handlers can all be
 // done while its next jobs are still on their way, and low jobs got tokens
