@@ -278,7 +278,7 @@ func (s *Service) putRecord(ctx context.Context, r *shared.TaskRecord) error {
 func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch, resumed bool) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(bs))
 	for _, b := range bs {
-		b.Resumed = resumed
+		b.Resumed = b.Resumed || resumed
 		data, err := json.Marshal(b)
 		if err != nil {
 			return shared.Permanent(err)

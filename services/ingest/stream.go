@@ -132,6 +132,13 @@ const checkpointEvery = 64
 // expansion publishes nothing twice.
 func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *shared.TaskRecord, idx *listIndex, resumed bool) error {
 	name := rec.Task.RecipientsObject
+	// After a crash only the batches of the flush it interrupted, at most
+	// checkpointEvery past the checkpoint, can have been published: only
+	// they are marked Resumed (their jobs cost dispatch a ledger lookup).
+	resumedUntil := 0
+	if resumed {
+		resumedUntil = rec.Checkpoint + checkpointEvery*s.cfg.BatchSize
+	}
 	var (
 		index   int
 		batch   []shared.BatchRecipient
@@ -141,7 +148,7 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 		if len(pending) == 0 {
 			return nil
 		}
-		if err := s.publishBatches(ctx, pending, resumed); err != nil {
+		if err := s.publishBatches(ctx, pending, false); err != nil {
 			return err
 		}
 		last := pending[len(pending)-1]
@@ -160,7 +167,8 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 		}
 		batch = append(batch, br)
 		if len(batch) == s.cfg.BatchSize {
-			pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: index - len(batch), Recipients: batch})
+			first := index - len(batch)
+			pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
 			batch = nil
 			if len(pending) == checkpointEvery {
 				return flush()
@@ -172,7 +180,8 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 		return fmt.Errorf("expand %s: %w", name, err)
 	}
 	if len(batch) > 0 {
-		pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: index - len(batch), Recipients: batch})
+		first := index - len(batch)
+		pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
 	}
 	if err := flush(); err != nil {
 		return err
