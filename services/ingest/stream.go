@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -91,6 +92,12 @@ func normalized(ch channels.Channel, e listEntry) (shared.BatchRecipient, string
 
 // openList streams the named object.
 func (s *Service) openList(ctx context.Context, name string, fn func(listEntry) error) error {
+	// Without a deadline of its own, an object read gets the client's
+	// default timeout (5 s) for the whole object: a 1M-line list read while
+	// batches are published took longer, failed with "nats: timeout" and
+	// started over from the checkpoint, again and again.
+	ctx, cancel := context.WithTimeout(ctx, listReadTimeout)
+	defer cancel()
 	obj, err := s.objects.Get(ctx, name)
 	if err != nil {
 		return err
@@ -122,6 +129,9 @@ func (s *Service) indexList(ctx context.Context, ch channels.Channel, name strin
 	idx.seal()
 	return idx, nil
 }
+
+// listReadTimeout bounds one pass over a recipient list.
+const listReadTimeout = 2 * time.Hour
 
 // checkpointEvery is how many render batches are published between
 // checkpoints of a streamed expansion.
