@@ -10,6 +10,11 @@
 //     broadcast.events.<task>.rejected with the field and reason;
 //   - broadcast.render.<task>: recipients in batches, each with a
 //     Nats-Msg-Id, so a crash mid-expansion never enqueues a batch twice.
+//     Lists from the object store are read in two streaming passes with a
+//     checkpoint every 64 batches (stream.go); batches published again
+//     after a crash (those past the checkpoint that the interrupted flush
+//     may have published, or every batch of an inline task) are marked
+//     Resumed, so their jobs are checked against dispatch's ledger.
 //
 // Tasks that do not decode at all still get a rejected event and progress,
 // under the id the message carries (the id field or its Nats-Msg-Id header),

@@ -7,7 +7,10 @@
 // Publishes:
 //   - broadcast.jobs.<account>.<priority>: one job per recipient with the final
 //     text, with Nats-Msg-Id = the job id, so re-running a batch never
-//     enqueues twice;
+//     enqueues twice within the stream's duplicate window; jobs of a batch
+//     rendered before (redelivered, or marked Resumed by ingest after a
+//     crash) carry Recheck, so dispatch checks its ledger before sending
+//     them, beyond that window too;
 //   - broadcast.events.<task>.skipped for recipients that cannot be sent: an
 //     invalid address, a template variable the recipient lacks (templates run
 //     with missingkey=error, never "<no value>"), a body over the channel's
