@@ -298,6 +298,10 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	// burst moments ago. Start from an empty one (see pacer.drain).
 	r.pacer.drain()
 	sched := newScheduler(r.pacer, a.Concurrency)
+	// Lower lanes wait until the server has said the higher ones are
+	// empty (watchBacklog).
+	sched.setBacklog(laneHigh, true)
+	sched.setBacklog(laneNormal, true)
 	r.batch = nil
 	if a.MaxBatch > 1 {
 		// For a batch account concurrency is provider calls in flight; each
@@ -393,26 +397,47 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	r.log.Info("released the account to another replica", "reason", context.Cause(sctx))
 }
 
-// backlogPoll is how often the owner asks the server whether lanes above
-// a waiting one have jobs queued.
+// backlogPoll is how often the owner asks the server about a lane above
+// one with a waiting job.
 const backlogPoll = 250 * time.Millisecond
 
-// watchBacklog tells the scheduler which lanes above the lowest one with a
-// waiting job have jobs queued on the server (their consumers'
-// NumPending), until ctx ends. It asks only while some lower lane waits,
-// so an account with work in one lane costs one request per poll at most.
+// watchBacklog tells the scheduler whether the lanes above the lowest one
+// with a waiting job have jobs not yet acknowledged on the server (their
+// consumers' NumPending and NumAckPending), until ctx ends. Their handlers
+// alone do not tell: under load a lane's handlers can all be done while its
+// next jobs are on their way, and lower jobs got tokens then (low ones with
+// normal work queued, normal ones while a high task ran). A lane nobody
+// below waits for is not asked about, and after two polls its answer counts
+// as unknown, which holds the lanes below back until it is asked again: one
+// request per backlogPoll for an account busy in one lane, none for an idle
+// one.
 func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.Consumer) {
-	t := time.NewTicker(backlogPoll)
+	t := time.NewTicker(backlogPoll / 10)
 	defer t.Stop()
+	var asked [laneLow]time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		for lane := range sched.lowestWaiting() {
+		below := sched.lowestWaiting()
+		for lane := range laneLow {
+			if lane >= below {
+				// Nobody below waits: an answer older than two polls no
+				// longer counts.
+				if !asked[lane].IsZero() && time.Since(asked[lane]) > 2*backlogPoll {
+					sched.setBacklog(lane, true)
+					asked[lane] = time.Time{}
+				}
+				continue
+			}
+			if time.Since(asked[lane]) < backlogPoll {
+				continue
+			}
+			asked[lane] = time.Now()
 			if info, err := consumers[lane].Info(ctx); err == nil {
-				sched.setBacklog(lane, info.NumPending > 0)
+				sched.setBacklog(lane, info.NumPending+uint64(info.NumAckPending) > 0)
 			}
 		}
 	}

@@ -61,8 +61,9 @@ type scheduler struct {
 	mu      sync.Mutex
 	waiting [numLanes][]*ticket // FIFO per lane
 	busy    [numLanes]int       // tickets being handled outside their provider call
-	// backlog marks lanes whose consumer has jobs the server has not
-	// delivered yet (setBacklog): a lower lane waits for them too.
+	// backlog marks the high and normal lanes while their consumers have
+	// jobs not yet acknowledged on the server, or while that is not known
+	// (setBacklog): the lanes below wait for them too.
 	backlog [numLanes]bool
 	inUse   int           // granted slots not yet released
 	grants  uint64        // grants so far
@@ -183,7 +184,8 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 }
 
 // lowestWaiting returns the lowest-ranked lane with a waiting job (0 when
-// none waits): the lanes above it are the ones whose backlog matters.
+// none, or only high, waits): the lanes above it are those whose queues on
+// the server matter (watchBacklog).
 func (s *scheduler) lowestWaiting() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -215,9 +217,14 @@ func (s *scheduler) setBacklog(lane int, queued bool) {
 func (s *scheduler) pick() int {
 	for lane := range numLanes {
 		if len(s.waiting[lane]) > 0 {
+			for up := range lane {
+				if s.backlog[up] {
+					return -1
+				}
+			}
 			return lane
 		}
-		if s.busy[lane] > 0 || s.backlog[lane] {
+		if s.busy[lane] > 0 {
 			return -1
 		}
 	}
