@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"testing"
 	"time"
@@ -120,10 +121,19 @@ func TestDispatchAdaptiveRate(t *testing.T) {
 			minRate, minAt = e.RatePerSec, first429+i
 		}
 	}
-	maxAfterMin, steps := minRate, 0
+	maxAfterMin := minRate
 	for i := minAt + 1; i < len(evs); i++ {
 		maxAfterMin = max(maxAfterMin, evs[i].RatePerSec)
-		if evs[i].RatePerSec > evs[i-1].RatePerSec && evs[i].Kind == shared.EventSent {
+	}
+	// Step-ups after the first 429: the rate rising by a tenth of the
+	// ceiling, as recovery does (an event of a send that returned before a
+	// reduction jumps back by more, and does not count). Rising after the
+	// overall minimum is not required: with the gateway refusing above
+	// 20/s the account keeps slowing and recovering, and the last
+	// reduction may come at the very end of the window.
+	steps := 0
+	for i := first429 + 1; i < len(evs); i++ {
+		if d := evs[i].RatePerSec - evs[i-1].RatePerSec; math.Abs(d-ceiling/10) < 0.01*ceiling {
 			steps++
 		}
 	}
@@ -143,7 +153,7 @@ func TestDispatchAdaptiveRate(t *testing.T) {
 
 	require.LessOrEqual(t, atFirst, ceiling/2, "the first rate-limit answer halves the rate at once")
 	require.LessOrEqual(t, firstSentAfter, ceiling/2)
-	require.Greater(t, maxAfterMin, minRate, "the rate steps back up after runs of successes")
+	require.Positive(t, steps, "the rate steps back up after runs of successes")
 	// Holding 60/s the control also spends most of its time waiting out
 	// Retry-After with its slots held by NAKs, so it sends far fewer
 	// requests in the window: compare refusals per accepted message.

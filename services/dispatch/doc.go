@@ -28,7 +28,9 @@
 // Priority (sched.go): the holder's scheduler hands the next token, and a
 // slot of the in-flight cap (at most concurrency provider calls across the
 // lanes), to a waiting high job before a normal one before a low one, and
-// serves a lower lane only while every higher lane is idle. A high task
+// serves a lower lane only while every higher lane is idle: no job in its
+// handlers outside the provider call, and none unacknowledged on the server
+// (watchBacklog in account.go asks while a lower lane waits). A high task
 // therefore takes the account's whole rate while it has work, low yields
 // to both, and the total never exceeds rate and burst. A job waiting for
 // its turn checks its task's run state, its expiry and the account's health
