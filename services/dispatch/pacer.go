@@ -63,6 +63,17 @@ func (p *pacer) configure(ceiling, floor float64, burst, recoverAfter int) {
 // wait blocks until the account may send: after any Retry-After pause, then
 // for a token, then until the send fits in the last second (admit).
 func (p *pacer) wait(ctx context.Context) error {
+	if err := p.token(ctx); err != nil {
+		return err
+	}
+	return p.admit(ctx)
+}
+
+// token blocks until any Retry-After pause is over and a token is taken.
+// The scheduler hands tokens out with it; each send then calls admit right
+// before it starts, so the one-second bound holds at the moments sends
+// start even when a granted job starts late.
+func (p *pacer) token(ctx context.Context) error {
 	for {
 		p.mu.Lock()
 		d := time.Until(p.pausedUntil)
@@ -74,10 +85,7 @@ func (p *pacer) wait(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := p.limiter.Wait(ctx); err != nil {
-		return err
-	}
-	return p.admit(ctx)
+	return p.limiter.Wait(ctx)
 }
 
 // admit records a send starting now unless the last second already holds

@@ -246,7 +246,7 @@ func (s *scheduler) run(ctx context.Context, valid func() bool) error {
 			case <-s.wake:
 			}
 		}
-		if err := s.pacer.wait(ctx); err != nil {
+		if err := s.pacer.token(ctx); err != nil {
 			return err
 		}
 		if !valid() {
