@@ -144,16 +144,15 @@ func safeHandle(ctx context.Context, m jetstream.Msg, h Handler) (err error) {
 
 // Settle acknowledges m according to err, as described on Handler.
 func Settle(ctx context.Context, m jetstream.Msg, err error, cfg *ConsumeConfig) {
-	log := cfg.Logger.With(KeySubject, m.Subject())
-	if meta, merr := m.Metadata(); merr == nil {
-		log = log.With(KeySeq, meta.Sequence.Stream)
+	if err == nil {
+		if aerr := m.Ack(); aerr != nil {
+			settleLogger(m, cfg).Warn("ack failed; message will be redelivered", "err", aerr)
+		}
+		return
 	}
 	switch {
-	case err == nil:
-		if aerr := m.Ack(); aerr != nil {
-			log.Warn("ack failed; message will be redelivered", "err", aerr)
-		}
 	case IsPermanent(err):
+		log := settleLogger(m, cfg)
 		if cfg.DeadLetter != nil {
 			if derr := cfg.DeadLetter(ctx, m, err); derr != nil {
 				log.Error("dead-letter failed; retrying the message instead", "err", derr, "cause", err)
@@ -168,8 +167,19 @@ func Settle(ctx context.Context, m jetstream.Msg, err error, cfg *ConsumeConfig)
 		delay, ok := RetryDelay(err)
 		if !ok {
 			delay = cfg.RetryDelay
-			log.Warn("handler failed; will retry", "err", err, "delay", delay)
+			settleLogger(m, cfg).Warn("handler failed; will retry", "err", err, "delay", delay)
 		}
 		_ = m.NakWithDelay(delay)
 	}
+}
+
+// settleLogger names the message in what Settle logs. It is built only
+// when there is something to log: on the success path it cost 3% of the
+// benchmark's CPU (slog.With formats its attributes at once).
+func settleLogger(m jetstream.Msg, cfg *ConsumeConfig) *slog.Logger {
+	log := cfg.Logger.With(KeySubject, m.Subject())
+	if meta, err := m.Metadata(); err == nil {
+		log = log.With(KeySeq, meta.Sequence.Stream)
+	}
+	return log
 }

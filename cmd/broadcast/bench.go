@@ -33,6 +33,7 @@ func runBench(ctx context.Context, args []string) error {
 	raw := fs.Int("raw", 0, "messages in the raw JetStream baseline (default: n)")
 	replicas := fs.String("replicas", "", "comma-separated dispatch replica counts to compare against a 20 ms provider, e.g. 1,2,4")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile (after the pipeline run) to this file")
 	_ = fs.Parse(args)
 	if *raw == 0 {
 		*raw = *n
@@ -57,11 +58,13 @@ func runBench(ctx context.Context, args []string) error {
 		return benchReplicas(ctx, js, *replicas)
 	}
 
+	cpu0 := cpuTime()
 	rawRate, err := benchRawPublish(ctx, js, *raw)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("raw JetStream: %d async publishes of 200 bytes with Nats-Msg-Id: %.0f msg/s\n", *raw, rawRate)
+	fmt.Printf("raw JetStream: %d async publishes of 200 bytes with Nats-Msg-Id: %.0f msg/s, %.1f µs CPU each\n",
+		*raw, rawRate, float64((cpuTime()-cpu0).Microseconds())/float64(*raw))
 
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -79,6 +82,11 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	res.print()
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			return err
+		}
+	}
 	ratio := res.e2eRate / rawRate
 	fmt.Printf("e2e_recipients_per_sec=%.0f raw_js_pub_per_sec=%.0f ratio=%.3f\n", res.e2eRate, rawRate, ratio)
 	return nil
@@ -120,6 +128,7 @@ type benchResult struct {
 	start               time.Time
 	p50, p99            time.Duration
 	peakRSSMB           float64
+	cpu                 time.Duration // CPU time of this process from submit to the final progress
 	final               *shared.Progress
 	dispatchReplicas    int
 	providerLatencyStr  string
@@ -135,7 +144,8 @@ func (r *benchResult) print() {
 	fmt.Printf("  per stage: ingest %.0f/s, render %.0f/s (from accepted), dispatch %.0f/s (first to last send), status %s behind the last send\n",
 		perSec(r.ingestDone), perSec(r.renderDone-r.ingestDone), perSec(r.lastSent.Sub(r.firstSent)),
 		(r.finalSeen - r.lastSent.Sub(r.start)).Round(time.Millisecond))
-	fmt.Printf("  throughput: %.0f recipients/s end to end\n", r.e2eRate)
+	fmt.Printf("  throughput: %.0f recipients/s end to end, %.1f µs CPU per recipient (server and services, %.2f cores busy)\n",
+		r.e2eRate, float64(r.cpu.Microseconds())/float64(r.n), r.cpu.Seconds()/max(r.finalSeen.Seconds(), 1e-3))
 	fmt.Printf("  enqueue-to-send latency: p50 %s p99 %s\n", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 	fmt.Printf("  peak RSS of this process (server + services): %.0f MB\n", r.peakRSSMB)
 }
@@ -205,7 +215,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if err := waitLeases(ctx, js, pool, 15*time.Second); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
 	}
@@ -245,6 +255,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	}
 	res.e2eRate = float64(lastP.Sent) / res.elapsed.Seconds()
 	res.peakRSSMB = peakRSSMB()
+	res.cpu = cpuTime() - cpu0
 	var accepted time.Time
 	res.p50, res.p99, accepted, res.firstSent, res.lastSent, err = sendLatencies(ctx, js, id)
 	res.ingestDone = accepted.Sub(start)
@@ -362,6 +373,24 @@ func benchReplicas(ctx context.Context, js jetstream.JetStream, list string) err
 			r, res.e2eRate, res.e2eRate/float64(r), res.e2eRate/(base*float64(r)))
 	}
 	return nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // peakRSSMB is this process's peak resident set size.

@@ -1,7 +1,11 @@
 // Package status folds outcome events into one progress value per task.
 //
 // Consumes: stream EVENTS (broadcast.events.>) with the durable consumer
-// "status", in stream order, acknowledging with AckAll only after a flush.
+// "status", in stream order, acknowledging with AckAll (one ack for every
+// event up to the last folded one) only after a flush. At start the
+// consumer is created again from its ack floor, so the events a previous
+// instance folded but did not flush are delivered again before any later
+// ack can pass them.
 //
 // Publishes: KV broadcast_progress (key = task id, value = shared.Progress),
 // written at most every flush interval (not once per event), and a
