@@ -2,7 +2,6 @@ package shared
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,7 +84,7 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, ev *Event) error 
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
-	data, err := json.Marshal(ev)
+	data, err := EncodeEvent(ev)
 	if err != nil {
 		return err
 	}
@@ -99,7 +98,7 @@ func PublishEventAsync(js jetstream.JetStream, ev *Event) (jetstream.PubAckFutur
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
-	data, err := json.Marshal(ev)
+	data, err := EncodeEvent(ev)
 	if err != nil {
 		return nil, err
 	}

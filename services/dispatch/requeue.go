@@ -268,7 +268,7 @@ func (s *Service) requeue(ctx context.Context, job *shared.Job) error {
 		Kind: shared.EventRetrying, Index: job.Index, Requeued: true, Code: "retry_dead", Error: "dead letter re-queued"}); err != nil {
 		return err
 	}
-	data, err := json.Marshal(job)
+	data, err := shared.EncodeJob(job)
 	if err != nil {
 		return err
 	}

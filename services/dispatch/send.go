@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +33,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	defer turn.finish()
 	s := r.svc
 	var job shared.Job
-	if err := json.Unmarshal(msg.Data(), &job); err != nil {
+	if err := shared.DecodeJob(msg.Data(), &job); err != nil {
 		return shared.Permanent(&giveUp{class: shared.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
 	}
 	meta, err := msg.Metadata()

@@ -157,7 +157,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 }
 
 func (s *Service) publishJob(job *shared.Job, futures *[]jetstream.PubAckFuture) error {
-	data, err := json.Marshal(job)
+	data, err := shared.EncodeJob(job)
 	if err != nil {
 		return err
 	}

@@ -198,7 +198,7 @@ func (s *Service) Run(ctx context.Context) error {
 // fold applies one event to its task's state.
 func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	var ev shared.Event
-	if err := json.Unmarshal(m.Data(), &ev); err != nil || !shared.ValidID(ev.TaskID) {
+	if err := shared.DecodeEvent(m.Data(), &ev); err != nil || !shared.ValidID(ev.TaskID) {
 		s.log.Warn("event does not decode; skipped", shared.KeySubject, m.Subject(), "err", err)
 		return nil
 	}

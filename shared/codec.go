@@ -1,0 +1,60 @@
+package shared
+
+import (
+	"encoding/json"
+	"errors"
+
+	gojson "github.com/goccy/go-json"
+)
+
+// Jobs and events are encoded and decoded once per recipient each; with
+// encoding/json that was an eighth of the benchmark's CPU (decoding a job
+// took 4.4 µs, go-json 0.9 µs). go-json writes the same bytes as
+// encoding/json for our types (TestCodecMatchesEncodingJSON) and decodes
+// the same values (FuzzCodecMatchesEncodingJSON). Whatever go-json rejects
+// or panics on is decoded again by encoding/json, so errors read as before
+// and no input can crash a service through it.
+
+var errFastDecode = errors.New("go-json panicked")
+
+func decodeFast(data []byte, v any) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errFastDecode
+		}
+	}()
+	return gojson.Unmarshal(data, v)
+}
+
+// DecodeJob decodes a job message.
+func DecodeJob(data []byte, job *Job) error {
+	if decodeFast(data, job) == nil {
+		return nil
+	}
+	*job = Job{}
+	return json.Unmarshal(data, job)
+}
+
+// DecodeEvent decodes an event message.
+func DecodeEvent(data []byte, ev *Event) error {
+	if decodeFast(data, ev) == nil {
+		return nil
+	}
+	*ev = Event{}
+	return json.Unmarshal(data, ev)
+}
+
+// EncodeJob encodes a job message.
+func EncodeJob(job *Job) ([]byte, error) { return encodeFast(job) }
+
+// EncodeEvent encodes an event message.
+func EncodeEvent(ev *Event) ([]byte, error) { return encodeFast(ev) }
+
+func encodeFast(v any) (data []byte, err error) {
+	defer func() {
+		if recover() != nil {
+			data, err = json.Marshal(v)
+		}
+	}()
+	return gojson.Marshal(v)
+}

@@ -1,0 +1,90 @@
+package shared
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func codecSampleJob() *Job {
+	return &Job{ID: "t1.42", TaskID: "t1", Index: 42, To: "+8613000000042",
+		Body: "héllo \u2028 <b>&amp;</b> \xff", Channel: "sandbox", Account: "a", Priority: PriorityHigh,
+		MaxAttempts: 5, EnqueuedAt: time.Date(2026, 11, 30, 6, 35, 2, 531992065, time.UTC),
+		Vars: map[string]any{"b": 1.5, "a": "x<y>&", "c": []any{1.0, "2", nil, map[string]any{"d": true}}},
+		Pool: []string{"a", "b"}, Recheck: true}
+}
+
+// TestCodecMatchesEncodingJSON: the fast encoder writes exactly what
+// encoding/json writes (zero times left out, HTML escaped, invalid UTF-8
+// replaced, floats formatted alike), and both decoders read it back alike.
+func TestCodecMatchesEncodingJSON(t *testing.T) {
+	job := codecSampleJob()
+	want, err := json.Marshal(job)
+	require.NoError(t, err)
+	got, err := EncodeJob(job)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
+	require.NotContains(t, string(got), "expires_at")
+
+	ev := &Event{TaskID: "t1", JobID: "t1.42", To: "+1", Account: "a", Kind: EventSent, Attempt: 2,
+		At: time.Date(2026, 11, 30, 6, 35, 2, 5, time.FixedZone("x", 3600)), Index: 42,
+		RatePerSec: 1e21, LatencyMS: 0.000123, Error: "\x00\x1f\"\\", CallShared: true}
+	want, err = json.Marshal(ev)
+	require.NoError(t, err)
+	got, err = EncodeEvent(ev)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
+
+	var j1, j2 Job
+	require.NoError(t, json.Unmarshal(want, &j1))
+	require.NoError(t, DecodeJob(want, &j2))
+	require.Equal(t, j1, j2)
+	var e1, e2 Event
+	require.NoError(t, json.Unmarshal(got, &e1))
+	require.NoError(t, DecodeEvent(got, &e2))
+	require.Equal(t, e1, e2)
+}
+
+// TestCodecErrorsAreEncodingJSONs: what the fast decoder rejects is
+// reported with encoding/json's own error.
+func TestCodecErrorsAreEncodingJSONs(t *testing.T) {
+	for _, in := range []string{`{"index":"x"}`, `{"id":`, `[1]`, ``} {
+		var want Job
+		werr := json.Unmarshal([]byte(in), &want)
+		require.Error(t, werr, in)
+		var got Job
+		gerr := DecodeJob([]byte(in), &got)
+		require.Error(t, gerr, in)
+		require.Equal(t, werr.Error(), gerr.Error(), in)
+	}
+}
+
+// FuzzCodecMatchesEncodingJSON: on any input, DecodeJob and DecodeEvent
+// succeed exactly when encoding/json does, with the same value.
+func FuzzCodecMatchesEncodingJSON(f *testing.F) {
+	sample, _ := json.Marshal(codecSampleJob())
+	f.Add(sample)
+	f.Add([]byte(`{"task_id":"t","job_id":"t.1","kind":"sent","index":1,"at":"2026-11-30T06:35:02Z","rate_per_sec":5}`))
+	f.Add([]byte(`{"id":"a\u00e9\ud800","vars":{"x":[1,{"y":null}]},"index":-3,"ID":"b","Index":2}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var j1, j2 Job
+		e1, e2 := json.Unmarshal(in, &j1), DecodeJob(in, &j2)
+		if (e1 == nil) != (e2 == nil) {
+			t.Fatalf("job %q: encoding/json %v, DecodeJob %v", in, e1, e2)
+		}
+		if e1 == nil && !reflect.DeepEqual(j1, j2) {
+			t.Fatalf("job %q decodes differently:\n%#v\n%#v", in, j1, j2)
+		}
+		var v1, v2 Event
+		e1, e2 = json.Unmarshal(in, &v1), DecodeEvent(in, &v2)
+		if (e1 == nil) != (e2 == nil) {
+			t.Fatalf("event %q: encoding/json %v, DecodeEvent %v", in, e1, e2)
+		}
+		if e1 == nil && !reflect.DeepEqual(v1, v2) {
+			t.Fatalf("event %q decodes differently:\n%#v\n%#v", in, v1, v2)
+		}
+	})
+}
