@@ -29,6 +29,9 @@ type NATSConfig struct {
 	// Cert and Key are the client's PEM certificate and key, for servers
 	// that verify clients (tls { verify: true }). Defaults to none.
 	Cert, Key string
+	// InProcess, when set, connects to a server in this process without a
+	// socket (the embedded server of the dev, demo and bench modes).
+	InProcess nats.InProcessConnProvider
 }
 
 // NATSConfigFromEnv reads NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS and,
@@ -85,6 +88,9 @@ func Connect(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
 			return nil, fmt.Errorf("NATS_CERT and NATS_KEY: set both or neither")
 		}
 		opts = append(opts, nats.ClientCert(c.Cert, c.Key))
+	}
+	if c.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(c.InProcess))
 	}
 	nc, err := nats.Connect(c.URL, opts...)
 	if err != nil {

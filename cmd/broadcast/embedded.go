@@ -20,7 +20,7 @@ func startEmbedded(ctx context.Context, cfg embedded.Config, log *slog.Logger) (
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	nc, js, err := shared.Setup(ctx, shared.NATSConfig{URL: s.ClientURL()}, "embedded", shared.TopologyConfig{}, log)
+	nc, js, err := shared.Setup(ctx, shared.NATSConfig{URL: s.ClientURL(), InProcess: s}, "embedded", shared.TopologyConfig{}, log)
 	if err != nil {
 		s.Shutdown()
 		return nil, nil, nil, fmt.Errorf("embedded server: %w", err)
