@@ -34,6 +34,7 @@ func runBench(ctx context.Context, args []string) error {
 	replicas := fs.String("replicas", "", "comma-separated dispatch replica counts to compare against a 20 ms provider, e.g. 1,2,4")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile (after the pipeline run) to this file")
+	concurrency := fs.Int("concurrency", 256, "the benchmark account's concurrency (its consumers' MaxAckPending)")
 	_ = fs.Parse(args)
 	if *raw == 0 {
 		*raw = *n
@@ -77,7 +78,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := benchPipeline(ctx, js, *n, `{"channel":"sandbox","rate_per_sec":1000000,"burst":100000,"concurrency":256}`, 1, 1, serviceOverrides{})
+	res, err := benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":1000000,"burst":100000,"concurrency":%d}`, *concurrency), 1, 1, serviceOverrides{})
 	if err != nil {
 		return err
 	}

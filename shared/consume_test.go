@@ -1,0 +1,74 @@
+package shared_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestConsumeKeepsLongHandlersAlive: a handler that runs for 2.5 ack waits
+// is not redelivered meanwhile (Consume reports progress), while quick
+// messages keep flowing through the other handlers; every message is
+// handled exactly once and acknowledged.
+func TestConsumeKeepsLongHandlersAlive(t *testing.T) {
+	ts := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ackWait = time.Second
+	_, err := ts.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "KEEP", Subjects: []string{"keep.>"}})
+	require.NoError(t, err)
+	cons, err := ts.JS.CreateOrUpdateConsumer(ctx, "KEEP", jetstream.ConsumerConfig{
+		Durable: "k", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: -1})
+	require.NoError(t, err)
+
+	const n = 50
+	var mu sync.Mutex
+	calls := map[string]int{}
+	var handled atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- shared.Consume(ctx, cons, func(_ context.Context, m jetstream.Msg) error {
+			mu.Lock()
+			calls[m.Subject()]++
+			mu.Unlock()
+			if m.Subject() == "keep.slow" {
+				time.Sleep(5 * ackWait / 2)
+			}
+			handled.Add(1)
+			return nil
+		}, shared.ConsumeConfig{Concurrency: 4, AckWait: ackWait})
+	}()
+	_, err = ts.JS.Publish(ctx, "keep.slow", nil)
+	require.NoError(t, err)
+	for i := range n {
+		_, err = ts.JS.Publish(ctx, "keep.fast."+string(rune('a'+i%26))+string(rune('a'+i/26)), nil)
+		require.NoError(t, err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return handled.Load() == n+1 }, "every message handled")
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, "every message acknowledged")
+	// Past the slow handler's end plus an ack wait: nothing comes back.
+	time.Sleep(ackWait + 200*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, n+1)
+	for subj, c := range calls {
+		require.Equal(t, 1, c, "%s handled %d times", subj, c)
+	}
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.NumRedelivered)
+	require.EqualValues(t, n+1, info.AckFloor.Consumer)
+	cancel()
+	require.NoError(t, <-done)
+}
