@@ -67,6 +67,7 @@ type Event struct {
 
 // MsgID is the Nats-Msg-Id of the event, so a republished outcome within the
 // stream's duplicate window is stored once. Status counts exactly regardless.
+// Sent events go without one (see publishOpts).
 func (e *Event) MsgID() string {
 	if e.JobID == "" {
 		return e.TaskID + ":" + string(e.Kind)
@@ -88,8 +89,21 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, ev *Event) error 
 	if err != nil {
 		return err
 	}
-	_, err = js.Publish(ctx, EventSubject(ev.TaskID, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
+	_, err = js.Publish(ctx, EventSubject(ev.TaskID, ev.Kind), data, publishOpts(ev)...)
 	return err
+}
+
+// publishOpts gives an event its Nats-Msg-Id, except a sent event: dispatch
+// publishes one only after looking for it among the stored sent events (a
+// redelivered job whose sent event is stored is acknowledged without
+// publishing again; see the sent index in dispatch), so the stream's
+// duplicate check has nothing to catch, and it cost a tenth of the
+// pipeline's CPU (the header on both sides, the server's window of ids).
+func publishOpts(ev *Event) []jetstream.PublishOpt {
+	if ev.Kind == EventSent {
+		return nil
+	}
+	return []jetstream.PublishOpt{jetstream.WithMsgID(ev.MsgID())}
 }
 
 // PublishEventAsync is PublishEvent without waiting; the caller waits on the
@@ -102,5 +116,5 @@ func PublishEventAsync(js jetstream.JetStream, ev *Event) (jetstream.PubAckFutur
 	if err != nil {
 		return nil, err
 	}
-	return js.PublishAsync(EventSubject(ev.TaskID, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
+	return js.PublishAsync(EventSubject(ev.TaskID, ev.Kind), data, publishOpts(ev)...)
 }
