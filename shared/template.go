@@ -56,6 +56,10 @@ const tickFunc = "broadcastStep"
 // Template is a parsed message template. It is safe for concurrent use.
 type Template struct {
 	tmpl *template.Template
+	// plain is set for a template of only text and {{.name}} fields (most
+	// are): Render fills those directly when every field is a string,
+	// without executing the template (2 µs a recipient).
+	plain []plainPart
 	// runs holds clones of tmpl, each bound to its own budget, so
 	// concurrent renders never share a step count.
 	runs sync.Pool
@@ -128,8 +132,9 @@ func ParseTemplate(src string) (*Template, error) {
 	if err := checkTree(t); err != nil {
 		return nil, err
 	}
+	plain := plainParts(t)
 	instrument(t)
-	out := &Template{tmpl: t}
+	out := &Template{tmpl: t, plain: plain}
 	out.runs.New = func() any {
 		b := &budget{}
 		c := template.Must(t.Clone())
@@ -143,6 +148,16 @@ func ParseTemplate(src string) (*Template, error) {
 // plus "to". The error names the missing variable when there is one, and is
 // ErrBodyTooLarge, ErrRenderTimeout or ErrRenderSteps when a limit was hit.
 func (t *Template) Render(defaults, vars map[string]any, to string) (string, error) {
+	if t.plain != nil {
+		if body, ok := renderPlain(t.plain, defaults, vars, to); ok {
+			return body, nil
+		}
+	}
+	return t.execute(defaults, vars, to)
+}
+
+// execute runs the template itself.
+func (t *Template) execute(defaults, vars map[string]any, to string) (string, error) {
 	data := make(map[string]any, len(defaults)+len(vars)+1)
 	maps.Copy(data, defaults)
 	maps.Copy(data, vars)
@@ -160,6 +175,69 @@ func (t *Template) Render(defaults, vars map[string]any, to string) (string, err
 		return "", errors.New(strings.TrimPrefix(err.Error(), "template: "))
 	}
 	return b.String(), nil
+}
+
+// plainPart is literal text, or the name of a field to fill in.
+type plainPart struct {
+	text  string
+	field string
+}
+
+// plainParts returns the parts of a template that is only text and
+// {{.name}} fields, or nil.
+func plainParts(t *template.Template) []plainPart {
+	if len(t.Templates()) != 1 || t.Tree == nil || t.Tree.Root == nil {
+		return nil
+	}
+	parts := []plainPart{}
+	for _, n := range t.Tree.Root.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+			parts = append(parts, plainPart{text: string(n.Text)})
+		case *parse.ActionNode:
+			if len(n.Pipe.Decl) > 0 || len(n.Pipe.Cmds) != 1 || len(n.Pipe.Cmds[0].Args) != 1 {
+				return nil
+			}
+			f, ok := n.Pipe.Cmds[0].Args[0].(*parse.FieldNode)
+			if !ok || len(f.Ident) != 1 {
+				return nil
+			}
+			parts = append(parts, plainPart{field: f.Ident[0]})
+		default:
+			return nil
+		}
+	}
+	return parts
+}
+
+// renderPlain fills a plain template the way text/template would (vars
+// win over defaults, "to" over both). It declines (ok false) whenever the
+// result might differ: a missing field (an error) or one that is not a
+// string (printed by text/template's rules), or a too long body.
+func renderPlain(parts []plainPart, defaults, vars map[string]any, to string) (string, bool) {
+	var b strings.Builder
+	for _, p := range parts {
+		if p.field == "" {
+			b.WriteString(p.text)
+			continue
+		}
+		var v any
+		var found bool
+		if p.field == "to" {
+			v, found = to, true
+		} else if v, found = vars[p.field]; !found {
+			v, found = defaults[p.field]
+		}
+		s, isString := v.(string)
+		if !found || !isString {
+			return "", false
+		}
+		b.WriteString(s)
+	}
+	if b.Len() > MaxBodyBytes {
+		return "", false
+	}
+	return b.String(), true
 }
 
 // limitedBuilder is a strings.Builder that refuses to grow past MaxBodyBytes.

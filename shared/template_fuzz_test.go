@@ -69,6 +69,15 @@ func FuzzTemplate(f *testing.F) {
 		if len(out) > MaxBodyBytes {
 			t.Fatalf("output of %d bytes", len(out))
 		}
+		// The plain fast path writes exactly what executing writes.
+		if tmpl.plain != nil {
+			if plain, ok := renderPlain(tmpl.plain, defaults, vars, "+8613800000001"); ok {
+				exec, err := tmpl.execute(defaults, vars, "+8613800000001")
+				if err != nil || exec != plain {
+					t.Fatalf("plain %q, executed %q (%v)", plain, exec, err)
+				}
+			}
+		}
 		if strings.Contains(out, "<no value>") && !strings.Contains(src, "<no value>") && utf8.ValidString(src) {
 			t.Fatalf("rendered <no value>: %q", out)
 		}
