@@ -2,16 +2,21 @@
 // uses: subject and bucket names, the JSON shapes that travel on the wire
 // (task, job, event, progress, account, dead letter), the one EnsureTopology
 // that creates every stream, KV bucket and object store, the consume loop that
-// maps a handler's result to Ack / dead-letter+Term / NakWithDelay, NATS
+// maps a handler's result to Ack / dead-letter+Term / NakWithDelay (now, or
+// once an asynchronous step ends: Later), NATS
 // connection settings read from the environment, and slog setup.
 //
 // Where to edit what:
 //   - subjects.go: subject, stream and bucket names, id syntax.
 //   - task.go: the task users publish and its validation.
 //   - job.go, event.go, progress.go, account.go, deadletter.go: wire shapes.
+//   - codec.go: fast JSON for jobs and events (go-json, checked against
+//     encoding/json).
+//   - template.go: message templates, their limits and the plain fast path.
 //   - topology.go: stream / KV / object store definitions.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return.
-//   - nats.go, logging.go: connection and logging from the environment.
+//   - nats.go, logging.go: connection (over a socket, or in process to an
+//     embedded server) and logging from the environment.
 //
 // Nothing that only one service uses belongs here.
 package shared

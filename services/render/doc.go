@@ -16,6 +16,11 @@
 //     with missingkey=error, never "<no value>"), a body over the channel's
 //     limits.
 //
+// Templates of only text and {{.name}} fields whose values are strings
+// (most) are filled directly; anything else runs text/template with its
+// execution budget (shared.Template). Jobs are encoded with go-json
+// (shared.EncodeJob, the same bytes as encoding/json).
+//
 // Where to edit what: render.go (consumer and per-recipient steps),
 // spec.go (the cached task spec), config.go (settings). Account choice is
 // shared.PickAccount (capacity-weighted, sticky per recipient).
