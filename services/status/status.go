@@ -3,7 +3,6 @@ package status
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -23,45 +22,17 @@ func consumerConfig() jetstream.ConsumerConfig {
 		Durable:       ConsumerName,
 		Description:   "status: folds events into progress",
 		FilterSubject: shared.SubjectEventsPrefix + ">",
-		// One ack per flush, for every event up to the last folded one
-		// (events arrive in stream order). Acking each event cost the
-		// server and the client as much as folding it. openConsumer makes
-		// this safe across restarts.
-		AckPolicy:     jetstream.AckAllPolicy,
+		// Each event is acknowledged after the flush that wrote its effect.
+		// Not AckAll: after a crash, a new instance's ack of a later event
+		// would also acknowledge the events the dead one had folded but not
+		// flushed, before they are redelivered, and they would be lost; so
+		// would a delivery lost in transit (a reconnect, a consumer leader
+		// moving), which comes back only after the ack wait.
+		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       10 * time.Second,
 		MaxDeliver:    -1,
 		MaxAckPending: 200_000,
 	}
-}
-
-// openConsumer (re)creates the status consumer so it delivers again every
-// event after its ack floor, in order. Restarting a durable AckAll consumer
-// as it stands would be unsafe: it continues after the last event it
-// delivered, and the first ack of a later event would also acknowledge the
-// events the previous instance had folded but not flushed, before their
-// redelivery. Starting over from the ack floor folds those again instead
-// (a fold is idempotent per recipient). A consumer of an older version
-// (AckExplicit) is replaced the same way. Only one status instance runs
-// (its folds are in memory), so nobody else reads this consumer.
-func (s *Service) openConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	cfg := consumerConfig()
-	if old, err := s.js.Consumer(ctx, shared.StreamEvents, ConsumerName); err == nil {
-		info := old.CachedInfo()
-		if floor := info.AckFloor.Stream; floor > 0 {
-			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-			cfg.OptStartSeq = floor + 1
-		} else if info.Config.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
-			// Nothing acknowledged since the last restart: same start again.
-			cfg.DeliverPolicy, cfg.OptStartSeq = info.Config.DeliverPolicy, info.Config.OptStartSeq
-		}
-		if err := s.js.DeleteConsumer(ctx, shared.StreamEvents, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, err
-		}
-		s.log.Debug("status consumer restarts after its ack floor", "ack_floor", info.AckFloor.Stream, "start_seq", cfg.OptStartSeq)
-	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, err
-	}
-	return s.js.CreateConsumer(ctx, shared.StreamEvents, cfg)
 }
 
 // Service is the status service.
@@ -118,7 +89,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	defer stopDashboard()
-	cons, err := s.openConsumer(ctx)
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamEvents, consumerConfig())
 	if err != nil {
 		return fmt.Errorf("status: consumer: %w", err)
 	}
@@ -139,23 +110,19 @@ func (s *Service) Run(ctx context.Context) error {
 
 	ticker := time.NewTicker(s.cfg.FlushInterval)
 	defer ticker.Stop()
-	// last is the last event folded and not yet acknowledged; unflushed
-	// counts those events.
-	var last jetstream.Msg
-	unflushed := 0
+	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
 		if err := s.flush(ctx); err != nil {
 			s.log.Warn("flush failed; events stay unacknowledged and will be folded again", "err", err)
 			return
 		}
-		// AckAll: acknowledging the last folded event acknowledges every
-		// one before it (they came in stream order).
-		if last != nil {
-			if err := last.Ack(); err != nil {
-				s.log.Warn("ack failed; the events will be redelivered and folded idempotently", "err", err)
+		for _, m := range folded {
+			if err := m.Ack(); err != nil {
+				s.log.Warn("ack failed; the event will be redelivered and folded idempotently", "err", err)
+				break
 			}
 		}
-		last, unflushed = nil, 0
+		folded = folded[:0]
 	}
 	for {
 		select {
@@ -165,24 +132,15 @@ func (s *Service) Run(ctx context.Context) error {
 			cancel()
 			return nil
 		case m := <-msgs:
-			for {
-				err := s.fold(ctx, m)
-				if err == nil {
-					break
-				}
+			if err := s.fold(ctx, m); err != nil {
 				// Only a checkpoint read can fail here; without its state the
-				// event cannot be folded exactly. It is retried in place: a
-				// later event's ack (AckAll) must not pass it.
+				// event cannot be folded exactly, so stop and retry later.
 				s.log.Warn("cannot fold event; will retry", "err", err)
-				flush(ctx)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(time.Second):
-				}
+				_ = m.NakWithDelay(time.Second)
+				continue
 			}
-			last = m
-			if unflushed++; unflushed >= s.cfg.MaxUnflushed {
+			folded = append(folded, m)
+			if len(folded) >= s.cfg.MaxUnflushed {
 				flush(ctx)
 			}
 		case <-ticker.C:
