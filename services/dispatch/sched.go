@@ -65,7 +65,7 @@ type scheduler struct {
 	// jobs not yet acknowledged on the server, or while that is not known
 	// (setBacklog): the lanes below wait for them too.
 	backlog [numLanes]bool
-	inUse   int // granted slots not yet released
+	inUse   int           // granted slots not yet released
 	// wanted is when a job of each lane last asked for a turn; a lane that
 	// asked lately counts as waiting for watchBacklog even when its jobs
 	// were served at once.
