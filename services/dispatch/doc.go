@@ -34,10 +34,7 @@
 // therefore takes the account's whole rate while it has work, low yields
 // to both, and the total never exceeds rate and burst. A job waiting for
 // its turn checks its task's run state, its expiry and the account's health
-// every 500 ms, so a pause or cancel still applies within a second. A job
-// whose turn is due at once (nobody ahead, no higher lane busy or queued, a
-// slot and a token free) is granted in its own goroutine, without a hop
-// through the scheduler's.
+// every 500 ms, so a pause or cancel still applies within a second.
 //
 // Per job: a job that may have been handled before (redelivered, or marked
 // Recheck when re-published or rendered by a resumed expansion) is checked
@@ -46,10 +43,8 @@
 // events (sentindex.go: each is stored before its job is acknowledged, so
 // it costs nothing per send); KV broadcast_ledger (key <task>.<index>)
 // keeps attempt errors, and a sent record only when the event could not be
-// stored (or is not known to be). Fresh jobs skip the lookups. A sent event
-// is published asynchronously and the job acknowledged by the consume loop
-// once the event is stored (shared.Later), so no handler waits on it; sent
-// events carry no Nats-Msg-Id (the lookup before a re-publish is their
+// stored (or is not known to be). Fresh jobs skip the lookups. Sent events
+// carry no Nats-Msg-Id (the lookup before a re-publish is their
 // deduplication), other events do. The channel adapter is called with
 // the job id as Idempotency-Key; the answer is classified
 // (shared.ErrorClass).
