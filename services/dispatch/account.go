@@ -412,6 +412,9 @@ const backlogPoll = 250 * time.Millisecond
 // request per backlogPoll for an account busy in one lane, none for an idle
 // one.
 func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.Consumer) {
+	sched.mu.Lock()
+	sched.watched = true
+	sched.mu.Unlock()
 	t := time.NewTicker(backlogPoll / 10)
 	defer t.Stop()
 	var asked [laneLow]time.Time

@@ -65,6 +65,7 @@ type scheduler struct {
 	// jobs not yet acknowledged on the server, or while that is not known
 	// (setBacklog): the lanes below wait for them too.
 	backlog [numLanes]bool
+	watched bool          // watchBacklog runs for this session
 	inUse   int           // granted slots not yet released
 	grants  uint64        // grants so far
 	wake    chan struct{} // poked on every change that may allow a grant
@@ -104,6 +105,14 @@ func (s *scheduler) end() { s.endOnce.Do(func() { close(s.done) }) }
 func (s *scheduler) begin(lane int) *ticket {
 	s.mu.Lock()
 	s.busy[lane]++
+	// A job being handled is unacknowledged on the server: its lane has a
+	// backlog now, whatever the last poll said (watchBacklog clears it once
+	// the lane is empty). Between a high task's jobs a stale "empty" from
+	// before the task let 11-13 normal sends through. Only while a watcher
+	// runs: nobody else would clear it.
+	if lane < laneLow && s.watched {
+		s.backlog[lane] = true
+	}
 	s.mu.Unlock()
 	return &ticket{s: s, lane: lane, counted: true, ready: make(chan struct{})}
 }
