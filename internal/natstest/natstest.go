@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -110,34 +112,61 @@ func (ts *Server) PutAccount(t testing.TB, name, account string) {
 	require.NoError(t, err)
 }
 
-// Progress reads a task's progress, or nil when there is none yet.
+// Progress reads a task's progress, or nil when there is none yet or it
+// could not be read (logged): callers poll it, and a cluster electing the
+// bucket's leader answers no for a moment.
 func (ts *Server) Progress(t testing.TB, taskID string) *shared.Progress {
 	t.Helper()
+	p, err := ts.progress(taskID)
+	if err != nil {
+		t.Logf("progress of %s not read: %v", taskID, err)
+	}
+	return p
+}
+
+// progress reads a task's progress: nil and no error when there is none
+// yet, an error when the bucket could not be reached.
+func (ts *Server) progress(taskID string) (*shared.Progress, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv, err := ts.JS.KeyValue(ctx, shared.BucketProgress)
-	require.NoError(t, err)
-	e, err := kv.Get(ctx, taskID)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("bucket %s: %w", shared.BucketProgress, err)
+	}
+	e, err := kv.Get(ctx, taskID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", taskID, err)
 	}
 	var p shared.Progress
-	require.NoError(t, json.Unmarshal(e.Value(), &p))
-	return &p
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return nil, fmt.Errorf("progress of %s: %w", taskID, err)
+	}
+	return &p, nil
 }
 
-// WaitFinal polls a task's progress until it is final and returns it.
+// WaitFinal polls a task's progress until it is final and returns it. A
+// read that fails (a cluster electing a new leader for the bucket) is
+// tried again until the timeout, like a user polling `nats kv get`.
 func (ts *Server) WaitFinal(t testing.TB, taskID string, timeout time.Duration) *shared.Progress {
 	t.Helper()
-	var p *shared.Progress
+	var (
+		p       *shared.Progress
+		lastErr error
+	)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if p = ts.Progress(t, taskID); p != nil && p.State.Final() {
+		got, err := ts.progress(taskID)
+		if err != nil {
+			lastErr = err
+		} else if p = got; p != nil && p.State.Final() {
 			return p
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.FailNowf(t, "task not final", "task %s not final after %s; last progress: %+v", taskID, timeout, p)
+	require.FailNowf(t, "task not final", "task %s not final after %s; last progress: %+v; last read error: %v", taskID, timeout, p, lastErr)
 	return nil
 }
 

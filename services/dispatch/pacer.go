@@ -66,7 +66,8 @@ func (p *pacer) wait(ctx context.Context) error {
 	if err := p.token(ctx); err != nil {
 		return err
 	}
-	return p.admit(ctx)
+	_, err := p.admit(ctx)
+	return err
 }
 
 // token blocks until any Retry-After pause is over and a token is taken.
@@ -94,8 +95,9 @@ func (p *pacer) token(ctx context.Context) error {
 // hands out tokens: a sender that wakes late (GC, a busy CPU) then goes out
 // together with the next one, and on a loaded host we measured 108-111
 // sends in one second at 100/s burst 5. This makes the bound hold for the
-// moments sends actually start.
-func (p *pacer) admit(ctx context.Context) error {
+// moments sends actually start. It returns the start it recorded, which
+// the caller uses as its send's start time so both agree.
+func (p *pacer) admit(ctx context.Context) (time.Time, error) {
 	for {
 		p.mu.Lock()
 		now := time.Now()
@@ -108,12 +110,12 @@ func (p *pacer) admit(ctx context.Context) error {
 		if len(p.recent) < n {
 			p.recent = append(p.recent, now)
 			p.mu.Unlock()
-			return nil
+			return now, nil
 		}
 		d := p.recent[len(p.recent)-n].Add(time.Second).Sub(now)
 		p.mu.Unlock()
 		if err := sleep(ctx, d); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
 }

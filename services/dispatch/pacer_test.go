@@ -241,10 +241,14 @@ func TestDispatchPacerWindowBoundsLateSenders(t *testing.T) {
 		wg.Go(func() {
 			for range 5 {
 				// Call admit directly: as if every token had been handed
-				// out at once to senders that all woke late.
-				require.NoError(t, p.admit(context.Background()))
+				// out at once to senders that all woke late. The start
+				// admit returns is the one the send uses (send.go); a
+				// time.Now() taken here after the goroutine is scheduled
+				// again drifts by the scheduler's delay (CI once saw 11).
+				at, err := p.admit(context.Background())
+				require.NoError(t, err)
 				mu.Lock()
-				starts = append(starts, time.Now())
+				starts = append(starts, at)
 				mu.Unlock()
 			}
 		})

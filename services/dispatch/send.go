@@ -161,13 +161,13 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 			return err
 		}
 		// The one-second bound is kept where the send starts (pacer.admit).
-		if err := r.pacer.admit(ctx); err != nil {
+		start, err := r.pacer.admit(ctx)
+		if err != nil {
 			if caps != nil {
 				caps.release(ctx, job.To, false, time.Now())
 			}
 			return shared.RetryAfter(0, err)
 		}
-		start := time.Now()
 		res = sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
 			Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
 		latency = time.Since(start)
