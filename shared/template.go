@@ -49,6 +49,15 @@ var ErrRenderTimeout = fmt.Errorf("execution exceeded %s", MaxRenderTime)
 // ErrRenderSteps is returned when an execution exceeds MaxTemplateSteps.
 var ErrRenderSteps = fmt.Errorf("execution exceeded %d loop iterations and template calls", MaxTemplateSteps)
 
+// ErrNoValue is returned when a template would print text/template's
+// "<no value>" for something missing that missingkey=error does not catch:
+// an index of a missing map key, a variable that is null. A recipient
+// must never receive that text.
+var ErrNoValue = errors.New(`a value is missing or null (index of a missing key, or a null variable): the message would contain "<no value>"`)
+
+// noValue is what text/template prints for a missing or nil value.
+const noValue = "<no value>"
+
 // tickFunc is the function instrumented templates call at the top of every
 // range body and every template: it counts steps and checks the clock.
 const tickFunc = "broadcastStep"
@@ -56,6 +65,9 @@ const tickFunc = "broadcastStep"
 // Template is a parsed message template. It is safe for concurrent use.
 type Template struct {
 	tmpl *template.Template
+	// literalNoValue: the source itself contains "<no value>", so the
+	// output may too.
+	literalNoValue bool
 	// plain is set for a template of only text and {{.name}} fields (most
 	// are): Render fills those directly when every field is a string,
 	// without executing the template (2 µs a recipient).
@@ -134,7 +146,7 @@ func ParseTemplate(src string) (*Template, error) {
 	}
 	plain := plainParts(t)
 	instrument(t)
-	out := &Template{tmpl: t, plain: plain}
+	out := &Template{tmpl: t, plain: plain, literalNoValue: strings.Contains(src, noValue)}
 	out.runs.New = func() any {
 		b := &budget{}
 		c := template.Must(t.Clone())
@@ -174,7 +186,33 @@ func (t *Template) execute(defaults, vars map[string]any, to string) (string, er
 		}
 		return "", errors.New(strings.TrimPrefix(err.Error(), "template: "))
 	}
-	return b.String(), nil
+	out := b.String()
+	if strings.Contains(out, noValue) && !t.literalNoValue && !containsNoValue(data) {
+		return "", ErrNoValue
+	}
+	return out, nil
+}
+
+// containsNoValue reports whether a variable's text holds "<no value>"
+// (then the output may, rightly). Walked only when the output has it.
+func containsNoValue(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.Contains(v, noValue)
+	case map[string]any:
+		for _, e := range v {
+			if containsNoValue(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if containsNoValue(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // plainPart is literal text, or the name of a field to fill in.

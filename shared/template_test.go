@@ -41,3 +41,33 @@ func TestPlainTemplatesRenderAsExecuted(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateNeverPrintsNoValue: what missingkey=error lets through (an
+// index of a missing key, a null variable) is an error instead of a message
+// reading "<no value>"; that text still goes out when the template or a
+// variable holds it.
+func TestTemplateNeverPrintsNoValue(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		vars map[string]any
+		want string // "" means ErrNoValue
+	}{
+		{`Hi {{index . "nick"}}`, map[string]any{"name": "Li"}, ""},
+		{`Hi {{index $ .name}}`, map[string]any{"name": "Li"}, ""},
+		{`Hi {{.name}}`, map[string]any{"name": nil}, ""},
+		{`Hi {{.user.name}}`, map[string]any{"user": map[string]any{"name": nil}}, ""},
+		{`Hi {{index . "name"}}`, map[string]any{"name": "Li"}, "Hi Li"},
+		{`Hi {{.name}}`, map[string]any{"name": "<no value>"}, "Hi <no value>"},
+		{`<no value> {{.name}}`, map[string]any{"name": 7}, "<no value> 7"},
+	} {
+		tmpl, err := ParseTemplate(c.src)
+		require.NoError(t, err, c.src)
+		got, err := tmpl.Render(nil, c.vars, "+1")
+		if c.want == "" {
+			require.ErrorIs(t, err, ErrNoValue, "%s with %v gave %q", c.src, c.vars, got)
+			continue
+		}
+		require.NoError(t, err, c.src)
+		require.Equal(t, c.want, got)
+	}
+}

@@ -12,8 +12,9 @@
 //     crash) carry Recheck, so dispatch checks its ledger before sending
 //     them, beyond that window too;
 //   - broadcast.events.<task>.skipped for recipients that cannot be sent: an
-//     invalid address, a template variable the recipient lacks (templates run
-//     with missingkey=error, never "<no value>"), a body over the channel's
+//     invalid address, a template variable the recipient lacks or has as
+//     null (templates run with missingkey=error, and an output that would
+//     read "<no value>" is refused: shared.ErrNoValue), a body over the channel's
 //     limits.
 //
 // Templates of only text and {{.name}} fields whose values are strings
