@@ -2,6 +2,7 @@ package shared_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,6 +70,70 @@ func TestConsumeKeepsLongHandlersAlive(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, info.NumRedelivered)
 	require.EqualValues(t, n+1, info.AckFloor.Consumer)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// TestConsumeSettlesLater: a handler returning Later frees its goroutine at
+// once (with one handler, the next message is handled while the first
+// still waits); the message is acknowledged only when its wait returns nil,
+// and comes back when the wait fails.
+func TestConsumeSettlesLater(t *testing.T) {
+	ts := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := ts.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "LATER", Subjects: []string{"later.>"}})
+	require.NoError(t, err)
+	cons, err := ts.JS.CreateOrUpdateConsumer(ctx, "LATER", jetstream.ConsumerConfig{
+		Durable: "l", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxDeliver: -1})
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	deliveries := map[string]int{}
+	done := make(chan error, 1)
+	go func() {
+		done <- shared.Consume(ctx, cons, func(_ context.Context, m jetstream.Msg) error {
+			subj := m.Subject()
+			mu.Lock()
+			order = append(order, "handled "+subj)
+			deliveries[subj]++
+			first := deliveries[subj] == 1
+			mu.Unlock()
+			return shared.Later(func(ctx context.Context) error {
+				if subj == "later.a" {
+					<-release
+				}
+				if subj == "later.b" && first {
+					return shared.RetryAfter(0, errors.New("not stored"))
+				}
+				return nil
+			})
+		}, shared.ConsumeConfig{Concurrency: 1, AckWait: 5 * time.Second})
+	}()
+	for _, s := range []string{"later.a", "later.b"} {
+		_, err = ts.JS.Publish(ctx, s, nil)
+		require.NoError(t, err)
+	}
+	// b is handled although a's wait blocks, and nothing is acknowledged.
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return deliveries["later.b"] >= 1
+	}, "second message handled while the first waits")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, info.AckFloor.Consumer, "nothing acknowledged before a's wait returns")
+	close(release)
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == 2
+	}, "both acknowledged once their waits succeed")
+	mu.Lock()
+	require.Equal(t, 1, deliveries["later.a"])
+	require.Equal(t, 2, deliveries["later.b"], "b came back after its failed wait")
+	mu.Unlock()
 	cancel()
 	require.NoError(t, <-done)
 }

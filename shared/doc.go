@@ -2,7 +2,8 @@
 // uses: subject and bucket names, the JSON shapes that travel on the wire
 // (task, job, event, progress, account, dead letter), the one EnsureTopology
 // that creates every stream, KV bucket and object store, the consume loop that
-// maps a handler's result to Ack / dead-letter+Term / NakWithDelay, NATS
+// maps a handler's result to Ack / dead-letter+Term / NakWithDelay (now, or
+// once an asynchronous step ends: Later), NATS
 // connection settings read from the environment, and slog setup.
 //
 // Where to edit what:

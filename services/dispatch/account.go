@@ -439,8 +439,9 @@ func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.C
 				continue
 			}
 			asked[lane] = time.Now()
+			asOf := sched.beganSoFar(lane)
 			if info, err := consumers[lane].Info(ctx); err == nil {
-				sched.setBacklog(lane, info.NumPending+uint64(info.NumAckPending) > 0)
+				sched.setBacklogAsOf(lane, info.NumPending+uint64(info.NumAckPending) > 0, asOf)
 			}
 		}
 	}

@@ -15,7 +15,10 @@ import (
 
 // Service is the dispatch service: one runner per account.
 type Service struct {
-	js       jetstream.JetStream
+	js jetstream.JetStream
+	// events publishes sent events asynchronously (publishSent), each
+	// failing after sentEventTimeout without an ack.
+	events   jetstream.JetStream
 	cfg      Config
 	log      *slog.Logger
 	ledger   jetstream.KeyValue
@@ -44,7 +47,14 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
+	// Every pending sent event belongs to an unacknowledged job, so the
+	// consumers' MaxAckPending bound them; the library's default of 4,000
+	// would stall a replica with many accounts.
+	events, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncTimeout(sentEventTimeout), jetstream.WithPublishAsyncMaxPending(1<<16))
+	if err != nil {
+		return nil, err
+	}
+	return &Service{js: js, events: events, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
 		runners: map[string]*accountRunner{}, ready: make(chan struct{})}, nil
 }
 

@@ -65,6 +65,9 @@ type scheduler struct {
 	// jobs not yet acknowledged on the server, or while that is not known
 	// (setBacklog): the lanes below wait for them too.
 	backlog [numLanes]bool
+	// began counts the jobs each lane has begun: an "empty" answer asked
+	// for before the latest began is stale (setBacklogAsOf).
+	began   [numLanes]uint64
 	watched bool          // watchBacklog runs for this session
 	inUse   int           // granted slots not yet released
 	grants  uint64        // grants so far
@@ -105,6 +108,7 @@ func (s *scheduler) end() { s.endOnce.Do(func() { close(s.done) }) }
 func (s *scheduler) begin(lane int) *ticket {
 	s.mu.Lock()
 	s.busy[lane]++
+	s.began[lane]++
 	// A job being handled is unacknowledged on the server: its lane has a
 	// backlog now, whatever the last poll said (watchBacklog clears it once
 	// the lane is empty). Between a high task's jobs a stale "empty" from
@@ -227,6 +231,32 @@ func (s *scheduler) setBacklog(lane int, queued bool) {
 	s.mu.Lock()
 	changed := s.backlog[lane] != queued
 	s.backlog[lane] = queued
+	s.mu.Unlock()
+	if changed {
+		s.poke()
+	}
+}
+
+// beganSoFar returns how many jobs lane has begun: taken before asking the
+// server, and given back to setBacklogAsOf with its answer.
+func (s *scheduler) beganSoFar(lane int) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.began[lane]
+}
+
+// setBacklogAsOf records the server's answer to a question asked when lane
+// had begun asOf jobs. An "empty" is dropped when a job began since: the
+// server answered before that job reached it, or before its ack did not,
+// and clearing the mark then let normal sends through between a high
+// task's jobs.
+func (s *scheduler) setBacklogAsOf(lane int, queued bool, asOf uint64) {
+	s.mu.Lock()
+	stale := !queued && s.began[lane] != asOf
+	changed := !stale && s.backlog[lane] != queued
+	if changed {
+		s.backlog[lane] = queued
+	}
 	s.mu.Unlock()
 	if changed {
 		s.poke()

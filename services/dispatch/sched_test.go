@@ -203,3 +203,31 @@ func TestDispatchSchedulerStopsWhenLeaseInvalid(t *testing.T) {
 	require.False(t, ok)
 	require.ErrorIs(t, err, errSchedStopped, "a stopped session turns new jobs away at once")
 }
+
+// TestDispatchSchedulerIgnoresStaleEmpty: an "empty" from the server for a
+// question asked before a high job began does not clear the high lane's
+// backlog, so a normal waiter gets no turn while that job is handled or
+// awaits its ack; an answer asked after it does.
+func TestDispatchSchedulerIgnoresStaleEmpty(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(newPacer(1000, 1, 10, 10), 4)
+	s.watched = true
+	s.setBacklog(laneHigh, false)
+	s.setBacklog(laneNormal, false)
+
+	asked := s.beganSoFar(laneHigh) // the watcher asks the server...
+	high := s.begin(laneHigh)       // ...a high job arrives meanwhile...
+	high.finish()                   // ...and is handled, its ack on the way
+	s.setBacklogAsOf(laneHigh, false, asked)
+	normal := s.begin(laneNormal)
+	s.mu.Lock()
+	s.waiting[laneNormal] = append(s.waiting[laneNormal], normal)
+	require.Equal(t, -1, s.pick(), "no lane may be served on a stale empty")
+	require.True(t, s.backlog[laneHigh])
+	s.mu.Unlock()
+
+	s.setBacklogAsOf(laneHigh, false, s.beganSoFar(laneHigh))
+	s.mu.Lock()
+	require.Equal(t, laneNormal, s.pick(), "a fresh empty lets normal go")
+	s.mu.Unlock()
+}

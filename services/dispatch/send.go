@@ -188,18 +188,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 			r.noteSuccess() // a batch account counts calls (batcher.go)
 		}
 		ev.ProviderID = res.ProviderID
-		// The stored sent event is the record that stops a repeat (see
-		// sentIndex); it is published before the job is acknowledged.
-		err := s.publish(ctx, ev)
-		if err != nil {
-			// The job comes back: the ledger entry says it was sent, and the
-			// event is published then.
-			entry := &ledgerEntry{State: "sent", Account: acct.Name, Attempt: attempt, ProviderID: res.ProviderID, At: time.Now().UTC()}
-			if lerr := s.writeLedger(ctx, &job, entry); lerr != nil {
-				log.Error("neither the sent event nor the ledger entry could be stored after a successful send; a redelivery may repeat it (same idempotency key)", "err", lerr)
-			}
-		}
-		return err
+		return s.publishSent(&job, ev, log)
 	}
 
 	log = &jobLogger{l: log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
@@ -249,6 +238,47 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		return s.delayJob(ctx, &job, acct.Name, attempt, delay)
 	}
 	return shared.RetryAfter(delay, fmt.Errorf("%s: %s", res.Class, res.Err))
+}
+
+// sentEventTimeout bounds the wait for a sent event's ack, well within the
+// job's ack wait.
+const sentEventTimeout = 5 * time.Second
+
+// publishSent stores a successful send's event, which is the record that
+// stops a repeat (see sentIndex), and has the job acknowledged only once
+// the event is stored. It does not wait for that: the consume loop does
+// (shared.Later). If the event cannot be stored, the ledger entry says the
+// job was sent, and the job comes back and publishes its event then.
+func (s *Service) publishSent(job *shared.Job, ev *shared.Event, log *jobLogger) error {
+	f, err := shared.PublishEventAsync(s.events, ev)
+	if err != nil {
+		return s.sentNotStored(job, ev, err, log)
+	}
+	return shared.Later(func(ctx context.Context) error {
+		select {
+		case <-f.Ok():
+			s.cfg.metrics.Outcome(ev)
+			return nil
+		case err := <-f.Err():
+			return s.sentNotStored(job, ev, err, log)
+		case <-ctx.Done():
+			// Stopping: the event may yet be stored, or not.
+			return s.sentNotStored(job, ev, ctx.Err(), log)
+		}
+	})
+}
+
+// sentNotStored records in the ledger that job was sent when its event
+// could not be stored (or is not known to be), and returns the error that
+// brings the job back.
+func (s *Service) sentNotStored(job *shared.Job, ev *shared.Event, cause error, log *jobLogger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	entry := &ledgerEntry{State: "sent", Account: ev.Account, Attempt: ev.Attempt, ProviderID: ev.ProviderID, At: time.Now().UTC()}
+	if err := s.writeLedger(ctx, job, entry); err != nil {
+		log.Error("neither the sent event nor the ledger entry could be stored after a successful send; a redelivery may repeat it (same idempotency key)", "err", err)
+	}
+	return fmt.Errorf("publish %s event: %w", ev.Kind, cause)
 }
 
 // mayStillSend checks what may change while a job waits: its expiry, its
