@@ -89,6 +89,15 @@ func (p *pacer) token(ctx context.Context) error {
 	return p.limiter.Wait(ctx)
 }
 
+// tryToken takes a token if one is there now and the account is not
+// paused, without waiting (the scheduler's fast path).
+func (p *pacer) tryToken() bool {
+	p.mu.Lock()
+	paused := time.Now().Before(p.pausedUntil)
+	p.mu.Unlock()
+	return !paused && p.limiter.Allow()
+}
+
 // admit records a send starting now unless the last second already holds
 // burst + ceil(rate) of them, in which case it waits until the oldest is a
 // second old. The token bucket promises that bound only for the moments it
