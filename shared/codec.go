@@ -1,6 +1,7 @@
 package shared
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 
@@ -24,6 +25,29 @@ func decodeFast(data []byte, v any) (err error) {
 		}
 	}()
 	return gojson.Unmarshal(data, v)
+}
+
+// decodeTaskFast decodes a task with go-json the way decodeTaskStd does
+// (unknown fields refused, nothing after the object); ok is false whenever
+// go-json fails or panics, and DecodeTask then decodes again with
+// encoding/json for its error. A task with 200,000 inline recipients took
+// encoding/json a sixth of a second, all of it before ingest accepts it.
+func decodeTaskFast(data []byte) (t *Task, ok bool) {
+	defer func() {
+		if recover() != nil {
+			t, ok = nil, false
+		}
+	}()
+	dec := gojson.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var task Task
+	if dec.Decode(&task) != nil {
+		return nil, false
+	}
+	if rest := data[min(int(dec.InputOffset()), len(data)):]; len(bytes.TrimSpace(rest)) != 0 {
+		return nil, false
+	}
+	return &task, true
 }
 
 // DecodeJob decodes a job message.

@@ -69,6 +69,10 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 	f.Add(sample)
 	f.Add([]byte(`{"task_id":"t","job_id":"t.1","kind":"sent","index":1,"at":"2026-11-30T06:35:02Z","rate_per_sec":5}`))
 	f.Add([]byte(`{"id":"a\u00e9\ud800","vars":{"x":[1,{"y":null}]},"index":-3,"ID":"b","Index":2}`))
+	f.Add([]byte(`{"id":"t1","channel":"webhook","template":"Hi {{.name}}","recipients":[{"to":"+8613800000001","vars":{"name":"Li","n":1.5e3}},"+8613800000002"],"priority":"high","send_at":"2026-12-01T08:00:00Z"}`))
+	f.Add([]byte(`{"ID":"t1","Channel":"x","recipients":[]} {}`))
+	f.Add([]byte(`{"id":"t1","bogus":1}`))
+	f.Add([]byte(`{"id":"t1","recipients":[{"to":1}],"defaults":{"a":[null,true,"\u00e9"]}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var j1, j2 Job
 		e1, e2 := json.Unmarshal(in, &j1), DecodeJob(in, &j2)
@@ -85,6 +89,14 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 		}
 		if e1 == nil && !reflect.DeepEqual(v1, v2) {
 			t.Fatalf("event %q decodes differently:\n%#v\n%#v", in, v1, v2)
+		}
+		t1, e1 := decodeTaskStd(in)
+		t2, fast := decodeTaskFast(in)
+		if fast && e1 != nil {
+			t.Fatalf("task %q: encoding/json %v, go-json accepted it", in, e1)
+		}
+		if fast && !reflect.DeepEqual(t1, t2) {
+			t.Fatalf("task %q decodes differently:\n%#v\n%#v", in, t1, t2)
 		}
 	})
 }

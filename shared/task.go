@@ -88,6 +88,15 @@ func fieldErr(field, format string, args ...any) *FieldError {
 // DecodeTask parses a task strictly: unknown fields and trailing data are
 // errors that name the offending field.
 func DecodeTask(data []byte) (*Task, error) {
+	if t, ok := decodeTaskFast(data); ok {
+		return t, nil
+	}
+	return decodeTaskStd(data)
+}
+
+// decodeTaskStd is DecodeTask with encoding/json, whose errors name the
+// field.
+func decodeTaskStd(data []byte) (*Task, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, &FieldError{Reason: "task: empty message"}
 	}
