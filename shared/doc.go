@@ -10,9 +10,10 @@
 //   - subjects.go: subject, stream and bucket names, id syntax.
 //   - task.go: the task users publish and its validation.
 //   - job.go, event.go, progress.go, account.go, deadletter.go: wire shapes.
-//   - codec.go: fast JSON for jobs and events (go-json, checked against
-//     encoding/json).
-//   - template.go: message templates, their limits and the plain fast path.
+//   - codec.go: fast JSON for jobs, events and incoming tasks (go-json,
+//     checked against encoding/json, which still words every error).
+//   - template.go: message templates, their limits, the plain fast path,
+//     and the refusal of any output that would read "<no value>".
 //   - topology.go: stream / KV / object store definitions.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return.
 //   - nats.go, logging.go: connection (over a socket, or in process to an

@@ -30,11 +30,18 @@
 // lanes), to a waiting high job before a normal one before a low one, and
 // serves a lower lane only while every higher lane is idle: no job in its
 // handlers outside the provider call, and none unacknowledged on the server
-// (watchBacklog in account.go asks while a lower lane waits). A high task
-// therefore takes the account's whole rate while it has work, low yields
-// to both, and the total never exceeds rate and burst. A job waiting for
-// its turn checks its task's run state, its expiry and the account's health
-// every 500 ms, so a pause or cancel still applies within a second.
+// (watchBacklog in account.go asks while a lower lane waits; a job that
+// began in a lane keeps it marked until an answer asked after that job
+// says it is empty, so a stale "empty" cannot let a lower lane in). A high
+// task therefore takes the account's whole rate while it has work, low
+// yields to both, and the total never exceeds rate and burst: the pacer
+// admits at most rate + burst send starts in any 1.02 s, the margin
+// covering network jitter at the provider, which counts arrivals. A job
+// whose turn is due at once (nobody ahead, no higher lane busy or queued,
+// a slot and a token free) is granted in its own goroutine, without a hop
+// through the scheduler's. A job waiting for its turn checks its task's
+// run state, its expiry and the account's health every 500 ms, so a pause
+// or cancel still applies within a second.
 //
 // Per job: a job that may have been handled before (redelivered, or marked
 // Recheck when re-published or rendered by a resumed expansion) is checked
