@@ -24,7 +24,6 @@ type AccountWatcher struct {
 	mu       sync.RWMutex
 	accounts map[string]*Account
 	invalid  map[string]error
-	ready    chan struct{}
 	onChange func(AccountChange)
 	log      *slog.Logger
 }
@@ -44,40 +43,13 @@ func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 	aw := &AccountWatcher{
 		accounts: map[string]*Account{},
 		invalid:  map[string]error{},
-		ready:    make(chan struct{}),
 		onChange: onChange,
 		log:      log,
 	}
-	go aw.run(ctx, w)
-	select {
-	case <-aw.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := FollowWatch(ctx, w, func(e jetstream.KeyValueEntry, _ bool) { aw.apply(e) }); err != nil {
+		return nil, err
 	}
 	return aw, nil
-}
-
-func (aw *AccountWatcher) run(ctx context.Context, w jetstream.KeyWatcher) {
-	defer w.Stop()
-	readyClosed := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil { // end of the initial values
-				if !readyClosed {
-					close(aw.ready)
-					readyClosed = true
-				}
-				continue
-			}
-			aw.apply(e)
-		}
-	}
 }
 
 func (aw *AccountWatcher) apply(e jetstream.KeyValueEntry) {

@@ -29,47 +29,25 @@ func WatchKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, 
 		return nil, fmt.Errorf("watch %s: %w", bucket, err)
 	}
 	v := &KVView[T]{values: map[string]T{}}
-	ready := make(chan struct{})
-	go func() {
-		defer w.Stop()
-		initial := true
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					if initial {
-						close(ready)
-						initial = false
-					}
-					continue
-				}
-				v.mu.Lock()
-				if e.Operation() != jetstream.KeyValuePut {
-					delete(v.values, e.Key())
-				} else if val, err := decode(e.Value()); err != nil {
-					log.Warn("bad value in KV", "bucket", bucket, "key", e.Key(), "err", err)
-					delete(v.values, e.Key())
-				} else {
-					v.values[e.Key()] = val
-				}
-				v.mu.Unlock()
-				if onChange != nil && !initial {
-					onChange(e.Key())
-				}
-			}
+	err = FollowWatch(ctx, w, func(e jetstream.KeyValueEntry, initial bool) {
+		v.mu.Lock()
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(v.values, e.Key())
+		} else if val, err := decode(e.Value()); err != nil {
+			log.Warn("bad value in KV", "bucket", bucket, "key", e.Key(), "err", err)
+			delete(v.values, e.Key())
+		} else {
+			v.values[e.Key()] = val
 		}
-	}()
-	select {
-	case <-ready:
-		return v, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		v.mu.Unlock()
+		if onChange != nil && !initial {
+			onChange(e.Key())
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return v, nil
 }
 
 // Get returns the value under key and whether there is one.

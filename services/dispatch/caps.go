@@ -31,54 +31,33 @@ type capTracker struct {
 	mu       sync.Mutex
 	last     map[string]time.Time // recipient hash -> last send
 	inFlight map[string]bool      // recipient hash -> a send is under way
-	ready    chan struct{}
 }
 
 func newCapTracker(ctx context.Context, kv jetstream.KeyValue, account string, log *slog.Logger) (*capTracker, error) {
-	c := &capTracker{kv: kv, account: account, log: log, last: map[string]time.Time{}, inFlight: map[string]bool{}, ready: make(chan struct{})}
+	c := &capTracker{kv: kv, account: account, log: log, last: map[string]time.Time{}, inFlight: map[string]bool{}}
 	w, err := kv.Watch(ctx, account+".*", jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("watch sends of %s: %w", account, err)
 	}
-	go c.follow(ctx, w)
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := shared.FollowWatch(ctx, w, func(e jetstream.KeyValueEntry, _ bool) { c.record(e) }); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-func (c *capTracker) follow(ctx context.Context, w jetstream.KeyWatcher) {
-	defer w.Stop()
-	initial := true
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				if initial {
-					close(c.ready)
-					initial = false
-				}
-				continue
-			}
-			_, h, _ := strings.Cut(e.Key(), ".")
-			at := e.Created()
-			if ns, err := strconv.ParseInt(string(e.Value()), 10, 64); err == nil {
-				at = time.Unix(0, ns)
-			}
-			c.mu.Lock()
-			if at.After(c.last[h]) {
-				c.last[h] = at
-			}
-			c.mu.Unlock()
-		}
+// record notes a send from the log: the key is <account>.<recipient hash>,
+// the value the send's time in Unix nanoseconds.
+func (c *capTracker) record(e jetstream.KeyValueEntry) {
+	_, h, _ := strings.Cut(e.Key(), ".")
+	at := e.Created()
+	if ns, err := strconv.ParseInt(string(e.Value()), 10, 64); err == nil {
+		at = time.Unix(0, ns)
 	}
+	c.mu.Lock()
+	if at.After(c.last[h]) {
+		c.last[h] = at
+	}
+	c.mu.Unlock()
 }
 
 func recipientHash(to string) string {
