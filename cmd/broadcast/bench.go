@@ -35,6 +35,7 @@ func runBench(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile (after the pipeline run) to this file")
 	concurrency := fs.Int("concurrency", 256, "the benchmark account's concurrency (its consumers' MaxAckPending)")
+	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
 	_ = fs.Parse(args)
 	if *raw == 0 {
 		*raw = *n
@@ -94,6 +95,15 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	rawRate := (rawBefore + rawAfter) / 2
 	ratio := res.e2eRate / rawRate
+	if *floor {
+		floorRate, floorCPU, err := benchFloor(ctx, js, *n, *concurrency)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("floor (the same JetStream work per recipient, no services): %.0f recipients/s, %.1f µs CPU per recipient; the pipeline reaches %.2f of it\n",
+			floorRate, float64(floorCPU.Nanoseconds())/1000, res.e2eRate/floorRate)
+		fmt.Printf("floor_recipients_per_sec=%.0f floor_ratio=%.3f\n", floorRate, floorRate/rawRate)
+	}
 	fmt.Printf("e2e_recipients_per_sec=%.0f raw_js_pub_per_sec=%.0f ratio=%.3f\n", res.e2eRate, rawRate, ratio)
 	return nil
 }
