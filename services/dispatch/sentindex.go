@@ -37,8 +37,12 @@ const sentIndexIdle = 10 * time.Minute
 type taskSent struct {
 	mu   sync.Mutex
 	next uint64 // the stream sequence to read from next
-	cons jetstream.Consumer
-	bits []uint64
+	// reader is an ephemeral consumer of the task's sent events positioned
+	// at next (nil until needed, or after it failed); readSeq is the
+	// consumer sequence of the last event read from it.
+	reader  jetstream.Consumer
+	readSeq uint64
+	bits    []uint64
 	// others holds test recipients and indexes beyond the bitmap.
 	others map[sentKey]bool
 	used   time.Time
@@ -119,10 +123,18 @@ type sentKey struct {
 
 func key(index int, test bool) sentKey { return sentKey{index, test} }
 
+// readerIdle is how long the server keeps a task's reader without fetches.
+const readerIdle = time.Minute
+
 // catchUp reads the task's sent events stored since the last read, up to
-// the last one stored now. The task's ordered consumer lives as long as its
-// entry, so each event is read once per process however many jobs are
-// checked.
+// the last one stored now, with one ephemeral consumer per task entry that
+// only moves forward, so each event is read once per process however many
+// jobs are checked. Not an ordered consumer: its every fetch deletes its
+// consumer and creates another (two API requests, through the meta leader
+// in a cluster, retried without end while a failover blocks them, which
+// held every job of the task). Instead the reader checks the order itself:
+// a gap in its consumer sequence (a delivery lost in transit) drops it, and
+// the next read starts a new one where the last complete read ended.
 func (t *taskSent) catchUp(ctx context.Context, js jetstream.JetStream, taskID string) error {
 	subject := shared.SubjectEventsPrefix + taskID + "." + string(shared.EventSent)
 	stream, err := js.Stream(ctx, shared.StreamEvents)
@@ -139,48 +151,36 @@ func (t *taskSent) catchUp(ctx context.Context, js jetstream.JetStream, taskID s
 	if last.Sequence < t.next {
 		return nil
 	}
-	if t.cons == nil {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
-		if t.next > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, t.next
-		}
-		if t.cons, err = js.OrderedConsumer(ctx, shared.StreamEvents, cfg); err != nil {
+	fresh := false
+	if t.reader == nil {
+		if err := t.newReader(ctx, stream, taskID, subject); err != nil {
 			return err
 		}
+		fresh = true
 	}
 	for empty := 0; t.next <= last.Sequence; {
-		batch, err := t.cons.FetchNoWait(1000)
+		got, gap, err := t.fetch()
+		if err != nil && !fresh {
+			// The reader is gone on the server (idle too long, or lost
+			// with a node): start a new one where this one stopped.
+			if err := t.newReader(ctx, stream, taskID, subject); err != nil {
+				return err
+			}
+			fresh = true
+			continue
+		}
 		if err != nil {
-			t.cons = nil
+			t.reader = nil
 			return err
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			var ev struct {
-				JobID string `json:"job_id"`
-				Index int    `json:"index"`
-			}
-			if json.Unmarshal(m.Data(), &ev) == nil {
-				if _, _, test, err := shared.ParseJobID(ev.JobID); err == nil {
-					t.mark(ev.Index, test)
-				}
-			}
-			t.next = meta.Sequence.Stream + 1
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			t.cons = nil
-			return err
+		if gap {
+			t.reader = nil
+			return fmt.Errorf("sent events: a delivery was lost after stream sequence %d; reading again from there", t.next-1)
 		}
 		if got == 0 {
 			// The stored event is not delivered yet: give the consumer a
 			// moment, then give up (the job is retried, never sent blind).
 			if empty++; empty == 50 {
-				t.cons = nil
 				return fmt.Errorf("sent events end at %d, before the last one (%d)", t.next, last.Sequence)
 			}
 			if err := sleep(ctx, 10*time.Millisecond); err != nil {
@@ -188,5 +188,60 @@ func (t *taskSent) catchUp(ctx context.Context, js jetstream.JetStream, taskID s
 			}
 		}
 	}
+	return nil
+}
+
+// fetch reads what the reader has now and marks it, in order: gap reports
+// a delivery missing before the others (nothing after it is used).
+func (t *taskSent) fetch() (got int, gap bool, err error) {
+	batch, err := t.reader.FetchNoWait(1000)
+	if err != nil {
+		return 0, false, err
+	}
+	for m := range batch.Messages() {
+		got++
+		meta, err := m.Metadata()
+		if gap || err != nil || meta.Sequence.Consumer != t.readSeq+1 {
+			gap = true // read the batch to its end, use nothing more
+			continue
+		}
+		t.readSeq = meta.Sequence.Consumer
+		var ev struct {
+			JobID string `json:"job_id"`
+			Index int    `json:"index"`
+		}
+		if json.Unmarshal(m.Data(), &ev) == nil {
+			if _, _, test, err := shared.ParseJobID(ev.JobID); err == nil {
+				t.mark(ev.Index, test)
+			}
+		}
+		t.next = meta.Sequence.Stream + 1
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		return got, gap, err
+	}
+	return got, gap, nil
+}
+
+// newReader creates the task's reader at t.next.
+func (t *taskSent) newReader(ctx context.Context, stream jetstream.Stream, taskID, subject string) error {
+	cfg := jetstream.ConsumerConfig{
+		Description:       "dispatch: sent events of task " + taskID + " (idempotency check)",
+		FilterSubject:     subject,
+		AckPolicy:         jetstream.AckNonePolicy,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: readerIdle,
+		MemoryStorage:     true,
+		Replicas:          1,
+	}
+	if t.next > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, t.next
+	}
+	t.reader, t.readSeq = nil, 0
+	reader, err := stream.CreateConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	t.reader = reader
 	return nil
 }

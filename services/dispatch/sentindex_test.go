@@ -1,0 +1,120 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/embedded"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// topologyJS starts a JetStream server with the topology.
+func topologyJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, shared.EnsureTopology(ctx, js, shared.TopologyConfig{}))
+	return js
+}
+
+// publishSentEvents stores sent events for the given recipient indexes.
+func publishSentEvents(t *testing.T, js jetstream.JetStream, taskID string, indexes ...int) {
+	t.Helper()
+	for _, i := range indexes {
+		ev := &shared.Event{TaskID: taskID, JobID: shared.JobID(taskID, i, false), Kind: shared.EventSent, Index: i, Attempt: 1, At: time.Now()}
+		f, err := shared.PublishEventAsync(js, ev)
+		require.NoError(t, err)
+		_ = f
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(10 * time.Second):
+		t.Fatal("events not stored")
+	}
+}
+
+// apiCalls is how many JetStream API requests the server has answered.
+func apiCalls(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	info, err := js.AccountInfo(context.Background())
+	require.NoError(t, err)
+	return info.API.Total
+}
+
+// TestDispatchSentIndex: the index answers from the task's stored sent
+// events, sees events stored after an earlier read, and still does after
+// its reader vanished on the server (a consumer lost with a node, or
+// removed for inactivity). Reading 5,000 events, and then 2,000 more, takes
+// a handful of API requests (5 and 2 here), not a new consumer and the old
+// one's deletion per fetch (an ordered consumer: 15 and 6).
+func TestDispatchSentIndex(t *testing.T) {
+	js := topologyJS(t)
+	ctx := context.Background()
+	const task = "idx-task"
+	evens := make([]int, 0, 5000)
+	for i := range 10000 {
+		if i%2 == 0 {
+			evens = append(evens, i)
+		}
+	}
+	publishSentEvents(t, js, task, evens...)
+	publishSentEvents(t, js, "other-task", 1, 3, 5)
+
+	x := newSentIndex(js)
+	job := func(i int) *shared.Job { return &shared.Job{ID: shared.JobID(task, i, false), TaskID: task, Index: i} }
+	calls0 := apiCalls(t, js)
+	for _, i := range []int{0, 1, 9998, 9999, 5000, 5001} {
+		sent, err := x.sent(ctx, job(i))
+		require.NoError(t, err)
+		require.Equal(t, i%2 == 0, sent, "index %d", i)
+	}
+	firstRead := apiCalls(t, js) - calls0 - 1 // the AccountInfo itself
+	t.Logf("first read of 5,000 sent events: %d API requests", firstRead)
+	require.LessOrEqual(t, firstRead, uint64(8))
+
+	odds := make([]int, 0, 2000)
+	for i := 1; i < 4000; i += 2 {
+		odds = append(odds, i)
+	}
+	publishSentEvents(t, js, task, odds...)
+	calls0 = apiCalls(t, js)
+	for _, i := range []int{1, 3999, 4001} {
+		sent, err := x.sent(ctx, job(i))
+		require.NoError(t, err)
+		require.Equal(t, i < 4000, sent, "index %d after more events", i)
+	}
+	secondRead := apiCalls(t, js) - calls0 - 1
+	t.Logf("reading 2,000 more: %d API requests", secondRead)
+	require.LessOrEqual(t, secondRead, uint64(4))
+
+	// The reader vanishes on the server: the next read starts a new one
+	// where the last left off.
+	events, err := js.Stream(ctx, shared.StreamEvents)
+	require.NoError(t, err)
+	lister := events.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		if ci.Config.Durable == "" {
+			require.NoError(t, js.DeleteConsumer(ctx, shared.StreamEvents, ci.Name))
+		}
+	}
+	publishSentEvents(t, js, task, 4001, 4003)
+	for _, i := range []int{4001, 4003, 4005, 2} {
+		sent, err := x.sent(ctx, job(i))
+		require.NoError(t, err, fmt.Sprint(i))
+		require.Equal(t, i != 4005, sent, "index %d after the reader vanished", i)
+	}
+}
