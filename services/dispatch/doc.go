@@ -48,7 +48,9 @@
 // against the idempotency ledger first, so one already sent is acknowledged
 // without sending. For successes the ledger is the task's stored sent
 // events (sentindex.go: each is stored before its job is acknowledged, so
-// it costs nothing per send); KV broadcast_ledger (key <task>.<index>)
+// it costs nothing per send; a task's events are read by one forward-only
+// ephemeral consumer, its order checked, recreated where it stopped when it
+// vanishes); KV broadcast_ledger (key <task>.<index>)
 // keeps attempt errors, and a sent record only when the event could not be
 // stored (or is not known to be). Fresh jobs skip the lookups. A sent event
 // is published asynchronously and the job acknowledged by the consume loop
