@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -17,18 +15,7 @@ import (
 // leases bucket.
 func leasesBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(s.Shutdown)
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, shared.EnsureTopology(ctx, js, shared.TopologyConfig{}))
-	kv, err := js.KeyValue(ctx, shared.BucketLeases)
+	kv, err := topologyJS(t).KeyValue(context.Background(), shared.BucketLeases)
 	require.NoError(t, err)
 	return kv
 }
