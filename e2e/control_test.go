@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -226,4 +227,46 @@ func TestScheduledTaskStartsOnTime(t *testing.T) {
 	require.False(t, first.Before(sendAt), "nothing is sent before send_at")
 	require.Less(t, first.Sub(sendAt), time.Second)
 	require.Equal(t, 20, final.Sent)
+}
+
+// TestScheduledStartFinishesAnInterruptedRelease: a scheduled start marks
+// the task processing before it publishes the recipients (so none of its
+// jobs is parked as "scheduled"); when ingest stopped between the two, the
+// start message comes back and the release is finished, not ignored.
+func TestScheduledStartFinishesAnInterruptedRelease(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	// Scheduled an hour ahead, then left as a release cut short leaves it:
+	// released and processing, nothing published.
+	sendAt := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	submit(t, ts, shared.Task{ID: "cut", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "c"), SendAt: sendAt.Format(time.RFC3339)})
+	waitProgress(t, ts, "cut", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateScheduled })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tasks, err := ts.JS.KeyValue(ctx, shared.BucketTasks)
+	require.NoError(t, err)
+	e, err := tasks.Get(ctx, "cut")
+	require.NoError(t, err)
+	var rec shared.TaskRecord
+	require.NoError(t, json.Unmarshal(e.Value(), &rec))
+	rec.Released = true
+	data, err := json.Marshal(rec)
+	require.NoError(t, err)
+	_, err = tasks.Put(ctx, "cut", data)
+	require.NoError(t, err)
+	controls, err := ts.JS.KeyValue(ctx, shared.BucketControl)
+	require.NoError(t, err)
+	require.NoError(t, shared.PutControl(ctx, controls, "cut", shared.Control{State: shared.StateProcessing}))
+
+	// The start message, as its redelivery brings it.
+	_, err = ts.JS.Publish(ctx, shared.SubjectStartPrefix+"cut", []byte("cut"))
+	require.NoError(t, err)
+	final := ts.WaitFinal(t, "cut", 20*time.Second)
+	require.Equal(t, shared.StateSucceeded, final.State)
+	require.Equal(t, 20, final.Sent)
+	require.Equal(t, 20, gw.Ledger().AcceptedKeys())
 }

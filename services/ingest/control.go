@@ -87,7 +87,7 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) shar
 				}
 				return shared.ControlReply{OK: true, State: shared.StateAwaitingApproval}
 			}
-			if err := s.release(ctx, rec, task, ch, false); err != nil {
+			if err := s.release(ctx, rec, task, ch, false, false); err != nil {
 				return fail("%v", err)
 			}
 		default:

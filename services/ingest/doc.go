@@ -16,11 +16,22 @@
 //     may have published, or every batch of an inline task) are marked
 //     Resumed, so their jobs are checked against dispatch's ledger.
 //
+// Scheduled tasks (send_at) hold nothing per recipient until due: ingest
+// stores a JetStream scheduled message that fires a second early on
+// broadcast.start.<task>, consumed by "ingest-start", waits for send_at,
+// marks the task processing and then publishes its recipients (start.go;
+// the other order parked jobs that reached dispatch first). A start that
+// was cut short between the two is finished when its message comes back.
+// Test recipients go first and the task waits for approval; approving
+// publishes the rest and marks the task processing last.
+//
 // Tasks that do not decode at all still get a rejected event and progress,
 // under the id the message carries (the id field or its Nats-Msg-Id header),
 // or under a fresh ULID that is logged with the TASKS sequence.
 //
 // Where to edit what: ingest.go (the consumer and the handler's steps),
 // validate.go (checks that need configuration: channel, accounts),
-// expand.go (recipient dedup and batching), config.go (settings).
+// expand.go (recipient dedup and batching), start.go (scheduled starts and
+// releases), control.go (pause, resume, cancel, approval), config.go
+// (settings).
 package ingest

@@ -50,6 +50,15 @@ func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	ctl := s.controls.Get(taskID)
+	if ctl.State == shared.StateProcessing && rec.Released && !rec.Expanded {
+		// A release cut short (ingest stopped after marking the task
+		// processing, before every batch was published): finish it.
+		task, ch, err := s.original(ctx, rec)
+		if err != nil {
+			return err
+		}
+		return s.release(ctx, rec, task, ch, true, true)
+	}
 	if ctl.State != shared.StateScheduled {
 		// Started early by a resume, or cancelled: nothing to do.
 		s.log.Info("scheduled start ignored", shared.KeyTaskID, taskID, "state", ctl.State)
@@ -82,16 +91,30 @@ func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord, redelivered
 		}
 		return s.publishTestBatches(ctx, task, ch, redelivered)
 	}
-	return s.release(ctx, rec, task, ch, redelivered)
+	return s.release(ctx, rec, task, ch, redelivered, true)
 }
 
 // release publishes the task's recipients and marks it running.
-// redelivered says the request to release may have run before.
-func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *shared.Task, ch channels.Channel, redelivered bool) error {
+// redelivered says the request to release may have run before. runFirst
+// marks the task running before its recipients are published, for a
+// scheduled start: otherwise a job that reached dispatch while the task
+// still read "scheduled" was parked, and a start under load began 1.7 s
+// late. A release cut short after that is finished by the start message's
+// redelivery (handleStart). An approval (a resume request, nothing to
+// redeliver) marks the task running last, so asking again finishes it.
+func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *shared.Task, ch channels.Channel, redelivered, runFirst bool) error {
 	resumed := redelivered || rec.Released
 	if !rec.Released {
 		rec.Released = true
 		if err := s.putRecord(ctx, rec); err != nil {
+			return err
+		}
+	}
+	running := func() error {
+		return shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateProcessing})
+	}
+	if runFirst {
+		if err := running(); err != nil {
 			return err
 		}
 	}
@@ -109,8 +132,10 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 			return err
 		}
 	}
-	if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateProcessing}); err != nil {
-		return err
+	if !runFirst {
+		if err := running(); err != nil {
+			return err
+		}
 	}
 	rec.Expanded = true
 	if err := s.putRecord(ctx, rec); err != nil {
