@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,9 +37,14 @@ type Service struct {
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
-	ctx     context.Context
-	ready   chan struct{}
-	wg      sync.WaitGroup
+	// numRunners is len(runners) for the fair share, read without mu: a
+	// runner stopping (under mu, in Run and accountChanged) waits for its
+	// give-back check and its acquire loop, which count the accounts; taking
+	// mu there deadlocked a stopping replica until its connection closed.
+	numRunners atomic.Int32
+	ctx        context.Context
+	ready      chan struct{}
+	wg         sync.WaitGroup
 }
 
 // New prepares the service; Run starts it.
@@ -74,11 +80,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: bucket %s has TTL %s; leases need one above %s (shared.LeaseTTL is %s)",
 			shared.BucketLeases, s.leaseTTL, leaseMargin+leaseRefresh, shared.LeaseTTL)
 	}
-	s.share = newFairShare(s.leases, func() int {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.runners)
-	})
+	s.share = newFairShare(s.leases, s.runnerCount)
 	if s.cfg.MaxInFlight > 0 {
 		s.inFlight = make(chan struct{}, s.cfg.MaxInFlight)
 	}
@@ -110,6 +112,10 @@ func (s *Service) Run(ctx context.Context) error {
 	s.wg.Wait()
 	return nil
 }
+
+// runnerCount is how many accounts this process runs, for the fair share:
+// callable while s.mu is held (see numRunners).
+func (s *Service) runnerCount() int { return int(s.numRunners.Load()) }
 
 // accountChanged applies an edit of broadcast_accounts: pacing and adapter
 // changes apply in place, a concurrency change restarts the consumer. A
@@ -171,6 +177,7 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	}
 	r := newAccountRunner(s.ctx, s, acct, sender)
 	s.runners[c.Name] = r
+	s.numRunners.Store(int32(len(s.runners)))
 	s.wg.Go(r.run)
 	log.Info("account started", "channel", acct.Channel, "enabled", acct.IsEnabled(), "rate_per_sec", acct.RatePerSec,
 		"burst", acct.Burst, "concurrency", acct.Concurrency)

@@ -76,3 +76,23 @@ func TestDispatchLeaseOneOwner(t *testing.T) {
 	require.False(t, ok, "c still holds it")
 	require.True(t, c.valid())
 }
+
+// TestDispatchRunnerCountWithoutServiceLock: the fair share counts the
+// accounts without the service's lock, which is held while a runner stops
+// and waits for its give-back check and acquire loop (both count): taking
+// the lock there deadlocked a stopping replica (TestDispatchFailover once
+// waited 30 s for a stop that normally takes milliseconds).
+func TestDispatchRunnerCountWithoutServiceLock(t *testing.T) {
+	s := &Service{runners: map[string]*accountRunner{"a": nil, "b": nil}}
+	s.numRunners.Store(2)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	got := make(chan int, 1)
+	go func() { got <- s.runnerCount() }()
+	select {
+	case n := <-got:
+		require.Equal(t, 2, n)
+	case <-time.After(2 * time.Second):
+		t.Fatal("counting the accounts waits for the service's lock")
+	}
+}
