@@ -80,7 +80,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: bucket %s has TTL %s; leases need one above %s (shared.LeaseTTL is %s)",
 			shared.BucketLeases, s.leaseTTL, leaseMargin+leaseRefresh, shared.LeaseTTL)
 	}
-	s.share = newFairShare(s.leases, s.runnerCount)
+	s.share = s.newShare()
 	if s.cfg.MaxInFlight > 0 {
 		s.inFlight = make(chan struct{}, s.cfg.MaxInFlight)
 	}
@@ -113,9 +113,11 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// runnerCount is how many accounts this process runs, for the fair share:
-// callable while s.mu is held (see numRunners).
-func (s *Service) runnerCount() int { return int(s.numRunners.Load()) }
+// newShare is this process's fair share of the accounts. It counts them
+// without s.mu, so it may be asked while s.mu is held (see numRunners).
+func (s *Service) newShare() *fairShare {
+	return newFairShare(s.leases, func() int { return int(s.numRunners.Load()) })
+}
 
 // accountChanged applies an edit of broadcast_accounts: pacing and adapter
 // changes apply in place, a concurrency change restarts the consumer. A

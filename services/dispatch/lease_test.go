@@ -85,10 +85,11 @@ func TestDispatchLeaseOneOwner(t *testing.T) {
 func TestDispatchRunnerCountWithoutServiceLock(t *testing.T) {
 	s := &Service{runners: map[string]*accountRunner{"a": nil, "b": nil}}
 	s.numRunners.Store(2)
+	share := s.newShare() // what Run uses
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	got := make(chan int, 1)
-	go func() { got <- s.runnerCount() }()
+	go func() { got <- share.total() }()
 	select {
 	case n := <-got:
 		require.Equal(t, 2, n)
