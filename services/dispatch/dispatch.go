@@ -18,8 +18,8 @@ import (
 type Service struct {
 	js jetstream.JetStream
 	// events publishes sent events asynchronously (publishSent), each
-	// failing after sentEventTimeout without an ack.
-	events   jetstream.JetStream
+	// failing after sentEventTimeout without an ack; set by Run.
+	events   *shared.Publisher
 	cfg      Config
 	log      *slog.Logger
 	ledger   jetstream.KeyValue
@@ -53,14 +53,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	// Every pending sent event belongs to an unacknowledged job, so the
-	// consumers' MaxAckPending bound them; the library's default of 4,000
-	// would stall a replica with many accounts.
-	events, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncTimeout(sentEventTimeout), jetstream.WithPublishAsyncMaxPending(1<<16))
-	if err != nil {
-		return nil, err
-	}
-	return &Service{js: js, events: events, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
 		runners: map[string]*accountRunner{}, ready: make(chan struct{})}, nil
 }
 
@@ -85,6 +78,13 @@ func (s *Service) Run(ctx context.Context) error {
 		s.inFlight = make(chan struct{}, s.cfg.MaxInFlight)
 	}
 	s.ctx = ctx
+	// Every pending sent event belongs to an unacknowledged job, so the
+	// consumers' MaxAckPending bound them; a smaller cap would stall a
+	// replica with many accounts.
+	if s.events, err = shared.NewPublisher(s.js.Conn(), 1<<16, sentEventTimeout); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	defer s.events.Close()
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}

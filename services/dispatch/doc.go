@@ -53,8 +53,9 @@
 // vanishes); KV broadcast_ledger (key <task>.<index>)
 // keeps attempt errors, and a sent record only when the event could not be
 // stored (or is not known to be). Fresh jobs skip the lookups. A sent event
-// is published asynchronously and the job acknowledged by the consume loop
-// once the event is stored (shared.Later), so no handler waits on it; sent
+// is published asynchronously (shared.Publisher) and the job acknowledged
+// by the consume loop once the event is stored (shared.Later), so no
+// handler waits on it; sent
 // events carry no Nats-Msg-Id (the lookup before a re-publish is their
 // deduplication), other events do. The channel adapter is called with
 // the job id as Idempotency-Key; the answer is classified

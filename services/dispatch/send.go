@@ -250,21 +250,17 @@ const sentEventTimeout = 5 * time.Second
 // (shared.Later). If the event cannot be stored, the ledger entry says the
 // job was sent, and the job comes back and publishes its event then.
 func (s *Service) publishSent(job *shared.Job, ev *shared.Event, log *jobLogger) error {
-	f, err := shared.PublishEventAsync(s.events, ev)
+	f, err := s.events.PublishEvent(s.ctx, ev)
 	if err != nil {
 		return s.sentNotStored(job, ev, err, log)
 	}
 	return shared.Later(func(ctx context.Context) error {
-		select {
-		case <-f.Ok():
-			s.cfg.metrics.Outcome(ev)
-			return nil
-		case err := <-f.Err():
+		// On a stop (ctx) the event may yet be stored, or not.
+		if err := f.Wait(ctx); err != nil {
 			return s.sentNotStored(job, ev, err, log)
-		case <-ctx.Done():
-			// Stopping: the event may yet be stored, or not.
-			return s.sentNotStored(job, ev, ctx.Err(), log)
 		}
+		s.cfg.metrics.Outcome(ev)
+		return nil
 	})
 }
 

@@ -30,6 +30,7 @@ func consumerConfig() jetstream.ConsumerConfig {
 // Service is the render service.
 type Service struct {
 	js       jetstream.JetStream
+	pub      *shared.Publisher // jobs and skipped events, set by Run
 	cfg      Config
 	log      *slog.Logger
 	tasks    jetstream.KeyValue
@@ -63,6 +64,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("render: consumer: %w", err)
 	}
+	// Jobs and skipped events go out without waiting each (the batch waits
+	// for all of them at its end).
+	if s.pub, err = shared.NewPublisher(s.js.Conn(), maxPendingPublishes, publishTimeout); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	defer s.pub.Close()
 	s.log.Info("render started")
 	return shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
 		Concurrency: s.cfg.Concurrency,
@@ -102,13 +109,13 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		recheck = true
 	}
 	now := time.Now().UTC()
-	futures := make([]jetstream.PubAckFuture, 0, len(b.Recipients))
+	futures := make([]*shared.Publication, 0, len(b.Recipients))
 	rendered, skipped := 0, map[string]int{}
 	for i, r := range b.Recipients {
 		index := b.First + i
 		jobID := shared.JobID(t.ID, index, b.Test)
 		skip := func(code, reason string) error {
-			f, err := shared.PublishEventAsync(s.js, &shared.Event{
+			f, err := s.pub.PublishEvent(ctx, &shared.Event{
 				TaskID: t.ID, JobID: jobID, To: r.To, Kind: shared.EventSkipped,
 				Index: index, Code: code, Error: reason, Class: shared.ClassPermanent,
 			})
@@ -133,7 +140,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
 				Vars: r.Vars, Test: b.Test, Pool: t.Accounts, Recheck: recheck,
 			}
-			perr = s.publishJob(&job, &futures)
+			perr = s.publishJob(ctx, &job, &futures)
 			rendered++
 		}
 		if perr != nil {
@@ -141,12 +148,8 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 	}
 	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
+		if err := f.Wait(ctx); err != nil {
 			return fmt.Errorf("publish: %w", err)
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 	s.cfg.metrics.Rendered(rendered)
@@ -156,12 +159,19 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	return nil
 }
 
-func (s *Service) publishJob(job *shared.Job, futures *[]jetstream.PubAckFuture) error {
+// publishTimeout fails a publish the stream has not acknowledged by then,
+// so the batch is retried rather than stuck.
+const (
+	publishTimeout      = 30 * time.Second
+	maxPendingPublishes = 1 << 16
+)
+
+func (s *Service) publishJob(ctx context.Context, job *shared.Job, futures *[]*shared.Publication) error {
 	data, err := shared.EncodeJob(job)
 	if err != nil {
 		return err
 	}
-	f, err := s.js.PublishAsync(shared.JobSubject(job.Account, job.Priority), data, jetstream.WithMsgID(job.MsgID()))
+	f, err := s.pub.Publish(ctx, shared.JobSubject(job.Account, job.Priority), data, job.MsgID())
 	if err != nil {
 		return err
 	}
