@@ -34,7 +34,11 @@ func runBench(ctx context.Context, args []string) error {
 	replicas := fs.String("replicas", "", "comma-separated dispatch replica counts to compare against a 20 ms provider, e.g. 1,2,4")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile (after the pipeline run) to this file")
-	concurrency := fs.Int("concurrency", 256, "the benchmark account's concurrency (its consumers' MaxAckPending)")
+	// The sandbox answers at once, so the account's concurrency (its
+	// consumers' MaxAckPending) only bounds the jobs between delivery and
+	// ack: with 256, a job's round trip on a saturated machine (queued
+	// behind every other goroutine) left a tenth of the CPU idle.
+	concurrency := fs.Int("concurrency", shared.MaxConcurrency, "the benchmark account's concurrency (its consumers' MaxAckPending)")
 	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
 	_ = fs.Parse(args)
 	if *raw == 0 {
