@@ -17,9 +17,9 @@
 //   - topology.go: stream / KV / object store definitions.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return.
 //   - publisher.go: publishing without waiting on the hot paths (render's
-//     jobs, dispatch's sent events) at a third fewer allocations than
-//     jetstream's PublishAsync, with its semantics (stored once acked,
-//     "no responders" retried, a disconnect fails what is pending).
+//     jobs, dispatch's sent events), leaner than jetstream's PublishAsync
+//     and with its semantics (stored once acked, "no responders" retried,
+//     a disconnect fails what is pending).
 //   - nats.go, logging.go: connection (over a socket, or in process to an
 //     embedded server) and logging from the environment.
 //

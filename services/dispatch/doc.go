@@ -55,9 +55,8 @@
 // stored (or is not known to be). Fresh jobs skip the lookups. A sent event
 // is published asynchronously (shared.Publisher) and the job acknowledged
 // by the consume loop once the event is stored (shared.Later), so no
-// handler waits on it; sent
-// events carry no Nats-Msg-Id (the lookup before a re-publish is their
-// deduplication), other events do. The channel adapter is called with
+// handler waits on it; sent events carry no Nats-Msg-Id (the lookup before
+// a re-publish is their deduplication), other events do. The channel adapter is called with
 // the job id as Idempotency-Key; the answer is classified
 // (shared.ErrorClass).
 //

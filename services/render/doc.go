@@ -17,6 +17,10 @@
 //     read "<no value>" is refused: shared.ErrNoValue), a body over the channel's
 //     limits.
 //
+// A batch's jobs and events go out without waiting each
+// (shared.Publisher); the batch is acknowledged once all are stored, and
+// retried when any is refused or unacknowledged after 30 s.
+//
 // Templates of only text and {{.name}} fields whose values are strings
 // (most) are filled directly; anything else runs text/template with its
 // execution budget (shared.Template). Jobs are encoded with go-json

@@ -159,8 +159,9 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	return nil
 }
 
-// publishTimeout fails a publish the stream has not acknowledged by then,
-// so the batch is retried rather than stuck.
+// A publish the stream has not acknowledged within publishTimeout fails,
+// so its batch is retried rather than stuck; maxPendingPublishes bounds
+// the unacknowledged ones over all batches in flight.
 const (
 	publishTimeout      = 30 * time.Second
 	maxPendingPublishes = 1 << 16
