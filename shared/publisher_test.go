@@ -155,40 +155,69 @@ func TestPublisherFailsPendingOnDisconnect(t *testing.T) {
 }
 
 // BenchmarkPublish compares the Publisher with jetstream's PublishAsync on
-// the pipeline's kind of message (a job with its Nats-Msg-Id), CPU and
-// allocations per message for client and server together.
+// the pipeline's kinds of message, a job with its Nats-Msg-Id and a sent
+// event without one: time and allocations per message, for client and
+// server together.
 func BenchmarkPublish(b *testing.B) {
 	body := []byte(`{"id":"bench-task.123456","task_id":"bench-task","index":123456,"to":"+8613000123456","body":"Hello +8613000123456, your code is BENCH","channel":"sandbox","account":"bench-0","priority":"normal","max_attempts":5}`)
-	for _, via := range []string{"PublishAsync", "Publisher"} {
-		b.Run(via, func(b *testing.B) {
-			ts := natstest.Start(b)
-			st := pubStream(b, ts.JS, jetstream.StreamConfig{Name: "PUBBENCH", Subjects: []string{"pubbench"}, Storage: jetstream.FileStorage})
-			p, err := shared.NewPublisher(ts.NC, 4000, 30*time.Second)
-			require.NoError(b, err)
-			defer p.Close()
-			ctx := context.Background()
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				id := "bench-task." + strconv.Itoa(i)
-				i++
-				var err error
-				if via == "Publisher" {
-					_, err = p.Publish(ctx, "pubbench", body, id)
-				} else {
-					_, err = ts.JS.PublishAsync("pubbench", body, jetstream.WithMsgID(id))
+	for _, kind := range []string{"job", "event"} {
+		for _, via := range []string{"PublishAsync", "Publisher"} {
+			b.Run(kind+"/"+via, func(b *testing.B) {
+				ts := natstest.Start(b)
+				st := pubStream(b, ts.JS, jetstream.StreamConfig{Name: "PUBBENCH", Subjects: []string{"pubbench"}, Storage: jetstream.FileStorage})
+				p, err := shared.NewPublisher(ts.NC, 4000, 30*time.Second)
+				require.NoError(b, err)
+				defer p.Close()
+				ctx := context.Background()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					id := ""
+					if kind == "job" {
+						id = "bench-task." + strconv.Itoa(i)
+					}
+					i++
+					var err error
+					switch {
+					case via == "Publisher":
+						_, err = p.Publish(ctx, "pubbench", body, id)
+					case id != "":
+						_, err = ts.JS.PublishAsync("pubbench", body, jetstream.WithMsgID(id))
+					default:
+						_, err = ts.JS.PublishAsync("pubbench", body)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
 				}
-				if err != nil {
-					b.Fatal(err)
+				deadline := time.Now().Add(30 * time.Second)
+				for streamMsgs(b, st) < uint64(i) && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
 				}
-			}
-			deadline := time.Now().Add(30 * time.Second)
-			for streamMsgs(b, st) < uint64(i) && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			if got := streamMsgs(b, st); got != uint64(i) {
-				b.Fatal(fmt.Errorf("stored %d of %d", got, i))
-			}
-		})
+				if got := streamMsgs(b, st); got != uint64(i) {
+					b.Fatal(fmt.Errorf("stored %d of %d", got, i))
+				}
+			})
+		}
+	}
+}
+
+// TestPublisherReleasesRoomOnSendError: a publish the connection refuses
+// returns its error and frees its room exactly once, so later ones neither
+// block nor overfill (maxPending 1, five refused publishes in a row).
+func TestPublisherReleasesRoomOnSendError(t *testing.T) {
+	ts := natstest.Start(t)
+	nc, err := nats.Connect(ts.URL)
+	require.NoError(t, err)
+	p, err := shared.NewPublisher(nc, 1, time.Hour)
+	require.NoError(t, err)
+	defer p.Close()
+	nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 5 {
+		_, err := p.Publish(ctx, "pub.x", []byte("x"), "")
+		require.ErrorIs(t, err, nats.ErrConnectionClosed, "publish %d", i)
+		require.Zero(t, p.Pending())
 	}
 }
