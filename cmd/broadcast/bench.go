@@ -38,8 +38,7 @@ func runBench(ctx context.Context, args []string) error {
 	// consumers' MaxAckPending) only bounds the jobs between delivery and
 	// ack: with 256, a job's round trip on the saturated machine (256 slots
 	// at 20k/s: 12.8 ms, mostly queued behind other goroutines) held the
-	// pipeline back
-	// (ratio 0.192-0.206 against 0.205-0.226 alternating).
+	// pipeline back (ratio 0.192-0.206 against 0.205-0.226 alternating).
 	concurrency := fs.Int("concurrency", shared.MaxConcurrency, "the benchmark account's concurrency (its consumers' MaxAckPending)")
 	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
 	_ = fs.Parse(args)
