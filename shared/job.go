@@ -44,6 +44,11 @@ type Job struct {
 	// Generation increases each time dead letters are retried, so the
 	// re-queued job is not dropped as a duplicate publish.
 	Generation int `json:"generation,omitempty"`
+	// Moves counts the job's moves between accounts (reroute). Moves spend
+	// no attempt, so the count keeps each move's Nats-Msg-Id unique: a job
+	// bounced A to B to A again within the duplicate window would otherwise
+	// be dropped as a duplicate publish, and lost.
+	Moves int `json:"moves,omitempty"`
 }
 
 // JobID is the job id of the recipient at index in task. Test recipients use

@@ -46,11 +46,12 @@ func (s *Service) moveJob(ctx context.Context, job *shared.Job, to string, attem
 	cp := *job
 	cp.Account = to
 	cp.Attempts, cp.Recheck = attempts, true
+	cp.Moves++
 	data, err := json.Marshal(&cp)
 	if err != nil {
 		return err
 	}
 	_, err = s.js.Publish(ctx, shared.JobSubject(to, job.Priority), data,
-		jetstream.WithMsgID(fmt.Sprintf("%s:to:%s:%d", job.MsgID(), to, attempts)))
+		jetstream.WithMsgID(fmt.Sprintf("%s:to:%s:%d:m%d", job.MsgID(), to, attempts, cp.Moves)))
 	return err
 }

@@ -81,8 +81,11 @@
 // Safety: pacing is adaptive (pacer.go: a 429 halves the rate and honours
 // Retry-After; runs of successes step it back up). daily_cap and per_recipient_interval are
 // enforced over KV broadcast_sends (caps.go). Account-fatal answers or three
-// auth failures in a row pause the account (KV broadcast_health); its jobs
-// move to healthy accounts of the task's pool (reroute in send.go).
+// auth failures (401/403) in a row pause the account (KV broadcast_health);
+// its jobs move to healthy accounts of the task's pool (reroute in send.go).
+// A job answered with either moves too, spending no attempt: an account's
+// problem never sends a recipient to DEAD. Moves count in Job.Moves, which
+// keeps each move's Nats-Msg-Id unique.
 //
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every

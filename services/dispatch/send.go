@@ -197,8 +197,11 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		r.noteFailure(res, log)
 	}
 
-	if res.Class == shared.ClassAccountFatal {
-		// The recipient is not at fault: the job moves to a healthy account.
+	if accountProblem(res) {
+		// The account cannot send, the recipient is not at fault: the job
+		// moves to a healthy account of its pool, or waits with the reason,
+		// without spending an attempt, so an account's problem never sends
+		// a recipient to DEAD.
 		if err := s.writeLedger(ctx, &job, le); err != nil {
 			log.Warn("could not record attempt error", "err", err)
 		}
@@ -206,11 +209,11 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		if err := s.publish(ctx, ev); err != nil {
 			return err
 		}
-		if attempt >= job.MaxAttempts {
-			return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History, callShared: callShared})
+		why := fmt.Sprintf("account %s answered %s: %s", acct.Name, res.Code, res.Err)
+		if drain, reason := r.draining(); drain {
+			why = reason
 		}
-		_, why := r.draining()
-		return r.reroute(ctx, &job, attempt, why)
+		return r.reroute(ctx, &job, attempt-1, why)
 	}
 	if !res.Class.Retryable() || attempt >= job.MaxAttempts {
 		reason := "permanent error"
@@ -301,6 +304,13 @@ func (r *accountRunner) event(job *shared.Job, kind shared.EventKind, attempt in
 	rate, _ := r.pacer.effective()
 	return &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
 		Attempt: attempt, Index: job.Index, RatePerSec: rate}
+}
+
+// accountProblem reports whether an answer says the account cannot send
+// (an account-fatal code of the channel, or HTTP 401/403: bad or revoked
+// credentials) rather than anything about the recipient.
+func accountProblem(res channels.Result) bool {
+	return res.Class == shared.ClassAccountFatal || res.Code == "401" || res.Code == "403"
 }
 
 // noteSuccess steps the adaptive rate up after a run of successes.
