@@ -62,6 +62,19 @@ func ControlSubject(taskID string) string { return SubjectControlPrefix + taskID
 // RenderSubject carries recipient batches of task from ingest to render.
 func RenderSubject(taskID string) string { return SubjectRenderPrefix + taskID }
 
+// HeldSubject is where dispatch holds a job of account that waits for
+// capacity (a reached daily cap, no healthy account to move to), as a
+// scheduled message like any delay; an account edit that adds capacity
+// wakes the held jobs early. Job ids are <task>.<index>, so a held job's
+// subject has one token more than a delayed one's, and HeldFilter, which
+// counts tokens, never matches the delay of a task named "held".
+func HeldSubject(account, jobID string) string {
+	return SubjectDelayPrefix + account + ".held." + jobID
+}
+
+// HeldFilter matches every held job of account.
+func HeldFilter(account string) string { return SubjectDelayPrefix + account + ".held.*.*" }
+
 // JobSubject carries jobs for account at priority from render to dispatch.
 func JobSubject(account string, p Priority) string {
 	return SubjectJobsPrefix + account + "." + string(p)

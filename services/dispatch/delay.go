@@ -17,6 +17,18 @@ import (
 // The schedule subject is unique per job, so a repeated delay of the same
 // job replaces its schedule instead of adding a second copy.
 func (s *Service) delayJob(ctx context.Context, job *shared.Job, account string, attempts int, d time.Duration) error {
+	return s.schedule(ctx, job, account, attempts, d, shared.SubjectDelayPrefix+account+"."+job.ID)
+}
+
+// holdJob is delayJob for a job that waits for capacity (a reached daily
+// cap, no healthy account): it is held on shared.HeldSubject, where an
+// account edit that adds capacity wakes it before d (wake.go).
+func (s *Service) holdJob(ctx context.Context, job *shared.Job, account string, attempts int, d time.Duration) error {
+	return s.schedule(ctx, job, account, attempts, d, shared.HeldSubject(account, job.ID))
+}
+
+// schedule publishes job as a scheduled message on subject, due after d.
+func (s *Service) schedule(ctx context.Context, job *shared.Job, account string, attempts int, d time.Duration, subject string) error {
 	cp := *job
 	cp.Account = account
 	cp.Attempts, cp.Recheck = attempts, true
@@ -31,7 +43,6 @@ func (s *Service) delayJob(ctx context.Context, job *shared.Job, account string,
 		// Come back when the job expires, to be marked expired then.
 		at = job.ExpiresAt.Truncate(time.Second).Add(time.Second)
 	}
-	subject := shared.SubjectDelayPrefix + account + "." + job.ID
 	_, err = s.js.Publish(ctx, subject, data,
 		jetstream.WithScheduleAt(at),
 		jetstream.WithScheduleTarget(shared.JobSubject(account, job.Priority)))

@@ -44,7 +44,12 @@ type Service struct {
 	numRunners atomic.Int32
 	ctx        context.Context
 	ready      chan struct{}
-	wg         sync.WaitGroup
+	// wakeSignal and wakeChannels ask the waker (wake.go) to wake the held
+	// jobs of the channels whose accounts gained capacity.
+	wakeSignal   chan struct{}
+	wakeMu       sync.Mutex
+	wakeChannels map[string]bool
+	wg           sync.WaitGroup
 }
 
 // New prepares the service; Run starts it.
@@ -54,7 +59,8 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	cfg.withDefaults()
 	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
-		runners: map[string]*accountRunner{}, ready: make(chan struct{})}, nil
+		runners: map[string]*accountRunner{}, ready: make(chan struct{}),
+		wakeSignal: make(chan struct{}, 1), wakeChannels: map[string]bool{}}, nil
 }
 
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
@@ -95,6 +101,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	go s.share.run(ctx) // after the accounts are known: it counts them
+	// Held jobs wait for capacity; an edit that adds some wakes them, and so
+	// does a start, for edits made while no dispatch ran.
+	go s.runWaker(ctx)
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {
@@ -168,6 +177,9 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 		disabled := false
 		cp.Enabled = &disabled
 		acct, sender = &cp, sender0
+	}
+	if acct.IsEnabled() && addsCapacity(old, acct) {
+		s.wakeLater(acct.Channel)
 	}
 	if old != nil && old.canUpdateInPlace(acct) {
 		old.update(acct, sender)

@@ -80,7 +80,13 @@
 //
 // Safety: pacing is adaptive (pacer.go: a 429 halves the rate and honours
 // Retry-After; runs of successes step it back up). daily_cap and per_recipient_interval are
-// enforced over KV broadcast_sends (caps.go). Account-fatal answers or three
+// enforced over KV broadcast_sends (caps.go). A job whose account reached
+// its daily cap moves to an account of its pool with capacity left (by the
+// accounts' health), or is held with a daily_cap retrying event; held jobs
+// (a reached cap, no healthy account) wait on broadcast.delay.<account>.held.<job>,
+// and an account edit that adds capacity (a new account, one enabled,
+// edited out of a pause, or a cap raised or removed) wakes them within a
+// second (wake.go). Account-fatal answers or three
 // auth failures (401/403) in a row pause the account (KV broadcast_health);
 // its jobs move to healthy accounts of the task's pool (reroute in send.go).
 // A job answered with either moves too, spending no attempt: an account's
@@ -105,7 +111,8 @@
 // (merging sends of batch accounts into calls), share.go (spreading accounts
 // over replicas, the in-flight budget), pacer.go
 // (adaptive token bucket), caps.go (daily cap, per-recipient gap), delay.go
-// (scheduled waits, moving jobs), control.go (pause/cancel of tasks), backoff.go
+// (scheduled waits, held jobs, moving jobs), wake.go (waking held jobs on
+// account edits), control.go (pause/cancel of tasks), backoff.go
 // (retry delays), ledger.go (attempt history), sentindex.go (idempotency),
 // deadletter.go (giving up), config.go (settings).
 package dispatch

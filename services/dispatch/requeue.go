@@ -96,6 +96,10 @@ func seqOf(m jetstream.Msg) uint64 {
 	return 0
 }
 
+// errSkip, returned by a drain function, leaves that message in the
+// stream (unacknowledged) and goes on with the next.
+var errSkip = errors.New("skip")
+
 // drain reads every message on filter of a work-queue stream with a
 // temporary consumer, calls fn, and acknowledges (removes) each one fn
 // handled.
@@ -105,11 +109,16 @@ func (s *Service) drain(ctx context.Context, stream, filter string, fn func(jets
 		AckPolicy:         jetstream.AckExplicitPolicy,
 		InactiveThreshold: time.Minute,
 		MaxAckPending:     1000,
+		// A skipped message is not offered again to this consumer.
+		MaxDeliver: 1,
 	})
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = s.js.DeleteConsumer(context.WithoutCancel(ctx), stream, cons.CachedInfo().Name) }()
+	if cons.CachedInfo().NumPending == 0 {
+		return 0, nil
+	}
 	n := 0
 	for {
 		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(300*time.Millisecond))
@@ -119,7 +128,9 @@ func (s *Service) drain(ctx context.Context, stream, filter string, fn func(jets
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			if err := fn(m); err != nil {
+			if err := fn(m); errors.Is(err, errSkip) {
+				continue
+			} else if err != nil {
 				return n, err
 			}
 			if err := m.Ack(); err != nil {

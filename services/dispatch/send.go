@@ -84,11 +84,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		if adm := caps.admit(job.To, time.Now(), dailyCap, gap); !adm.ok {
 			log.Debug("send delayed by caps", "code", adm.code, "reason", adm.reason, "wait", adm.wait)
 			if adm.code == "daily_cap" {
-				ev := r.event(&job, shared.EventRetrying, attempt-1)
-				ev.Code, ev.Error = adm.code, adm.reason
-				if err := s.publish(ctx, ev); err != nil {
-					return err
-				}
+				return r.capReached(ctx, &job, attempt-1, adm)
 			}
 			return s.delayJob(ctx, &job, acct.Name, attempt-1, adm.wait)
 		}
@@ -376,7 +372,31 @@ func (r *accountRunner) reroute(ctx context.Context, job *shared.Job, attempts i
 	if err := s.publish(ctx, ev); err != nil {
 		return err
 	}
-	return s.delayJob(ctx, job, r.name, attempts, s.cfg.NoHealthyWait)
+	return s.holdJob(ctx, job, r.name, attempts, s.cfg.NoHealthyWait)
+}
+
+// capReached handles a job whose account reached its daily cap: it moves
+// to an account of its pool that still has capacity (by the accounts'
+// health values), or is held, with a retrying event saying why, until the
+// window frees a slot or an account edit adds capacity (wake.go).
+func (r *accountRunner) capReached(ctx context.Context, job *shared.Job, attempts int, adm admission) error {
+	s := r.svc
+	var candidates []*shared.Account
+	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, job.Pool)) {
+		if a.Name != r.name && s.health.Get(a.Name).Remaining() != 0 {
+			candidates = append(candidates, a)
+		}
+	}
+	if to := shared.PickAccount(candidates, job.To, s.health); to != nil {
+		r.log.Debug("job moved to an account with daily capacity left", shared.KeyJobID, job.ID, "to", to.Name)
+		return s.moveJob(ctx, job, to.Name, attempts)
+	}
+	ev := r.event(job, shared.EventRetrying, attempts)
+	ev.Code, ev.Error = adm.code, adm.reason
+	if err := s.publish(ctx, ev); err != nil {
+		return err
+	}
+	return s.holdJob(ctx, job, r.name, attempts, adm.wait)
 }
 
 // publish stores an event; failing to do so retries the job, so every

@@ -2,6 +2,7 @@ package status
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/broadcastd/broadcast/shared"
@@ -18,7 +19,20 @@ const (
 	outSkipped
 	outExpired
 	outCancelled
+	// outWaiting is a retrying recipient held for a reason of the account or
+	// its pool (a reached daily cap, no healthy account) rather than for a
+	// backoff: it counts as retrying, and while any recipient waits the
+	// latest reason shows in progress.error.
+	outWaiting
 )
+
+// waitingPrefix starts progress.error while recipients wait.
+const waitingPrefix = "waiting: "
+
+// waitCode reports whether a retrying code puts a recipient in outWaiting.
+func waitCode(code string) bool {
+	return code == "daily_cap" || code == "no_healthy_account"
+}
 
 func outcomeOf(k shared.EventKind) (outcome, bool) {
 	switch k {
@@ -51,8 +65,9 @@ type taskFold struct {
 	Accepted bool            `json:"accepted"`
 	Rate     rateMeter       `json:"rate"`
 
-	// WaitReason says why recipients wait (a reached daily cap, no healthy
-	// account); it shows in progress.error until sends resume.
+	// Waiting counts recipients in outWaiting; WaitReason is the latest
+	// reason one of them got. It shows in progress.error while Waiting > 0.
+	Waiting    int    `json:"waiting,omitempty"`
 	WaitReason string `json:"wait_reason,omitempty"`
 
 	dirty     bool
@@ -91,9 +106,6 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 		}
 		return false
 	}
-	if ev.Kind == shared.EventRetrying && (ev.Code == "daily_cap" || ev.Code == "no_healthy_account") {
-		f.WaitReason = ev.Error
-	}
 	if ev.Index >= len(f.Outcomes) {
 		if f.Accepted || ev.Index >= maxRecipientIndex {
 			// An index beyond total is not this task's; one beyond any
@@ -108,9 +120,21 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 	// a provider failing everything keeps the same few jobs cycling.
 	f.breaker.record(ev)
 	from := outcome(f.Outcomes[ev.Index])
+	if to == outRetrying && waitCode(ev.Code) {
+		to = outWaiting
+	}
+	if to == outWaiting && from == outWaiting {
+		// Still waiting: only the reason may have changed.
+		changed := f.WaitReason != ev.Error
+		f.WaitReason = ev.Error
+		return changed
+	}
 	requeue := ev.Requeued && from == outFailed && to == outRetrying
 	if !allowed(from, to) && !requeue {
 		return false
+	}
+	if to == outWaiting {
+		f.WaitReason = ev.Error
 	}
 	if requeue && f.P.State.Final() {
 		// retry-dead reopens a finished task.
@@ -125,7 +149,6 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 	}
 	if to == outSent {
 		f.Rate.add(1)
-		f.WaitReason = ""
 	}
 	f.finishIfDone(ev.At)
 	return true
@@ -140,6 +163,8 @@ func allowed(from, to outcome) bool {
 		return true
 	case outRetrying:
 		return to != outRetrying
+	case outWaiting:
+		return to != outWaiting
 	case outFailed:
 		return to == outSent
 	}
@@ -150,6 +175,9 @@ func (f *taskFold) count(o outcome, d int) {
 	switch o {
 	case outRetrying:
 		f.P.Retrying += d
+	case outWaiting:
+		f.P.Retrying += d
+		f.Waiting += d
 	case outSent:
 		f.P.Sent += d
 	case outFailed:
@@ -194,6 +222,9 @@ func (f *taskFold) finishIfDone(at time.Time) {
 	if !f.Accepted || p.State.Final() || p.Done() < p.Total {
 		return
 	}
+	if f.Waiting == 0 && strings.HasPrefix(p.Error, waitingPrefix) {
+		p.Error = "" // nobody waits any more
+	}
 	switch {
 	case p.Cancelled > 0:
 		p.State = shared.StateCancelled
@@ -221,8 +252,8 @@ func (f *taskFold) refresh(now time.Time, ctl shared.Control) {
 		switch {
 		case ctl.State == shared.StatePaused && ctl.Reason != "":
 			p.Error = "paused: " + ctl.Reason
-		case f.WaitReason != "":
-			p.Error = "waiting: " + f.WaitReason
+		case f.Waiting > 0 && f.WaitReason != "":
+			p.Error = waitingPrefix + f.WaitReason
 		default:
 			p.Error = ""
 		}

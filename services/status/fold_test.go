@@ -115,3 +115,41 @@ func TestFoldIgnoresIndexBeyondTotalAndRejectAfterAccept(t *testing.T) {
 	require.Equal(t, 0, f.P.Sent)
 	require.Equal(t, shared.StateProcessing, f.P.State)
 }
+
+// TestFoldWaitReasonWhileAnyWaits: the reason of a daily-cap wait shows
+// while any recipient waits, also when sends that were in flight at the cap
+// report after it (they cleared it before), and goes once none waits.
+func TestFoldWaitReasonWhileAnyWaits(t *testing.T) {
+	t.Parallel()
+	f := newFold("t")
+	f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: 4})
+	wait := func(i int, code, reason string) *shared.Event {
+		e := ev(shared.EventRetrying, i, 0)
+		e.Code, e.Error = code, reason
+		return e
+	}
+	f.apply(ev(shared.EventSent, 0, 1))
+	require.True(t, f.apply(wait(2, "daily_cap", "daily_cap 2 reached on account a")))
+	require.True(t, f.apply(wait(3, "daily_cap", "daily_cap 2 reached on account a")))
+	f.apply(ev(shared.EventSent, 1, 1)) // in flight when the cap was reached
+	f.refresh(time.Now(), shared.Control{})
+	require.Equal(t, "waiting: daily_cap 2 reached on account a", f.P.Error)
+	require.Equal(t, 2, f.P.Retrying)
+	require.Equal(t, 2, f.Waiting)
+
+	require.False(t, f.apply(wait(3, "daily_cap", "daily_cap 2 reached on account a")), "a repeated wait changes nothing")
+	require.True(t, f.apply(wait(3, "no_healthy_account", "account a is disabled")), "a new reason is news")
+	f.apply(ev(shared.EventRetrying, 2, 1)) // woken, then a 503: retrying, not waiting
+	require.Equal(t, 1, f.Waiting)
+	require.Equal(t, 2, f.P.Retrying)
+	f.refresh(time.Now(), shared.Control{})
+	require.Equal(t, "waiting: account a is disabled", f.P.Error)
+
+	f.apply(ev(shared.EventSent, 3, 1))
+	f.refresh(time.Now(), shared.Control{})
+	require.Zero(t, f.Waiting)
+	require.Empty(t, f.P.Error, "nobody waits any more")
+	f.apply(ev(shared.EventSent, 2, 2))
+	require.Equal(t, shared.StateSucceeded, f.P.State)
+	require.Zero(t, f.P.Retrying)
+}
