@@ -216,6 +216,29 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"dispatch", "$JS.API.STREAM.DELETE.DEAD", false},
 		{"status", "$JS.API.STREAM.PURGE.EVENTS", false},
 		{"status", "$JS.API.CONSUMER.DELETE.JOBS.dispatch-hook", false},
+		// The operator never touches the services' durable consumers: no
+		// removing or reconfiguring them, no taking or acknowledging their
+		// messages.
+		{"operator", "$JS.API.CONSUMER.DELETE.EVENTS.status", false},
+		{"operator", "$JS.API.CONSUMER.DELETE.TASKS.ingest", false},
+		{"operator", "$JS.API.CONSUMER.DELETE.TASKS.ingest-start", false},
+		{"operator", "$JS.API.CONSUMER.CREATE.EVENTS.status", false},
+		{"operator", "$JS.API.CONSUMER.CREATE.EVENTS.status.broadcast.events.>", false},
+		{"operator", "$JS.API.CONSUMER.CREATE.TASKS.ingest.broadcast.tasks", false},
+		{"operator", "$JS.API.CONSUMER.CREATE.TASKS.ingest-start", false},
+		{"operator", "$JS.API.CONSUMER.MSG.NEXT.EVENTS.status", false},
+		{"operator", "$JS.API.CONSUMER.MSG.NEXT.TASKS.ingest", false},
+		{"operator", "$JS.API.CONSUMER.MSG.NEXT.TASKS.ingest-start", false},
+		{"operator", "$JS.ACK.EVENTS.status.1.10.10.1700000000000000000.0", false},
+		{"operator", "$JS.ACK.TASKS.ingest.1.3.3.1700000000000000000.0", false},
+		{"operator", "$JS.ACK.TASKS.ingest-start.1.3.3.1700000000000000000.0", false},
+		{"operator", "$JS.API.CONSUMER.CREATE.RENDER.x.broadcast.render.>", false},
+		{"operator", "$JS.API.CONSUMER.MSG.NEXT.JOBS.dispatch-hook", false},
+		// ... while its own short-lived consumers on history still work.
+		{"operator", "$JS.API.CONSUMER.CREATE.EVENTS.mine.broadcast.events.>", true},
+		{"operator", "$JS.API.CONSUMER.MSG.NEXT.EVENTS.mine", true},
+		{"operator", "$JS.API.CONSUMER.DELETE.EVENTS.mine", true},
+		{"operator", "$JS.API.CONSUMER.DELETE.TASKS.ingest2", true},
 		// Grants (a misspelt deny would make these pass as denials).
 		{"operator", "broadcast.tasks", true},
 		{"operator", "broadcast.control.t1", true},
@@ -233,6 +256,8 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"status", ">", false},
 		{"operator", "$KV.>", false},
 		{"operator", "$JS.API.>", false},
+		{"operator", "broadcast.control.*", false}, // answering control requests
+		{"operator", "broadcast.requeue.*", false}, // taking dispatch's re-queue requests
 		{"ingest", "broadcast.control.*", true},
 		{"dispatch", "broadcast.requeue.*", true},
 		{"operator", "broadcast.events.>", true},
