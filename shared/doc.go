@@ -20,6 +20,9 @@
 //     jobs, dispatch's sent events), leaner than jetstream's PublishAsync
 //     and with its semantics (stored once acked, "no responders" retried,
 //     a disconnect fails what is pending).
+//   - serve.go: serving core requests concurrently with a bound
+//     (ConcurrentHandler, used by ingest's control and dispatch's re-queue
+//     subscriptions) and per-key ordering (KeyedMutex).
 //   - nats.go, logging.go: connection (over a socket, or in process to an
 //     embedded server) and logging from the environment.
 //

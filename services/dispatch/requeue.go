@@ -20,19 +20,25 @@ import (
 // broadcast.requeue.<task> (see shared/requeue.go) and dispatch, which parks
 // and dead-letters the jobs in the first place, puts them back.
 
+// requeueConcurrency bounds the re-queue requests served at once.
+const requeueConcurrency = 16
+
 // startRequeue serves re-queue requests and sweeps parked jobs until ctx
 // ends; the returned function waits for the sweeper and drains the
 // subscription.
 func (s *Service) startRequeue(ctx context.Context) (stop func(), err error) {
-	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectRequeuePrefix+"*", "dispatch", func(m *nats.Msg) {
+	// Served concurrently: one long retry-dead must not hold up the unpark
+	// of a resumed task behind it.
+	served := shared.NewConcurrentHandler(requeueConcurrency)
+	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectRequeuePrefix+"*", "dispatch", served.Wrap(func(m *nats.Msg) {
 		s.serveRequeue(ctx, m)
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: requeue subscription: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); s.sweepParked(ctx) }()
-	return func() { _ = sub.Drain(); <-done }, nil
+	return func() { served.Drain(sub); <-done }, nil
 }
 
 // serveRequeue answers one request from ingest.

@@ -41,6 +41,12 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) shar
 	if !shared.ValidID(taskID) {
 		return fail("task: %q is not a task id", taskID)
 	}
+	if req.Action != shared.ActionRetryDead {
+		// Pause, resume and cancel of one task apply in the order they came;
+		// retry-dead changes no run state and may run beside them.
+		unlock := s.taskLocks.Lock(taskID)
+		defer unlock()
+	}
 	rec, err := s.record(ctx, taskID)
 	if err != nil {
 		return fail("task: %v", err)

@@ -32,6 +32,7 @@
 // Where to edit what: ingest.go (the consumer and the handler's steps),
 // validate.go (checks that need configuration: channel, accounts),
 // expand.go (recipient dedup and batching), start.go (scheduled starts and
-// releases), control.go (pause, resume, cancel, approval), config.go
+// releases), control.go (pause, resume, cancel, approval; served
+// concurrently, one task's state changes in order), config.go
 // (settings).
 package ingest

@@ -52,8 +52,14 @@ type Service struct {
 	control  jetstream.KeyValue
 	progress jetstream.KeyValue
 	controls *shared.ControlWatcher
-	Stats    Stats
+	// taskLocks keeps the state changes (pause, resume, cancel) of one task
+	// in order while control requests are served concurrently.
+	taskLocks shared.KeyedMutex
+	Stats     Stats
 }
+
+// controlConcurrency bounds the control requests served at once.
+const controlConcurrency = 32
 
 // New prepares the service; Run starts it.
 func New(js jetstream.JetStream, cfg Config) (*Service, error) {
@@ -93,11 +99,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ingest: start consumer: %w", err)
 	}
-	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectControlPrefix+"*", "ingest", s.serveControl)
+	// Control requests are served concurrently: a retry-dead that waits for
+	// dispatch must not hold up a pause behind it.
+	served := shared.NewConcurrentHandler(controlConcurrency)
+	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectControlPrefix+"*", "ingest", served.Wrap(s.serveControl))
 	if err != nil {
 		return fmt.Errorf("ingest: control subscription: %w", err)
 	}
-	defer sub.Drain()
+	defer served.Drain(sub)
 	s.log.Info("ingest started", "batch_size", s.cfg.BatchSize)
 	var wg sync.WaitGroup
 	wg.Go(func() {
