@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,20 @@ type Config struct {
 	// Service.DashboardURL). Defaults to "" (no dashboard); ConfigFromEnv
 	// reads DASHBOARD_ADDR, defaulting to 127.0.0.1:8080, "off" for none.
 	DashboardAddr string
+	// DashboardToken, when set, is required of every dashboard request but
+	// /healthz: "Authorization: Bearer <token>", or the cookie that opening
+	// /?token=<token> sets. A dashboard listening beyond loopback must have
+	// one. ConfigFromEnv reads DASHBOARD_TOKEN. Defaults to "" (none).
+	DashboardToken string
+	// DashboardHosts are Host names the dashboard answers besides the
+	// loopback names with its port (a name behind a proxy, say); requests
+	// naming any other host are refused, so a DNS-rebinding page gets
+	// nothing. ConfigFromEnv reads DASHBOARD_HOSTS, comma-separated.
+	// Defaults to none.
+	DashboardHosts []string
+	// MaxEventStreams bounds the dashboard's event-stream clients at once.
+	// Defaults to 64.
+	MaxEventStreams int
 	// PollInterval is how often queue depths (JOBS consumer info) and task
 	// counts are polled for the dashboard and metrics. Defaults to 3 seconds.
 	PollInterval time.Duration
@@ -49,8 +64,9 @@ type Config struct {
 const DefaultDashboardAddr = "127.0.0.1:8080"
 
 // ConfigFromEnv reads STATUS_FLUSH_INTERVAL (a Go duration),
-// STATUS_CIRCUIT_WINDOW, STATUS_CIRCUIT_THRESHOLD and DASHBOARD_ADDR
-// (host:port, default 127.0.0.1:8080, "off" for no dashboard).
+// STATUS_CIRCUIT_WINDOW, STATUS_CIRCUIT_THRESHOLD, DASHBOARD_ADDR
+// (host:port, default 127.0.0.1:8080, "off" for no dashboard),
+// DASHBOARD_TOKEN and DASHBOARD_HOSTS.
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	switch v := os.Getenv("DASHBOARD_ADDR"); v {
@@ -59,6 +75,10 @@ func ConfigFromEnv() (Config, error) {
 	case "off":
 	default:
 		c.DashboardAddr = v
+	}
+	c.DashboardToken = os.Getenv("DASHBOARD_TOKEN")
+	if v := os.Getenv("DASHBOARD_HOSTS"); v != "" {
+		c.DashboardHosts = strings.Split(v, ",")
 	}
 	if v := os.Getenv("STATUS_CIRCUIT_WINDOW"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -98,6 +118,12 @@ func (c *Config) validate() error {
 		if _, _, err := net.SplitHostPort(c.DashboardAddr); err != nil {
 			return fmt.Errorf("DashboardAddr: %q is not host:port (DASHBOARD_ADDR=off turns the dashboard off): %v", c.DashboardAddr, err)
 		}
+		if !loopbackHost(c.DashboardAddr) && c.DashboardToken == "" {
+			return fmt.Errorf("DashboardAddr: %q listens beyond loopback; set DASHBOARD_TOKEN so that only operators get in", c.DashboardAddr)
+		}
+	}
+	if c.MaxEventStreams < 0 {
+		return fmt.Errorf("MaxEventStreams: must not be negative")
 	}
 	if c.PollInterval < 0 {
 		return fmt.Errorf("PollInterval: must not be negative")
@@ -120,6 +146,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 3 * time.Second
+	}
+	if c.MaxEventStreams == 0 {
+		c.MaxEventStreams = 64
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -318,8 +318,14 @@ func (s *Service) startDashboard(ctx context.Context) (stop func(), err error) {
 		return stop, nil
 	}
 	srv := &http.Server{
-		Handler:           newHandler(d, s.cfg.Metrics, s.log),
+		Handler: newHandler(d, s.cfg.Metrics, s.log,
+			newGuard(ln.Addr(), s.cfg.DashboardToken, s.cfg.DashboardHosts), s.cfg.MaxEventStreams),
 		ReadHeaderTimeout: 10 * time.Second,
+		// Requests have no body worth waiting for; event streams write, and
+		// have no write timeout for that reason.
+		ReadTimeout:    30 * time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
 		// Event streams end with the service.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}

@@ -60,8 +60,11 @@ const controlTimeout = 10 * time.Second
 //	GET  /healthz                   "ok"
 //
 // Cross-origin POSTs are refused (http.CrossOriginProtection), so another
-// site open in the operator's browser cannot press the buttons.
-func newHandler(b backend, reg *prometheus.Registry, log *slog.Logger) http.Handler {
+// site open in the operator's browser cannot press the buttons; requests
+// naming another Host, or without the token when one is set, are refused
+// (guard.go); at most maxStreams event streams run at once.
+func newHandler(b backend, reg *prometheus.Registry, log *slog.Logger, g *guard, maxStreams int) http.Handler {
+	streams := make(streamSlots, max(maxStreams, 1))
 	mux := http.NewServeMux()
 	page, err := fs.Sub(web, "web")
 	if err != nil {
@@ -72,7 +75,15 @@ func newHandler(b backend, reg *prometheus.Registry, log *slog.Logger) http.Hand
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) { serveEvents(w, r, b) })
+	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
+		if !streams.take() {
+			w.Header().Set("Retry-After", "5")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "too many event-stream clients"})
+			return
+		}
+		defer streams.give()
+		serveEvents(w, r, b)
+	})
 	mux.HandleFunc("GET /api/tasks", func(w http.ResponseWriter, _ *http.Request) {
 		s := b.snapshot()
 		writeJSON(w, http.StatusOK, map[string]any{"tasks": s.Tasks, "more": s.More})
@@ -94,7 +105,7 @@ func newHandler(b backend, reg *prometheus.Registry, log *slog.Logger) http.Hand
 	if reg != nil {
 		mux.Handle("GET /metrics", metrics.Handler(reg))
 	}
-	return securityHeaders(http.NewCrossOriginProtection().Handler(mux))
+	return securityHeaders(g.wrap(http.NewCrossOriginProtection().Handler(mux)))
 }
 
 // serveControl forwards one button press to broadcast.control.<id>.

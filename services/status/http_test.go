@@ -97,7 +97,16 @@ func (f *fakeBackend) controlCalls() []string {
 
 func startHTTP(t *testing.T, b backend, reg *prometheus.Registry) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(newHandler(b, reg, slog.New(slog.DiscardHandler)))
+	return startGuardedHTTP(t, b, reg, "", 64)
+}
+
+// startGuardedHTTP serves the handler as the service does: the guard of
+// its listener (loopback names with its port), token and stream cap.
+func startGuardedHTTP(t *testing.T, b backend, reg *prometheus.Registry, token string, maxStreams int) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config.Handler = newHandler(b, reg, slog.New(slog.DiscardHandler), newGuard(srv.Listener.Addr(), token, nil), maxStreams)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv
 }
