@@ -25,6 +25,9 @@ func expand(ch channels.Channel, rs []shared.Recipient) expansion {
 			br.Invalid = "to: " + err.Error()
 		} else {
 			br.To, key = to, to
+			if why := shared.CheckVars(r.Vars); why != "" {
+				br.Invalid, br.Vars = why, nil
+			}
 		}
 		if _, dup := seen[key]; dup {
 			out.duplicates++
@@ -36,12 +39,23 @@ func expand(ch channels.Channel, rs []shared.Recipient) expansion {
 	return out
 }
 
-// batches cuts rs into render batches of at most size recipients.
-func batches(taskID string, rs []shared.BatchRecipient, size int, test bool) []shared.RenderBatch {
+// batches cuts rs into render batches of at most size recipients and
+// about maxBytes bytes, so each fits the server's max_payload; a recipient
+// alone is never over it (its vars are bounded by shared.MaxVarsBytes).
+func batches(taskID string, rs []shared.BatchRecipient, size, maxBytes int, test bool) []shared.RenderBatch {
 	var out []shared.RenderBatch
-	for first := 0; first < len(rs); first += size {
-		end := min(first+size, len(rs))
+	for first := 0; first < len(rs); {
+		end, bytes := first, 0
+		for end < len(rs) && end-first < size {
+			n := rs[end].BatchBytes()
+			if end > first && bytes+n > maxBytes {
+				break
+			}
+			bytes += n
+			end++
+		}
 		out = append(out, shared.RenderBatch{TaskID: taskID, First: first, Recipients: rs[first:end], Test: test})
+		first = end
 	}
 	return out
 }

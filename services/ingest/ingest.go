@@ -55,8 +55,14 @@ type Service struct {
 	// taskLocks keeps the state changes (pause, resume, cancel) of one task
 	// in order while control requests are served concurrently.
 	taskLocks shared.KeyedMutex
-	Stats     Stats
+	// batchBytes bounds a render batch's size: half the server's
+	// max_payload, at most maxBatchBytes.
+	batchBytes int
+	Stats      Stats
 }
+
+// maxBatchBytes caps render batches whatever the server allows.
+const maxBatchBytes = 4 << 20
 
 // controlConcurrency bounds the control requests served at once.
 const controlConcurrency = 32
@@ -73,6 +79,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 // Run consumes tasks until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
+	s.batchBytes = int(min(s.js.Conn().MaxPayload()/2, maxBatchBytes))
 	if s.tasks, err = s.js.KeyValue(ctx, shared.BucketTasks); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -226,7 +233,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		if idx != nil {
 			err = s.publishList(ctx, ch, &record, idx, stored != nil)
 		} else {
-			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false), stored != nil)
+			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, s.batchBytes, false), stored != nil)
 		}
 		if err != nil {
 			return err

@@ -87,7 +87,38 @@ func readJSONL(r io.Reader, fn func(listEntry) error) error {
 	return nil
 }
 
+// maxRecordBytes bounds what the CSV reader may read for one record: a
+// line's limit plus the reader's read-ahead. encoding/csv has no limit of
+// its own, and an unterminated quote would pull the rest of the object
+// into one field.
+const maxRecordBytes = maxLineBytes + 64<<10
+
+// errRecordTooLong is returned by recordLimiter past maxRecordBytes.
+var errRecordTooLong = errors.New("record too long")
+
+// recordLimiter counts the bytes read since the last reset and fails past
+// its limit.
+type recordLimiter struct {
+	r     io.Reader
+	n     int
+	limit int
+}
+
+func (l *recordLimiter) Read(p []byte) (int, error) {
+	if l.n >= l.limit {
+		return 0, errRecordTooLong
+	}
+	if len(p) > l.limit-l.n {
+		p = p[:l.limit-l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n += n
+	return n, err
+}
+
 func readCSV(r io.Reader, fn func(listEntry) error) error {
+	lim := &recordLimiter{r: r, limit: maxRecordBytes}
+	r = lim
 	cr := csv.NewReader(r)
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = -1
@@ -111,11 +142,15 @@ func readCSV(r io.Reader, fn func(listEntry) error) error {
 	}
 	line := 1
 	for {
+		lim.n = 0
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		line++
+		if errors.Is(err, errRecordTooLong) {
+			return &listError{fmt.Sprintf("line %d: a record longer than %d bytes (an unterminated quote?)", line, maxLineBytes)}
+		}
 		e := listEntry{Line: line}
 		var perr *csv.ParseError
 		switch {

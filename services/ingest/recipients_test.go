@@ -59,3 +59,38 @@ func TestJSONLLineTooLong(t *testing.T) {
 	_, err := collect(t, "x.jsonl", `{"to":"`+strings.Repeat("a", maxLineBytes)+`"}`)
 	require.ErrorContains(t, err, "longer than")
 }
+
+// countingReader counts the bytes read from it.
+type countingReader struct {
+	r *strings.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// TestCSVRecordLimit: an unterminated quote does not pull the rest of a
+// 16 MB list into memory: the list is refused after about a line's limit,
+// and rows before it were read.
+func TestCSVRecordLimit(t *testing.T) {
+	t.Parallel()
+	src := &countingReader{r: strings.NewReader("to,name\n+8613800000001,Li\n\"+8613800000002,Wang\n" + strings.Repeat("x", 16<<20))}
+	var got []listEntry
+	err := readList(src, "x.csv", func(e listEntry) error { got = append(got, e); return nil })
+	t.Logf("unterminated quote in a 16 MiB list: refused after reading %d bytes: %v", src.n, err)
+	require.ErrorContains(t, err, "line 3: a record longer than")
+	var le *listError
+	require.ErrorAs(t, err, &le, "a content problem rejects the task")
+	require.Len(t, got, 1)
+	// readList's own 64 KiB read-ahead comes on top of the limit.
+	require.Less(t, src.n, maxRecordBytes+72<<10, "reading stopped at the limit")
+
+	// Long but legal records pass.
+	ok := "to,note\n" + strings.Repeat("+86138000000,"+strings.Repeat("n", 60<<10)+"\n", 40)
+	n := 0
+	require.NoError(t, readList(strings.NewReader(ok), "y.csv", func(listEntry) error { n++; return nil }))
+	require.Equal(t, 40, n)
+}

@@ -128,7 +128,7 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 		}
 	} else {
 		exp := expand(ch, task.Recipients)
-		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, false), resumed); err != nil {
+		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, s.batchBytes, false), resumed); err != nil {
 			return err
 		}
 	}
@@ -148,7 +148,7 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 // publishTestBatches sends the test recipients ahead of the task.
 func (s *Service) publishTestBatches(ctx context.Context, task *shared.Task, ch channels.Channel, resumed bool) error {
 	exp := expand(ch, task.TestRecipients)
-	return s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, true), resumed)
+	return s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, s.batchBytes, true), resumed)
 }
 
 // record reads a task's record.

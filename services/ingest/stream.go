@@ -87,6 +87,9 @@ func normalized(ch channels.Channel, e listEntry) (shared.BatchRecipient, string
 		return br, e.Recipient.To
 	}
 	br.To = to
+	if why := shared.CheckVars(br.Vars); why != "" {
+		br.Invalid, br.Vars = fmt.Sprintf("line %d: %s", e.Line, why), nil
+	}
 	return br, to
 }
 
@@ -152,6 +155,7 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 	var (
 		index   int
 		batch   []shared.BatchRecipient
+		bytes   int
 		pending []shared.RenderBatch
 	)
 	flush := func() error {
@@ -175,11 +179,19 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 		if index <= rec.Checkpoint {
 			return nil // published before a restart
 		}
+		if n := br.BatchBytes(); len(batch) > 0 && bytes+n > s.batchBytes {
+			// Cut by size too: the batch must fit the server's max_payload.
+			// The cut depends only on the list, so a resumed run cuts alike.
+			first := index - 1 - len(batch)
+			pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
+			batch, bytes = nil, 0
+		}
 		batch = append(batch, br)
+		bytes += br.BatchBytes()
 		if len(batch) == s.cfg.BatchSize {
 			first := index - len(batch)
 			pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
-			batch = nil
+			batch, bytes = nil, 0
 			if len(pending) == checkpointEvery {
 				return flush()
 			}

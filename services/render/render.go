@@ -3,6 +3,7 @@ package render
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -140,8 +141,11 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
 				Vars: r.Vars, Test: b.Test, Pool: t.Accounts, Recheck: recheck,
 			}
-			perr = s.publishJob(ctx, &job, &futures)
-			rendered++
+			if perr = s.publishJob(ctx, &job, &futures); errors.Is(perr, errJobTooLarge) {
+				perr = skip("too_large", perr.Error())
+			} else {
+				rendered++
+			}
 		}
 		if perr != nil {
 			return fmt.Errorf("publish: %w", perr)
@@ -167,10 +171,20 @@ const (
 	maxPendingPublishes = 1 << 16
 )
 
+// errJobTooLarge is a job that cannot fit the server's max_payload: its
+// recipient is skipped with the reason, since retrying cannot help.
+var errJobTooLarge = errors.New("job too large")
+
+// jobHeaderBytes covers a job's subject and Nats-Msg-Id header.
+const jobHeaderBytes = 512
+
 func (s *Service) publishJob(ctx context.Context, job *shared.Job, futures *[]*shared.Publication) error {
 	data, err := shared.EncodeJob(job)
 	if err != nil {
 		return err
+	}
+	if max := s.js.Conn().MaxPayload(); int64(len(data))+jobHeaderBytes > max {
+		return fmt.Errorf("%w: the job is %d bytes, the server takes at most %d", errJobTooLarge, len(data), max)
 	}
 	f, err := s.pub.Publish(ctx, shared.JobSubject(job.Account, job.Priority), data, job.MsgID())
 	if err != nil {
