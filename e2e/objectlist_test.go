@@ -118,3 +118,39 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	require.Equal(t, 5000, p.Total)
 	require.Equal(t, shared.StateProcessing, p.State)
 }
+
+// TestScheduledListReplacedIsNotSent: a scheduled task's list is pinned by
+// its digest at intake. Replaced before the start, it is not sent (its
+// recipients are not the ones counted): the task ends cancelled with the
+// reason, every count adds up to the total accepted, nothing reaches the
+// gateway.
+func TestScheduledListReplacedIsNotSent(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":10,"concurrency":8`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	line := func(prefix string, n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "{\"to\":\"%s%03d\"}\n", prefix, i)
+		}
+		return b.String()
+	}
+	putObject(t, ts, "lists/pinned.jsonl", line("a", 10))
+	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
+	task := shared.Task{ID: "pinned", Channel: "webhook", Template: "hi", RecipientsObject: "lists/pinned.jsonl", SendAt: sendAt.UTC().Format(time.RFC3339)}
+	submit(t, ts, task)
+	waitProgress(t, ts, task.ID, 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateScheduled })
+	putObject(t, ts, "lists/pinned.jsonl", line("b", 25)) // replaced before the start
+
+	p := ts.WaitFinal(t, task.ID, 15*time.Second)
+	t.Logf("list replaced before its scheduled start: state %s total %d cancelled %d sent %d; gateway got %d; error %q",
+		p.State, p.Total, p.Cancelled, p.Sent, gw.Ledger().Requests, p.Error)
+	require.Equal(t, shared.StateCancelled, p.State)
+	require.Equal(t, 10, p.Total)
+	require.Equal(t, 10, p.Cancelled)
+	require.Zero(t, p.Sent)
+	require.Zero(t, gw.Ledger().Requests, "nothing of either list was sent")
+	require.Contains(t, p.Error, "was replaced after the task was accepted")
+}

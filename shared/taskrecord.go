@@ -23,7 +23,11 @@ type TaskRecord struct {
 	// first published: a second release publishes them again (Resumed).
 	Released bool `json:"released,omitempty"`
 	// Expanded is set once every render batch was published.
-	Expanded   bool      `json:"expanded"`
+	Expanded bool `json:"expanded"`
+	// ListDigest pins recipients_object: the object's digest when the task
+	// was accepted. A list replaced since is not sent (the task is
+	// cancelled with the reason): its recipients are not the ones counted.
+	ListDigest string    `json:"list_digest,omitempty"`
 	AcceptedAt time.Time `json:"accepted_at"`
 }
 

@@ -145,10 +145,16 @@ func (s *Service) isFinal(ctx context.Context, taskID string) (bool, shared.Task
 // cancelUnreleased publishes a cancelled event for every recipient of a task
 // whose recipients were never enqueued (scheduled or awaiting approval).
 func (s *Service) cancelUnreleased(ctx context.Context, rec *shared.TaskRecord) error {
-	futures := make([]jetstream.PubAckFuture, 0, min(rec.Total, 4096))
-	for i := range rec.Total {
+	return s.cancelFrom(ctx, rec, 0, "task cancelled before it started")
+}
+
+// cancelFrom publishes a cancelled event for the task's recipients from
+// index first on, none of which was handed to render.
+func (s *Service) cancelFrom(ctx context.Context, rec *shared.TaskRecord, first int, reason string) error {
+	futures := make([]jetstream.PubAckFuture, 0, min(max(rec.Total-first, 0), 4096))
+	for i := first; i < rec.Total; i++ {
 		f, err := shared.PublishEventAsync(s.js, &shared.Event{TaskID: rec.Task.ID, JobID: shared.JobID(rec.Task.ID, i, false),
-			Kind: shared.EventCancelled, Index: i, Code: "cancelled", Error: "task cancelled before it started"})
+			Kind: shared.EventCancelled, Index: i, Code: "cancelled", Error: reason})
 		if err != nil {
 			return err
 		}

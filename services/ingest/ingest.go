@@ -163,7 +163,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	var exp expansion
 	var idx *listIndex
 	if task.RecipientsObject != "" {
-		if idx, err = s.indexList(ctx, ch, task.RecipientsObject); err != nil {
+		if idx, err = s.indexList(ctx, ch, task.RecipientsObject, ""); err != nil {
 			var fe *shared.FieldError
 			if errors.As(err, &fe) {
 				return s.reject(ctx, task.ID, err, seq)
@@ -180,6 +180,9 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	recipients := task.Recipients
 	record := shared.TaskRecord{Task: *task, Seq: seq, Total: total, Duplicates: exp.duplicates, AcceptedAt: time.Now().UTC()}
+	if idx != nil {
+		record.ListDigest = idx.digest
+	}
 	record.Task.Recipients = nil
 	fresh, stored, err := s.claim(ctx, &record)
 	if err != nil {
@@ -231,7 +234,9 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 	default:
 		if idx != nil {
-			err = s.publishList(ctx, ch, &record, idx, stored != nil)
+			if err = s.publishList(ctx, ch, &record, idx, stored != nil); isListChanged(err) {
+				return s.cancelForList(ctx, &record, err)
+			}
 		} else {
 			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, s.batchBytes, false), stored != nil)
 		}

@@ -119,11 +119,14 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 		}
 	}
 	if task.RecipientsObject != "" {
-		idx, err := s.indexList(ctx, ch, task.RecipientsObject)
-		if err != nil {
-			return err
+		idx, err := s.indexList(ctx, ch, task.RecipientsObject, rec.ListDigest)
+		if err == nil {
+			err = s.publishList(ctx, ch, rec, idx, resumed)
 		}
-		if err := s.publishList(ctx, ch, rec, idx, resumed); err != nil {
+		if isListChanged(err) {
+			return s.cancelForList(ctx, rec, err)
+		}
+		if err != nil {
 			return err
 		}
 	} else {
@@ -189,4 +192,27 @@ func (s *Service) original(ctx context.Context, rec *shared.TaskRecord) (*shared
 		return nil, nil, shared.Permanent(err)
 	}
 	return task, ch, nil
+}
+
+// isListChanged reports a *listChangedError.
+func isListChanged(err error) bool {
+	var lc *listChangedError
+	return errors.As(err, &lc)
+}
+
+// cancelForList cancels a task whose recipients_object was replaced after
+// it was accepted: the recipients not yet handed to render are cancelled
+// with the reason (those already published are cancelled by dispatch,
+// which follows the run state), and the reason is the task's.
+func (s *Service) cancelForList(ctx context.Context, rec *shared.TaskRecord, cause error) error {
+	reason := cause.Error()
+	s.log.Error("task cancelled: its recipient list changed", shared.KeyTaskID, rec.Task.ID, "err", cause)
+	if err := shared.PutControl(ctx, s.control, rec.Task.ID, shared.Control{State: shared.StateCancelled, Reason: reason}); err != nil {
+		return err
+	}
+	if err := s.cancelFrom(ctx, rec, rec.Checkpoint, reason); err != nil {
+		return err
+	}
+	rec.Expanded = true
+	return s.putRecord(ctx, rec)
 }

@@ -46,6 +46,8 @@ type listIndex struct {
 	first      []firstSeen
 	total      int
 	duplicates int
+	// digest is the object's, to pin in the task record.
+	digest string
 }
 
 // isFirst reports whether line is the first occurrence of key.
@@ -93,8 +95,17 @@ func normalized(ch channels.Channel, e listEntry) (shared.BatchRecipient, string
 	return br, to
 }
 
-// openList streams the named object.
-func (s *Service) openList(ctx context.Context, name string, fn func(listEntry) error) error {
+// listChangedError says a task's list is no longer the object it was
+// accepted with.
+type listChangedError struct{ name, was, now string }
+
+func (e *listChangedError) Error() string {
+	return fmt.Sprintf("recipients_object: %s was replaced after the task was accepted (digest %s, now %s); submit a new task to send the new list", e.name, e.was, e.now)
+}
+
+// openList streams the named object. With pin set, an object whose digest
+// differs is not read: it returns a *listChangedError.
+func (s *Service) openList(ctx context.Context, name, pin string, fn func(listEntry) error) (digest string, err error) {
 	// Without a deadline of its own, an object read gets the client's
 	// default timeout (5 s) for the whole object: a 1M-line list read while
 	// batches are published took longer, failed with "nats: timeout" and
@@ -103,17 +114,25 @@ func (s *Service) openList(ctx context.Context, name string, fn func(listEntry) 
 	defer cancel()
 	obj, err := s.objects.Get(ctx, name)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer obj.Close()
-	return readList(obj, name, fn)
+	info, err := obj.Info()
+	if err != nil {
+		return "", err
+	}
+	if pin != "" && info.Digest != pin {
+		return info.Digest, &listChangedError{name: name, was: pin, now: info.Digest}
+	}
+	return info.Digest, readList(obj, name, fn)
 }
 
 // indexList is the first pass. A missing object or a malformed list is a
 // *shared.FieldError on recipients_object.
-func (s *Service) indexList(ctx context.Context, ch channels.Channel, name string) (*listIndex, error) {
+func (s *Service) indexList(ctx context.Context, ch channels.Channel, name, pin string) (*listIndex, error) {
 	idx := &listIndex{}
-	err := s.openList(ctx, name, func(e listEntry) error {
+	var err error
+	idx.digest, err = s.openList(ctx, name, pin, func(e listEntry) error {
 		if _, key := normalized(ch, e); key != "" {
 			idx.first = append(idx.first, firstSeen{key: keyOf(key), line: int32(e.Line)})
 		}
@@ -121,7 +140,10 @@ func (s *Service) indexList(ctx context.Context, ch channels.Channel, name strin
 		return nil
 	})
 	var le *listError
+	var lc *listChangedError
 	switch {
+	case errors.As(err, &lc):
+		return nil, err
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 		return nil, &shared.FieldError{Field: "recipients_object", Reason: fmt.Sprintf("no object %q in %s", name, shared.BucketRecipients)}
 	case errors.As(err, &le):
@@ -170,7 +192,7 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 		pending = pending[:0]
 		return s.putRecord(ctx, rec)
 	}
-	err := s.openList(ctx, name, func(e listEntry) error {
+	_, err := s.openList(ctx, name, rec.ListDigest, func(e listEntry) error {
 		br, key := normalized(ch, e)
 		if key != "" && !idx.isFirst(keyOf(key), e.Line) {
 			return nil // a later occurrence of an address
@@ -198,6 +220,10 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 		}
 		return nil
 	})
+	var lc *listChangedError
+	if errors.As(err, &lc) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("expand %s: %w", name, err)
 	}

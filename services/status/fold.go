@@ -258,6 +258,9 @@ func (f *taskFold) refresh(now time.Time, ctl shared.Control) {
 			p.Error = ""
 		}
 	}
+	if p.State == shared.StateCancelled && ctl.State == shared.StateCancelled && ctl.Reason != "" && p.Error == "" {
+		p.Error = "cancelled: " + ctl.Reason
+	}
 	if done := p.Done(); done > 0 {
 		p.SuccessRate = round4(float64(p.Sent) / float64(done))
 	}
