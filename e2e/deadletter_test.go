@@ -24,7 +24,7 @@ func deadLetters(t *testing.T, ts *natstest.Server, taskID string) []shared.Dead
 	require.NoError(t, err)
 	var out []shared.DeadLetter
 	for uint64(len(out)) < info.NumPending {
-		b, err := c.Fetch(100, jetstream.FetchMaxWait(2*time.Second))
+		b, err := c.Fetch(int(min(100, info.NumPending-uint64(len(out)))), jetstream.FetchMaxWait(2*time.Second))
 		require.NoError(t, err)
 		for m := range b.Messages() {
 			var d shared.DeadLetter

@@ -195,7 +195,9 @@ func (ts *Server) events(t testing.TB, filter string) []shared.Event {
 	var out []shared.Event
 	pending := info.NumPending
 	for uint64(len(out)) < pending {
-		batch, err := c.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		// Ask for no more than are pending: a fetch of more waits out its
+		// whole MaxWait.
+		batch, err := c.Fetch(int(min(500, pending-uint64(len(out)))), jetstream.FetchMaxWait(2*time.Second))
 		require.NoError(t, err)
 		for m := range batch.Messages() {
 			var ev shared.Event
