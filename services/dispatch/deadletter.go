@@ -38,9 +38,12 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 	now := time.Now().UTC()
 	dl := shared.DeadLetter{Account: g.account, Attempts: g.attempt, Class: g.class, Code: g.code, Error: g.err, At: now, History: g.history}
 	taskID := shared.TaskFromSubject(msg.Subject())
+	salvaged := salvage(msg.Data())
 	if g.job != nil {
 		dl.Job = *g.job
 		taskID = g.job.TaskID
+	} else if salvaged.ok() {
+		taskID = salvaged.TaskID
 	}
 	if taskID == "" {
 		taskID = "unknown"
@@ -62,9 +65,32 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 		return fmt.Errorf("dead letter: %w", err)
 	}
 	if g.job == nil {
-		return nil
+		if !salvaged.ok() {
+			s.log.Error("undecodable job kept in DEAD under \"unknown\"; no task to report it to", "err", g.err)
+			return nil
+		}
+		// Its task still ends: the failed event is read from what decodes
+		// (a field of the wrong type leaves the others readable).
+		return s.publish(ctx, &shared.Event{TaskID: salvaged.TaskID, JobID: salvaged.ID, To: salvaged.To, Kind: shared.EventFailed,
+			Index: *salvaged.Index, Class: g.class, Code: g.code, Error: g.err, At: now})
 	}
 	return s.publish(ctx, &shared.Event{TaskID: g.job.TaskID, JobID: g.job.ID, To: g.job.To, Account: g.account,
 		Kind: shared.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now,
 		CallShared: g.callShared})
+}
+
+// salvaged is what can be read of an undecodable job.
+type salvaged struct {
+	ID     string `json:"id"`
+	TaskID string `json:"task_id"`
+	Index  *int   `json:"index"`
+	To     string `json:"to"`
+}
+
+func (p salvaged) ok() bool { return shared.ValidID(p.TaskID) && p.Index != nil && *p.Index >= 0 }
+
+func salvage(raw []byte) salvaged {
+	var p salvaged
+	_ = json.Unmarshal(raw, &p)
+	return p
 }

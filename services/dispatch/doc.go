@@ -114,5 +114,6 @@
 // (scheduled waits, held jobs, moving jobs), wake.go (waking held jobs on
 // account edits), control.go (pause/cancel of tasks), backoff.go
 // (retry delays), ledger.go (attempt history), sentindex.go (idempotency),
-// deadletter.go (giving up), config.go (settings).
+// deadletter.go (giving up; an undecodable job's
+// failed event from the fields that still decode), config.go (settings).
 package dispatch

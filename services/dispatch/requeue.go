@@ -81,7 +81,8 @@ func (s *Service) unpark(ctx context.Context, taskID string) {
 	n, err := s.drain(ctx, shared.StreamJobs, shared.ParkedFilter(taskID), func(m jetstream.Msg) error {
 		var job shared.Job
 		if err := json.Unmarshal(m.Data(), &job); err != nil {
-			return nil // undecodable: dispatch would dead-letter it; drop from parking
+			// Never dropped silently: kept in DEAD with its raw bytes.
+			return s.deadLetter(ctx, m, fmt.Errorf("parked job does not decode: %v", err))
 		}
 		_, err := s.js.Publish(ctx, shared.JobSubject(job.Account, job.Priority), m.Data(),
 			jetstream.WithMsgID(fmt.Sprintf("%s:unpark:%d", job.MsgID(), seqOf(m))))
@@ -235,6 +236,10 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 	}
 	var lastSeq uint64
 	requeued := 0
+	// kept are the letters without a job to re-send (raw, undecodable, or
+	// a batch render gave up on): they are written again behind the purge,
+	// so retry-dead never deletes what it did not re-queue.
+	var kept [][]byte
 	for read := uint64(0); read < pending; {
 		batch, err := cons.Fetch(int(min(500, pending-read)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -255,7 +260,8 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 			lastSeq = meta.Sequence.Stream
 			var dl shared.DeadLetter
 			if err := json.Unmarshal(m.Data(), &dl); err != nil || dl.Job.ID == "" {
-				continue // a raw, undecodable job: nothing to re-send
+				kept = append(kept, m.Data()) // nothing to re-send
+				continue
 			}
 			if err := s.requeue(ctx, &dl.Job); err != nil {
 				return requeued, err
@@ -264,6 +270,11 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 		}
 		if got == 0 {
 			break
+		}
+	}
+	for i, data := range kept {
+		if _, err := s.js.Publish(ctx, subject, data, jetstream.WithMsgID(fmt.Sprintf("%s:kept:%d:%d", taskID, lastSeq, i))); err != nil {
+			return requeued, fmt.Errorf("keep dead letters without a job: %w", err)
 		}
 	}
 	if lastSeq > 0 {

@@ -15,7 +15,11 @@
 //     invalid address, a template variable the recipient lacks or has as
 //     null (templates run with missingkey=error, and an output that would
 //     read "<no value>" is refused: shared.ErrNoValue), a body over the channel's
-//     limits.
+//     limits, a job too large for the server's max_payload (code too_large);
+//   - for a batch it gives up on (its task has no usable record, it does
+//     not decode): a skipped event (code render_failed) for each of its
+//     recipients, and one letter without a job on broadcast.dead.<task>
+//     holding the reason and the start of the raw batch (giveup.go).
 //
 // A batch's jobs and events go out without waiting each
 // (shared.Publisher); the batch is acknowledged once all are stored, and
@@ -27,6 +31,6 @@
 // (shared.EncodeJob, the same bytes as encoding/json).
 //
 // Where to edit what: render.go (consumer and per-recipient steps),
-// spec.go (the cached task spec), config.go (settings). Account choice is
+// giveup.go (batches given up on), spec.go (the cached task spec), config.go (settings). Account choice is
 // shared.PickAccount (capacity-weighted, sticky per recipient).
 package render

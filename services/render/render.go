@@ -76,6 +76,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency: s.cfg.Concurrency,
 		AckWait:     consumerConfig().AckWait,
 		RetryDelay:  2 * time.Second,
+		DeadLetter:  s.giveUp,
 		Logger:      s.log,
 	})
 }

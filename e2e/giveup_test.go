@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestEveryGiveUpHasAnEventAndADeadLetter: the give-ups that used to leave
+// no trace each leave an event for the recipient and a dead letter:
+// a render batch whose task has no record (a bare Term before), a job that
+// does not decode, a parked job that does not decode (dropped by unpark
+// before), and retry-dead keeps the letters it cannot re-send (purged
+// before).
+func TestEveryGiveUpHasAnEventAndADeadLetter(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "gu", webhookAccount(gw.URL, `"rate_per_sec":100,"burst":10,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	publish := func(subject, data string) {
+		_, err := ts.JS.Publish(ctx, subject, []byte(data))
+		require.NoError(t, err)
+	}
+	kinds := func(task string) map[shared.EventKind]int { return countByKind(ts.Events(t, task)) }
+
+	// A render batch of a task without a record.
+	b, _ := json.Marshal(shared.RenderBatch{TaskID: "ghost", First: 0, Recipients: []shared.BatchRecipient{{To: "a"}, {To: "b"}}})
+	publish(shared.RenderSubject("ghost"), string(b))
+	// A job with a field of the wrong type.
+	publish(shared.JobSubject("gu", shared.PriorityNormal), `{"id":"ghost2.0","task_id":"ghost2","index":0,"to":"x","max_attempts":"five"}`)
+	// A parked job likewise, then unparked.
+	publish(shared.ParkedSubject("ghost3", "gu"), `{"id":"ghost3.0","task_id":"ghost3","index":0,"to":"y","attempts":"x"}`)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		data, _ := json.Marshal(shared.RequeueRequest{Action: shared.RequeueParked})
+		_, err := ts.NC.Request(shared.RequeueSubject("ghost3"), data, 2*time.Second)
+		return err == nil && len(deadLetters(t, ts, "ghost3")) == 1
+	}, "the parked job is dead-lettered")
+
+	defer func() {
+		if t.Failed() {
+			for _, task := range []string{"ghost", "ghost2", "ghost3"} {
+				t.Logf("%s: events %v, %d dead letters", task, kinds(task), len(deadLetters(t, ts, task)))
+			}
+		}
+	}()
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		return kinds("ghost")[shared.EventSkipped] == 2 && kinds("ghost2")[shared.EventFailed] == 1 &&
+			kinds("ghost3")[shared.EventFailed] == 1 && len(deadLetters(t, ts, "ghost")) == 1 && len(deadLetters(t, ts, "ghost2")) == 1
+	}, "every give-up has its events and its dead letter")
+	for _, task := range []string{"ghost", "ghost2", "ghost3"} {
+		d := deadLetters(t, ts, task)
+		t.Logf("%s: events %v; dead letter %q", task, kinds(task), d[0].Error[:min(len(d[0].Error), 120)])
+	}
+
+	// retry-dead has nothing to re-send in those letters and keeps them.
+	data, _ := json.Marshal(shared.RequeueRequest{Action: shared.RequeueDead})
+	m, err := ts.NC.Request(shared.RequeueSubject("ghost"), data, 10*time.Second)
+	require.NoError(t, err)
+	var reply shared.RequeueReply
+	require.NoError(t, json.Unmarshal(m.Data, &reply))
+	require.True(t, reply.OK, reply.Error)
+	require.Zero(t, reply.Requeued)
+	require.Len(t, deadLetters(t, ts, "ghost"), 1, "retry-dead keeps the letter it could not re-send")
+	require.Zero(t, gw.Ledger().Requests, "nothing was sent")
+}
