@@ -32,6 +32,10 @@ const (
 	MaxInlineRecipents = 200_000
 	MaxAttemptsLimit   = 100
 	DefaultMaxAttempts = 5
+	// MaxScheduleAhead bounds send_at: a task's submission and records are
+	// kept 30 days (TopologyConfig.Retention), and a start must leave room
+	// within them to send, pause and be approved.
+	MaxScheduleAhead = 20 * 24 * time.Hour
 )
 
 // Recipient is one addressee and the variables its message is rendered with.
@@ -208,6 +212,10 @@ func (t *Task) Validate(now time.Time) error {
 	sendAt, err := parseOptionalTime("send_at", t.SendAt)
 	if err != nil {
 		return err
+	}
+	if ahead := sendAt.Sub(now); ahead > MaxScheduleAhead {
+		return fieldErr("send_at", "is %s ahead; a task may be scheduled at most %s (%d days) ahead",
+			ahead.Round(time.Hour), MaxScheduleAhead, int(MaxScheduleAhead/(24*time.Hour)))
 	}
 	expiresAt, err := parseOptionalTime("expires_at", t.ExpiresAt)
 	if err != nil {

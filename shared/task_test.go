@@ -22,6 +22,8 @@ func TestDecodeAndValidateNameTheField(t *testing.T) {
 		{`{"id":"bad id","channel":"w","template":"x","recipients":[{"to":"a"}]}`, "id: must match"},
 		{`{` + base + `,"accounts":["a b"]}`, "accounts[0]: must match"},
 		{`{` + base + `,"send_at":"2026-12-02T09:00:00Z","expires_at":"2026-12-02T08:00:00Z"}`, "expires_at: must be after send_at"},
+		{`{` + base + `,"send_at":"2026-12-20T23:00:00Z"}`, ""},
+		{`{` + base + `,"send_at":"2026-12-21T01:00:00Z"}`, "send_at: is 481h0m0s ahead; a task may be scheduled at most 480h0m0s (20 days) ahead"},
 		{`{"id":"t1","channel":"w","template":"` + strings.Repeat("x", MaxTemplateBytes+1) + `","recipients":[{"to":"a"}]}`, "template: is 65537 bytes"},
 		{`{"id":"t1","channel":"w","template":"{{if}}","recipients":[{"to":"a"}]}`, "template: "},
 	} {
