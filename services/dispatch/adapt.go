@@ -15,31 +15,40 @@ import (
 // A rate-limit answer is evidence, not proof, that the account is too fast:
 // providers also refuse at random (noise, independent of the rate), refuse
 // everything for a while (storms), or limit at a capacity below the
-// configured rate. The law looks at the answers per window of one second
-// and tells these apart:
+// configured rate. Linear AIMD cannot serve both of the first and the
+// third: a cut small enough to ride out 5 % noise overshoots a capacity
+// with many refusals, and one large enough for a capacity collapses under
+// noise. The law counts answers per window of one second (adaptWindow)
+// and tells the cases apart:
 //
-//   - Noise. noise is a moving average of the refused share per window. A
-//     window whose share stays within twice that (plus two refusals'
-//     worth of statistical slack) is explained by noise and changes
-//     nothing; the rate keeps rising. A share independent of the rate thus
-//     costs its refusals, not the rate.
-//   - Capacity. A window refused beyond the noise, with some answers
-//     accepted, says the provider's capacity is below the rate: the rate
-//     at that moment becomes limit, and the rate drops to
-//     capacityCut×rate, or to holdShare×limit when it was already near the
-//     previous limit (a probe that went too far, not a new overload). It
-//     then rises fast (recoverGrowth a window) towards holdShare×limit,
-//     holds there for holdTime, and then probes above it, slowly at first
-//     and faster the longer it goes unrefused (probeTarget), so a lifted
-//     limit is found again within seconds.
-//   - Storms. A window with more refusals than acceptances cuts by half its
-//     refused share (DCTCP's α/2), and two windows in a row with nothing
-//     accepted drop the rate to the floor and forget limit: a provider that
-//     refuses everything says nothing about a capacity. Once answers are
-//     accepted again the rate rises by recoverGrowth a window up to the
-//     ceiling (from a twentieth of it in about 14 s).
+//   - Capacity. A window refused beyond the noise, with most answers
+//     accepted, says the capacity is below the rate: that rate becomes the
+//     limit, and the rate drops to the hold rate: runShare of what the
+//     unrefused windows just before were accepted at, or holdShare of the
+//     rate near the previous limit (a probe that went too far), or
+//     capacityCut of it when nothing is known yet (to get below the
+//     capacity soon). It holds there for holdTime, then probes above it,
+//     slowly at first and faster the longer it goes unrefused
+//     (probeTarget), so a lifted limit is found again.
+//   - Noise. Every window refused beyond the noise begins or extends an
+//     episode, the answers counted per rate tried (levels). When the
+//     episode has tried rates down to 0.7 of its first and the lower ones
+//     were refused about as often as the higher ones (rateIndependent),
+//     the refusals are noise: the rate returns to where the episode began,
+//     and for noiseMemory a window refused within twice that share (plus
+//     two refusals of slack) changes nothing and the rate keeps rising;
+//     such windows well below a limit also forget the limit. A capacity
+//     shows the other way: refusals vanish just below it.
+//   - Storms. A window of four answers or more, mostly refused, cuts by
+//     half its refused share (DCTCP's α/2). stormRefusals refusals with
+//     nothing accepted for stormTime drop the rate to the floor and forget
+//     the limit: a provider refusing everything says nothing about a
+//     capacity.
 //
-// Other answers (sent, 5xx, timeouts, permanent errors) count as accepted:
+// Below its target (the ceiling, or the hold rate and then the probe when
+// a limit is known) the rate rises by recoverGrowth a window: from the
+// floor (a twentieth) to the ceiling in about 14 s. Answers other than
+// rate limits (sent, 5xx, timeouts, permanent errors) count as accepted:
 // they are not the provider saying "too fast".
 type rateControl struct {
 	ceiling, floor float64
@@ -52,8 +61,8 @@ type rateControl struct {
 	// noise is the moving average of the refused share per window.
 	noise float64
 	// limit is the rate at the last capacity-like window (0: none known
-	// since the last storm or since the ceiling was reached unrefused), and
-	// limitAt when it was set.
+	// since the last storm, the last noise finding, or since the ceiling was
+	// reached unrefused), and limitAt when it was set.
 	limit   float64
 	limitAt time.Time
 	// hold is the rate set by the last capacity-like window, held for
@@ -99,15 +108,16 @@ const (
 	// capacityCut is the factor applied on a capacity-like window far from
 	// the known limit.
 	capacityCut = 0.8
-	// holdShare is the share of the remembered limit the rate holds at.
+	// holdShare is the share of its rate an account keeps after a
+	// capacity-like window near the known limit (and at most after any).
 	holdShare = 0.93
 	// nearLimit: a capacity-like window at or above this share of limit is
-	// a probe that went too far; the rate goes back to holdShare×its rate.
+	// a probe that went too far.
 	nearLimit = 0.9
 	// recoverGrowth is the factor per window by which the rate rises while
 	// below its target.
 	recoverGrowth = 1.25
-	// holdTime is how long the rate holds at holdShare×limit before probing.
+	// holdTime is how long the rate holds at the hold rate before probing.
 	holdTime = 20 * time.Second
 	// probeTime is the time scale of probing: the probe target rises by
 	// half the hold rate per probeTime squared.
@@ -258,8 +268,9 @@ func (c *rateControl) note(n, k int) {
 // of the rate, and their share: it spans at least three rates, the lowest
 // at most 0.7 of the highest, with four refusals or more, at most 15 %
 // refused overall, and the answers at the lower rates (half of them)
-// refused at least 0.6 times as often as those at the higher rates. A capacity limit makes refusals
-// rarer as the rate comes down to it; noise does not.
+// refused at least 0.6 times as often as those at the higher rates. A
+// capacity makes refusals rarer as the rate comes down to it; noise does
+// not. Noise of more than 15 % is not told from a capacity far below.
 func (c *rateControl) rateIndependent() (float64, bool) {
 	if len(c.levels) < 3 {
 		return 0, false
