@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"testing"
 	"time"
@@ -70,10 +69,11 @@ func runAgainstThrottlingGateway(t *testing.T, extra string, circuitWindow int) 
 	return run
 }
 
-// TestDispatchAdaptiveRate checks that a rate-limit answer halves the
-// account's effective rate at once, that it never exceeds the configured
-// 60/s, that it steps back up after runs of successes, and that adapting
-// causes far fewer refusals than holding 60/s (min_rate_per_sec 60).
+// TestDispatchAdaptiveRate checks that refusals slow the account before it
+// sends again after its Retry-After, that the effective rate never exceeds
+// the configured 60/s, and that adapting causes far fewer refusals than
+// holding 60/s (min_rate_per_sec 60). recover_after is still accepted (and
+// ignored). The law's own figures are in dispatch_adaptive_law_test.go.
 func TestDispatchAdaptiveRate(t *testing.T) {
 	const ceiling = 60.0
 	var adaptive, fixed adaptiveRun
@@ -115,27 +115,9 @@ func TestDispatchAdaptiveRate(t *testing.T) {
 			break
 		}
 	}
-	minRate, minAt := ceiling, 0
-	for i, e := range evs[first429:] {
-		if e.RatePerSec < minRate {
-			minRate, minAt = e.RatePerSec, first429+i
-		}
-	}
-	maxAfterMin := minRate
-	for i := minAt + 1; i < len(evs); i++ {
-		maxAfterMin = max(maxAfterMin, evs[i].RatePerSec)
-	}
-	// Step-ups after the first 429: the rate rising by a tenth of the
-	// ceiling, as recovery does (an event of a send that returned before a
-	// reduction jumps back by more, and does not count). Rising after the
-	// overall minimum is not required: with the gateway refusing above
-	// 20/s the account keeps slowing and recovering, and the last
-	// reduction may come at the very end of the window.
-	steps := 0
-	for i := first429 + 1; i < len(evs); i++ {
-		if d := evs[i].RatePerSec - evs[i-1].RatePerSec; math.Abs(d-ceiling/10) < 0.01*ceiling {
-			steps++
-		}
+	minRate := ceiling
+	for _, e := range evs[first429:] {
+		minRate = min(minRate, e.RatePerSec)
 	}
 	var trace []string
 	last := -1.0
@@ -145,15 +127,14 @@ func TestDispatchAdaptiveRate(t *testing.T) {
 			last = e.RatePerSec
 		}
 	}
-	t.Logf("adaptive: rate at the first 429 %.1f/s (first send after it %.1f/s), minimum %.2f/s, highest after the minimum %.1f/s, %d step-ups seen; rate trace %v",
-		atFirst, firstSentAfter, minRate, maxAfterMin, steps, trace)
+	t.Logf("adaptive: rate at the first 429 %.1f/s (first send after it %.1f/s), minimum %.2f/s; rate trace %v",
+		atFirst, firstSentAfter, minRate, trace)
 	t.Logf("first %s at the 20/s gateway: adaptive %d refused, %d accepted (%.1f/s); fixed 60/s %d refused, %d accepted (%.1f/s)",
 		adaptiveWindow, adaptive.refused, adaptive.accepted, float64(adaptive.accepted)/adaptiveWindow.Seconds(),
 		fixed.refused, fixed.accepted, float64(fixed.accepted)/adaptiveWindow.Seconds())
 
-	require.LessOrEqual(t, atFirst, ceiling/2, "the first rate-limit answer halves the rate at once")
-	require.LessOrEqual(t, firstSentAfter, ceiling/2)
-	require.Positive(t, steps, "the rate steps back up after runs of successes")
+	require.Less(t, firstSentAfter, ceiling, "slowed before sending again")
+	require.Less(t, minRate, ceiling/2, "well down towards the gateway's 20/s")
 	// Holding 60/s the control also spends most of its time waiting out
 	// Retry-After with its slots held by NAKs, so it sends far fewer
 	// requests in the window: compare refusals per accepted message.

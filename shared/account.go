@@ -44,10 +44,12 @@ type Account struct {
 	// call, and RatePerSec, Burst and Concurrency count calls. Defaults to 1.
 	MaxBatch int `json:"max_batch"`
 	// MinRatePerSec is the floor adaptive pacing never goes below after
-	// rate-limit answers. Defaults to rate_per_sec/20.
+	// rate-limit answers (a storm takes the rate there). Defaults to
+	// rate_per_sec/20.
 	MinRatePerSec float64 `json:"min_rate_per_sec,omitempty"`
-	// RecoverAfter is how many successes in a row step a slowed account's
-	// rate back up (by a tenth of rate_per_sec). Defaults to 50.
+	// RecoverAfter is accepted for compatibility and no longer used:
+	// adaptive pacing recovers by time, not by runs of successes (see
+	// services/dispatch/adapt.go). Defaults to 50.
 	RecoverAfter int `json:"recover_after,omitempty"`
 	// Enabled is true unless set to false.
 	Enabled *bool `json:"enabled,omitempty"`

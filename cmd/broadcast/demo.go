@@ -17,10 +17,9 @@ import (
 
 // The demo's accounts inject faults: 5% retryable 503s, 3% 429s, and
 // permanent rejects for +1555 numbers.
-// A 429 halves an account's rate; min_rate_per_sec keeps the demo's
-// random 429s (unrelated to its pace) from slowing it to a crawl, and
-// recover_after lets it climb back quickly.
-const demoAccount = `{"channel":"sandbox","rate_per_sec":%d,"min_rate_per_sec":%d,"recover_after":10,"burst":20,"concurrency":16,
+// Adaptive pacing learns that the random 429s are noise (unrelated to the
+// pace) after a few cuts; min_rate_per_sec bounds how far those go.
+const demoAccount = `{"channel":"sandbox","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":20,"concurrency":16,
  "latency":"5ms","fail_rate":0.05,"rate_limited_rate":0.03,"retry_after":"300ms","permanent_prefix":"+1555"}`
 
 // demoTask builds the demo broadcast: n distinct recipients, every 100th a

@@ -25,11 +25,15 @@ type Config struct {
 	// RateLimitedRate is the share of requests answered 429 with Retry-After.
 	// Defaults to 0.
 	RateLimitedRate float64
-	// RetryAfter is the Retry-After sent with injected 429s and with 429s for
-	// exceeding RatePerSec, in whole seconds rounded up, at least 1. A refusal
-	// whose next token is further away than RetryAfter advertises that wait
-	// instead. Defaults to 1s.
+	// RetryAfter is the Retry-After sent with injected 429s, with 429s for
+	// exceeding RatePerSec and during a storm (Gateway.Storm), in whole
+	// seconds rounded up, at least 1. A refusal whose next token is further
+	// away than RetryAfter advertises that wait instead. Defaults to 1s.
 	RetryAfter time.Duration
+	// OmitInjectedRetryAfter sends the 429s drawn by RateLimitedRate without
+	// a Retry-After header, as providers that signal a rate limit in the
+	// body only do (WhatsApp's 130429). Defaults to false.
+	OmitInjectedRetryAfter bool
 	// TimeoutRate is the share of requests that hang for Hang and then get 504
 	// (or nothing, if the client gives up first). Defaults to 0.
 	TimeoutRate float64
@@ -124,6 +128,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Float64("fail_rate", c.FailRate),
 		slog.Float64("rate_limited_rate", c.RateLimitedRate),
 		slog.Duration("retry_after", c.RetryAfter),
+		slog.Bool("omit_injected_retry_after", c.OmitInjectedRetryAfter),
 		slog.Float64("timeout_rate", c.TimeoutRate),
 		slog.Duration("hang", c.Hang),
 		slog.Duration("latency", c.Latency),

@@ -15,19 +15,22 @@
 // duplicate.
 //
 // A send request is decided in this order: body read, Latency, signature
-// (401), shape (400), the account's token bucket (429, Refused), FatalPrefix
-// (401), PermanentPrefix (400), then one draw against FailRate,
-// RateLimitedRate and TimeoutRate. With a non-zero Seed the draw is a hash of
+// (401), shape (400), a storm (429 to everything while Storm's window
+// lasts, counted as Injected["429"]), the account's token bucket (429,
+// Refused), FatalPrefix (401), PermanentPrefix (400), then one draw against
+// FailRate, RateLimitedRate and TimeoutRate. Every 429 carries
+// Retry-After, except the drawn ones when OmitInjectedRetryAfter is set. With a non-zero Seed the draw is a hash of
 // (Seed, Idempotency-Key, attempt), so a run is reproducible whatever the
 // order in which requests arrive.
 //
 // Use New for an http.Handler (with httptest.NewServer in tests), Serve to
 // listen on an address until a context ends, and FetchLedger / ResetLedger to
-// reach a gateway running in another process.
+// reach a gateway running in another process (POST /storm?for=5s starts a
+// storm there).
 //
 // Where to edit what:
 //   - config.go: Config, its defaults and validation.
-//   - gateway.go: routes, the send decision, fault draws and answers.
+//   - gateway.go: routes, the send decision, storms, fault draws and answers.
 //   - bucket.go: the per-account token bucket.
 //   - ledger.go: the Ledger snapshot and the bookkeeping behind it.
 //   - serve.go: Serve, graceful shutdown and the HTTP client helpers.

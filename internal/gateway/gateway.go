@@ -37,7 +37,7 @@ const (
 //
 // Routes: POST /, POST /send and POST on any path ending in /send deliver a
 // message; GET /ledger returns the Ledger as JSON; POST /reset clears it;
-// GET /healthz answers 200.
+// POST /storm?for=5s starts a storm (see Storm); GET /healthz answers 200.
 type Gateway struct {
 	cfg    Config
 	secret []byte
@@ -50,6 +50,8 @@ type Gateway struct {
 
 	mu    sync.Mutex
 	state ledgerState
+	// stormUntil ends the current storm (Storm), on the now clock.
+	stormUntil time.Duration
 }
 
 // New returns a Gateway for cfg. Zero fields take the defaults documented on
@@ -88,6 +90,17 @@ func (g *Gateway) Reset() {
 	g.state = newLedgerState()
 }
 
+// Storm makes the gateway answer every send request 429, with Retry-After
+// as configured, for d from now: a provider refusing everything for a
+// while. Storm answers are counted in Injected["429"], come after the
+// signature and shape checks, and take no token of the account's bucket.
+// A later call replaces the window; d <= 0 ends a storm at once.
+func (g *Gateway) Storm(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stormUntil = g.now() + max(d, 0)
+}
+
 // ServeHTTP implements http.Handler.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
@@ -102,6 +115,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		g.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	case p == "/storm":
+		if !allow(w, r, http.MethodPost) {
+			return
+		}
+		d, err := time.ParseDuration(r.URL.Query().Get("for"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "for: want a Go duration such as 5s")
+			return
+		}
+		g.Storm(d)
 		w.WriteHeader(http.StatusNoContent)
 	case p == "/healthz":
 		if !allow(w, r, http.MethodGet, http.MethodHead) {
@@ -151,6 +175,7 @@ const (
 	verdictBadRequest
 	verdictTooLarge
 	verdictFault
+	verdictStorm
 )
 
 // send handles one delivery: checks run outside the lock, then one short
@@ -206,6 +231,11 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request) {
 		s.badRequest++
 	default:
 		acct := s.account(msg.Account)
+		if now < g.stormUntil {
+			v, why = verdictStorm, "storm: every request refused"
+			s.injected[fault429]++
+			break
+		}
 		if g.cfg.RatePerSec > 0 {
 			var ok bool
 			if ok, wait = acct.bucket.take(now, g.cfg.RatePerSec, g.cfg.Burst); !ok {
@@ -233,6 +263,8 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request) {
 		g.writeAccepted(w)
 	case verdictRefuse:
 		g.writeRetryAfter(w, max(g.retryAfter, retryAfterSeconds(wait)), why)
+	case verdictStorm:
+		g.writeRetryAfter(w, g.retryAfter, why)
 	case verdictBadSignature:
 		writeError(w, http.StatusUnauthorized, why)
 	case verdictBadRequest:
@@ -242,6 +274,10 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request) {
 	case verdictFault:
 		switch f {
 		case fault429:
+			if g.cfg.OmitInjectedRetryAfter {
+				writeError(w, http.StatusTooManyRequests, why)
+				break
+			}
 			g.writeRetryAfter(w, g.retryAfter, why)
 		case fault504:
 			g.hang(r)

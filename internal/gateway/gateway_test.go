@@ -497,6 +497,50 @@ func TestRetryAfterOnInjected429(t *testing.T) {
 	}
 }
 
+// TestStorm: during a storm every send request gets 429 with Retry-After,
+// counted as an injected 429 and taking no bucket token; before and after
+// it the gateway answers as configured.
+func TestStorm(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{RatePerSec: 1, Burst: 1, RetryAfter: 2 * time.Second})
+	clock := &fakeClock{}
+	b.g.now = clock.get
+	b.g.Storm(5 * time.Second)
+	for i, at := range []time.Duration{0, time.Second, 4999 * time.Millisecond} {
+		clock.set(at)
+		a := b.send(t, msg(fmt.Sprintf("s%d", i), "+1", "acct", 1))
+		require.Equal(t, http.StatusTooManyRequests, a.status, "at %s", at)
+		require.Equal(t, "2", a.retryAfter)
+	}
+	clock.set(5 * time.Second)
+	require.Equal(t, http.StatusOK, b.send(t, msg("after", "+1", "acct", 1)).status, "the bucket is untouched by the storm")
+	l := b.g.Ledger()
+	require.Equal(t, 3, l.Injected["429"])
+	require.Zero(t, l.Refused)
+	require.Equal(t, 1, l.Accepted)
+	require.Equal(t, l.Requests, l.Accepted+l.Refused+l.InjectedTotal()+l.BadSignature+l.BadRequest)
+
+	// A storm can be ended early, and started over HTTP.
+	b.g.Storm(time.Hour)
+	b.g.Storm(0)
+	require.Equal(t, http.StatusOK, b.send(t, msg("ended", "+1", "acct2", 1)).status)
+	require.Equal(t, http.StatusNoContent, b.post(t, "/storm?for=10s", nil, nil).status)
+	require.Equal(t, http.StatusTooManyRequests, b.send(t, msg("http", "+1", "acct3", 1)).status)
+	require.Equal(t, http.StatusBadRequest, b.post(t, "/storm?for=soon", nil, nil).status)
+}
+
+func TestOmitInjectedRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{RateLimitedRate: 1, OmitInjectedRetryAfter: true})
+	a := b.send(t, msg("k", "+1", "acct", 1))
+	require.Equal(t, http.StatusTooManyRequests, a.status)
+	require.Empty(t, a.retryAfter)
+	// Refusals for exceeding the rate still carry it.
+	r := setup(t, Config{RatePerSec: 0.001, OmitInjectedRetryAfter: true})
+	r.send(t, msg("a", "+1", "acct", 1))
+	require.Equal(t, "1000", r.send(t, msg("b", "+1", "acct", 1)).retryAfter)
+}
+
 func TestPrefixes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{PermanentPrefix: "x", FatalPrefix: "xfatal:", FailRate: 1})

@@ -84,7 +84,7 @@ func newAccountRunner(parent context.Context, s *Service, a *shared.Account, sen
 		name:    a.Name,
 		acct:    a,
 		sender:  sender,
-		pacer:   newPacer(a.RatePerSec, a.MinRatePerSec, a.Burst, a.RecoverAfter),
+		pacer:   newPacer(a.RatePerSec, a.MinRatePerSec, a.Burst),
 		log:     s.log.With(shared.KeyAccount, a.Name),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -109,7 +109,7 @@ func (r *accountRunner) update(a *shared.Account, sender channels.Sender) {
 	r.paused, r.pauseReason, r.authFails = false, "", 0
 	r.mu.Unlock()
 	closeSender(old)
-	r.pacer.configure(a.RatePerSec, a.MinRatePerSec, a.Burst, a.RecoverAfter)
+	r.pacer.configure(a.RatePerSec, a.MinRatePerSec, a.Burst)
 	if wasPaused {
 		r.log.Info("account edited; pause cleared")
 	}

@@ -556,8 +556,8 @@ func callAnswer(res []channels.Result) channels.Result {
 }
 
 // noteCall feeds one batch call to adaptive pacing and metrics once: a
-// call rate limited as a whole is one rate-limit answer, not one per
-// member, and RecoverAfter counts successful calls, as rate_per_sec does.
+// call is one answer, rate limited when any member was, as rate_per_sec
+// counts calls.
 func (r *accountRunner) noteCall(res []channels.Result, latency time.Duration) {
 	r.svc.cfg.metrics.Latency(r.name, latency)
 	r.svc.cfg.metrics.BatchSize(r.name, len(res))

@@ -74,24 +74,36 @@
 // Every job gets its own result and outcome, so a partly failed call
 // retries only its failed recipients, which merge again with whatever
 // waits. A pause, cancel or drain is checked again before each call and
-// every linger for waiting jobs. A rate-limited call slows the account
-// once. max_batch 1 accounts call the adapter from the job's handler, with
-// no extra hop.
+// every linger for waiting jobs. Adaptive pacing counts a call as one
+// answer (rate limited when any member was). max_batch 1 accounts call the
+// adapter from the job's handler, with no extra hop.
 //
-// Safety: pacing is adaptive (pacer.go: a 429 halves the rate and honours
-// Retry-After; runs of successes step it back up). daily_cap and per_recipient_interval are
-// enforced over KV broadcast_sends (caps.go). A job whose account reached
-// its daily cap moves to an account of its pool with capacity left (by the
-// accounts' health), or is held with a daily_cap retrying event; held jobs
-// (a reached cap, no healthy account) wait on broadcast.delay.<account>.held.<job>,
-// and an account edit that adds capacity (a new account, one enabled,
-// edited out of a pause, or a cap raised or removed) wakes them within a
-// second (wake.go). Account-fatal answers or three
-// auth failures (401/403) in a row pause the account (KV broadcast_health);
-// its jobs move to healthy accounts of the task's pool (reroute in send.go).
-// A job answered with either moves too, spending no attempt: an account's
-// problem never sends a recipient to DEAD. Moves count in Job.Moves, which
-// keeps each move's Nats-Msg-Id unique.
+// Safety: pacing is adaptive. A rate-limit answer is evidence, not proof,
+// that the account is too fast, so the law (adapt.go) decides once per
+// second from the share of answers refused: refusals as frequent at a
+// lower rate as at a higher one are noise and, within twice their usual
+// share, leave the rate alone; refusals beyond the noise with most answers
+// accepted are a capacity, remembered as a limit, held just below (95 % of
+// the rate the provider took) for 20 s and then probed slowly; four
+// refusals with nothing accepted for 3 s are a storm (the floor, then back
+// to the ceiling by a quarter a second). Linear AIMD cannot both hold a
+// capacity with few refusals and ride out noise, hence the distinction.
+// Retry-After pauses the whole account wherever a send starts (pacer.go:
+// tokens and admit both wait, so a job granted its token before the 429
+// does not start during the pause), and the bucket is empty afterwards.
+// daily_cap and per_recipient_interval are enforced over KV
+// broadcast_sends (caps.go). A job whose account reached its daily cap
+// moves to an account of its pool with capacity left (by the accounts'
+// health), or is held with a daily_cap retrying event; held jobs (a
+// reached cap, no healthy account) wait on
+// broadcast.delay.<account>.held.<job>, and an account edit that adds
+// capacity (a new account, one enabled, edited out of a pause, or a cap
+// raised or removed) wakes them within a second (wake.go). Account-fatal
+// answers or three auth failures (401/403) in a row pause the account (KV
+// broadcast_health); its jobs move to healthy accounts of the task's pool
+// (reroute in send.go). A job answered with either moves too, spending no
+// attempt: an account's problem never sends a recipient to DEAD. Moves
+// count in Job.Moves, which keeps each move's Nats-Msg-Id unique.
 //
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
@@ -110,7 +122,8 @@
 // send.go (the per-job steps, failure handling, rerouting), batcher.go
 // (merging sends of batch accounts into calls), share.go (spreading accounts
 // over replicas, the in-flight budget), pacer.go
-// (adaptive token bucket), caps.go (daily cap, per-recipient gap), delay.go
+// (token bucket, Retry-After pauses, the one-second bound), adapt.go (the
+// adaptive rate's control law), caps.go (daily cap, per-recipient gap), delay.go
 // (scheduled waits, held jobs, moving jobs), wake.go (waking held jobs on
 // account edits), control.go (pause/cancel of tasks), backoff.go
 // (retry delays), ledger.go (attempt history), sentindex.go (idempotency),

@@ -9,59 +9,52 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// pacer is an account's token bucket with adaptive rate (AIMD): a
-// rate-limit answer halves the effective rate at once, down to a floor, and
-// pauses the account for the provider's Retry-After; every RecoverAfter
-// successes in a row add a tenth of the ceiling back, never above it.
+// pacer is an account's token bucket at an adaptive rate (rateControl in
+// adapt.go decides the rate from the answers), plus the provider's
+// Retry-After: after a rate-limit answer that carries one, no send starts
+// until it has passed, on any path (tokens, admit), and the bucket starts
+// empty again afterwards, so the pause is not followed by a burst.
 type pacer struct {
 	limiter *rate.Limiter
+	// now is the pacer's clock; the simulation replaces it.
+	now func() time.Time
 
-	mu           sync.Mutex
-	ceiling      float64
-	floor        float64
-	current      float64
-	recoverAfter int
-	successes    int
-	pausedUntil  time.Time
-	// cooldownUntil ends the window in which further rate-limit answers
-	// belong to the same overload (requests that were already in flight),
-	// so they do not halve the rate again.
-	cooldownUntil time.Time
-	// recent holds the start times of the sends of the last second, oldest
-	// first: see admit.
+	mu          sync.Mutex
+	ctl         rateControl
+	pausedUntil time.Time
+	// resumeDrain is set while a pause's end has not yet emptied the bucket.
+	resumeDrain bool
+	// reported is the rate changed last returned.
+	reported float64
+	// recent holds the start times of the sends of the last admitWindow,
+	// oldest first: see admit.
 	recent []time.Time
 }
 
-func newPacer(ceiling, floor float64, burst, recoverAfter int) *pacer {
-	return &pacer{
-		limiter:      rate.NewLimiter(rate.Limit(ceiling), burst),
-		ceiling:      ceiling,
-		floor:        floor,
-		current:      ceiling,
-		recoverAfter: recoverAfter,
-	}
+func newPacer(ceiling, floor float64, burst int) *pacer {
+	return newPacerAt(ceiling, floor, burst, time.Now)
 }
 
-// configure applies an account edit; a slowed account keeps its reduction
-// but never exceeds the new ceiling.
-func (p *pacer) configure(ceiling, floor float64, burst, recoverAfter int) {
+// newPacerAt is newPacer on the clock now.
+func newPacerAt(ceiling, floor float64, burst int, now func() time.Time) *pacer {
+	// A new bucket starts full, whatever the clock says.
+	return &pacer{limiter: rate.NewLimiter(rate.Limit(ceiling), burst), now: now, ctl: newRateControl(ceiling, floor)}
+}
+
+// configure applies an account edit: new ceiling, floor and burst. A
+// slowed account keeps its reduction but never exceeds the new ceiling; one
+// at its old ceiling takes the new one at once.
+func (p *pacer) configure(ceiling, floor float64, burst int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// An account running at its old ceiling (never slowed, or fully
-	// recovered) takes the new one at once; without this a raised
-	// rate_per_sec only arrived by recovery steps, a tenth per RecoverAfter
-	// successes.
-	if p.current >= p.ceiling {
-		p.current = ceiling
-	}
-	p.ceiling, p.floor, p.recoverAfter = ceiling, floor, recoverAfter
-	p.current = min(max(p.current, floor), ceiling)
-	p.limiter.SetLimit(rate.Limit(p.current))
-	p.limiter.SetBurst(burst)
+	now := p.now()
+	p.ctl.configure(ceiling, floor)
+	p.limiter.SetLimitAt(now, rate.Limit(p.ctl.rate))
+	p.limiter.SetBurstAt(now, burst)
 }
 
-// wait blocks until the account may send: after any Retry-After pause, then
-// for a token, then until the send fits in the last second (admit).
+// wait blocks until the account may send: for a token, then until the send
+// fits in the last admitWindow (admit), never during a Retry-After pause.
 func (p *pacer) wait(ctx context.Context) error {
 	if err := p.token(ctx); err != nil {
 		return err
@@ -70,63 +63,113 @@ func (p *pacer) wait(ctx context.Context) error {
 	return err
 }
 
-// token blocks until any Retry-After pause is over and a token is taken.
-// The scheduler hands tokens out with it; each send then calls admit right
-// before it starts, so the one-second bound holds at the moments sends
-// start even when a granted job starts late.
+// token blocks until no Retry-After pause holds and a token is taken. The
+// scheduler hands tokens out with it; each send then calls admit right
+// before it starts, so the one-second bound and the pause hold at the
+// moments sends start even when a granted job starts late.
 func (p *pacer) token(ctx context.Context) error {
 	for {
-		p.mu.Lock()
-		d := time.Until(p.pausedUntil)
-		p.mu.Unlock()
-		if d <= 0 {
-			break
+		ok, d := p.tokenAt(p.now())
+		if ok {
+			return nil
 		}
 		if err := sleep(ctx, d); err != nil {
 			return err
 		}
 	}
-	return p.limiter.Wait(ctx)
 }
 
 // tryToken takes a token if one is there now and the account is not
 // paused, without waiting (the scheduler's fast path).
 func (p *pacer) tryToken() bool {
-	p.mu.Lock()
-	paused := time.Now().Before(p.pausedUntil)
-	p.mu.Unlock()
-	return !paused && p.limiter.Allow()
+	ok, _ := p.tokenAt(p.now())
+	return ok
 }
 
-// admit records a send starting now unless the last second already holds
-// burst + ceil(rate) of them, in which case it waits until the oldest is a
-// second old. The token bucket promises that bound only for the moments it
-// hands out tokens: a sender that wakes late (GC, a busy CPU) then goes out
-// together with the next one, and on a loaded host we measured 108-111
-// sends in one second at 100/s burst 5. This makes the bound hold for the
-// moments sends actually start. It returns the start it recorded, which
-// the caller uses as its send's start time so both agree.
+// tokenAt takes a token at now if the account is not paused and one is
+// there; otherwise it says how long to wait before asking again.
+func (p *pacer) tokenAt(now time.Time) (bool, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d := p.pausedLocked(now); d > 0 {
+		return false, d
+	}
+	p.tickLocked(now)
+	if p.limiter.AllowN(now, 1) {
+		return true, 0
+	}
+	// The time until the next whole token, at least a millisecond; asked
+	// again then, so a pause or a rate change meanwhile applies.
+	missing := 1 - p.limiter.TokensAt(now)
+	d := time.Duration(missing / float64(p.limiter.Limit()) * float64(time.Second))
+	return false, max(d, time.Millisecond)
+}
+
+// pausedLocked returns how long the Retry-After pause still holds at now;
+// at its end it empties the bucket (tokens that accrued during the pause
+// would otherwise leave as a burst). Call with p.mu held.
+func (p *pacer) pausedLocked(now time.Time) time.Duration {
+	if d := p.pausedUntil.Sub(now); d > 0 {
+		return d
+	}
+	if p.resumeDrain {
+		p.resumeDrain = false
+		p.drainLocked(now)
+	}
+	return 0
+}
+
+// tickLocked lets the control law end its window at now. Call with p.mu
+// held.
+func (p *pacer) tickLocked(now time.Time) {
+	if p.ctl.tick(now) {
+		p.limiter.SetLimitAt(now, rate.Limit(p.ctl.rate))
+	}
+}
+
+// admit records a send starting now unless a Retry-After pause holds or the
+// last admitWindow already holds burst + ceil(rate) starts, in which case
+// it waits for the pause to end or for the oldest to leave the window. The
+// token bucket promises that bound only for the moments it hands out
+// tokens: a sender that wakes late (GC, a busy CPU) then goes out together
+// with the next one, and on a loaded host we measured 108-111 sends in one
+// second at 100/s burst 5. This makes the bound hold for the moments sends
+// actually start, and it is where every send (granted job or batch call)
+// checks the pause last: a job granted before a 429 arrived does not start
+// during the pause. It returns the start it recorded, which the caller
+// uses as its send's start time so both agree.
 func (p *pacer) admit(ctx context.Context) (time.Time, error) {
 	for {
-		p.mu.Lock()
-		now := time.Now()
-		n := p.limiter.Burst() + int(math.Ceil(p.current))
-		i := 0
-		for i < len(p.recent) && now.Sub(p.recent[i]) >= admitWindow {
-			i++
-		}
-		p.recent = p.recent[i:]
-		if len(p.recent) < n {
-			p.recent = append(p.recent, now)
-			p.mu.Unlock()
+		now := p.now()
+		ok, d := p.admitAt(now)
+		if ok {
 			return now, nil
 		}
-		d := p.recent[len(p.recent)-n].Add(admitWindow).Sub(now)
-		p.mu.Unlock()
 		if err := sleep(ctx, d); err != nil {
 			return time.Time{}, err
 		}
 	}
+}
+
+// admitAt records a send starting at now if no pause holds and the window
+// has room; otherwise it says how long to wait.
+func (p *pacer) admitAt(now time.Time) (bool, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d := p.pausedLocked(now); d > 0 {
+		return false, d
+	}
+	n := p.limiter.Burst() + int(math.Ceil(p.ctl.rate))
+	i := 0
+	for i < len(p.recent) && now.Sub(p.recent[i]) >= admitWindow {
+		i++
+	}
+	p.recent = p.recent[i:]
+	if len(p.recent) < n {
+		p.recent = append(p.recent, now)
+		return true, 0
+	}
+	return false, p.recent[len(p.recent)-n].Add(admitWindow).Sub(now)
 }
 
 // admitWindow is the second admit keeps its bound over, plus a margin for
@@ -155,56 +198,59 @@ func sleep(ctx context.Context, d time.Duration) error {
 // spent its own burst within the last second, so two bursts would break
 // rate+burst across replicas.
 func (p *pacer) drain() {
-	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drainLocked(p.now())
+}
+
+func (p *pacer) drainLocked(now time.Time) {
 	if n := int(p.limiter.TokensAt(now)); n > 0 {
 		p.limiter.AllowN(now, n)
 	}
 }
 
-// rateLimited slows the account and returns the old and new effective rate.
-// The first rate-limit answer halves the rate and pauses the account for
-// Retry-After; answers within the following cooldown (twice Retry-After, at
-// least two seconds: the pause plus as long again of sending at the lower
-// rate) come from the same overload and change nothing.
-func (p *pacer) rateLimited(retryAfter time.Duration) (from, to float64, slowed bool) {
+// rateLimited notes a rate-limit answer: the account pauses for
+// retryAfter (a longer pause already running is kept), and the answer
+// counts towards the control law's window.
+func (p *pacer) rateLimited(retryAfter time.Duration) { p.observe(true, retryAfter) }
+
+// succeeded notes an answer that was not a rate limit.
+func (p *pacer) succeeded() { p.observe(false, 0) }
+
+func (p *pacer) observe(limited bool, retryAfter time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	if now.Before(p.cooldownUntil) {
-		return p.current, p.current, false
+	now := p.now()
+	if limited && retryAfter > 0 {
+		if until := now.Add(retryAfter); until.After(p.pausedUntil) {
+			p.pausedUntil, p.resumeDrain = until, true
+		}
 	}
-	from = p.current
-	p.current = max(p.current/2, p.floor)
-	p.limiter.SetLimit(rate.Limit(p.current))
-	p.successes = 0
-	p.cooldownUntil = now.Add(max(2*retryAfter, 2*time.Second))
-	if retryAfter > 0 {
-		p.pausedUntil = now.Add(retryAfter)
+	if p.ctl.observe(now, limited) {
+		p.limiter.SetLimitAt(now, rate.Limit(p.ctl.rate))
 	}
-	return from, p.current, true
 }
 
-// succeeded counts a success; it returns changed=true when the rate stepped up.
-func (p *pacer) succeeded() (changed bool, from, to float64) {
+// changed returns the effective rate last returned by changed (the
+// configured one at first) and the current one, when they differ: the
+// rate changes at the end of a window, which may come with an answer or
+// with a token asked for, so the account reports it with its next answer.
+func (p *pacer) changed() (from, to float64, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.current >= p.ceiling {
-		return false, p.current, p.current
+	if p.reported == 0 {
+		p.reported = p.ctl.ceiling
 	}
-	p.successes++
-	if p.successes < p.recoverAfter {
-		return false, p.current, p.current
+	if p.ctl.rate == p.reported {
+		return 0, 0, false
 	}
-	p.successes = 0
-	from = p.current
-	p.current = min(p.current+p.ceiling/10, p.ceiling)
-	p.limiter.SetLimit(rate.Limit(p.current))
-	return true, from, p.current
+	from, p.reported = p.reported, p.ctl.rate
+	return from, p.reported, true
 }
 
 // effective returns the current and configured rates.
 func (p *pacer) effective() (current, ceiling float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.current, p.ceiling
+	return p.ctl.rate, p.ctl.ceiling
 }

@@ -8,171 +8,106 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/time/rate"
 )
-
-// endCooldown makes the next rate-limit answer count as a new overload.
-func endCooldown(p *pacer) {
-	p.mu.Lock()
-	p.cooldownUntil = time.Time{}
-	p.mu.Unlock()
-}
 
 func limit(p *pacer) float64 { return float64(p.limiter.Limit()) }
 
-func TestDispatchPacerHalvesOnRateLimit(t *testing.T) {
-	t.Parallel()
-	p := newPacer(60, 3, 5, 10)
-	from, to, slowed := p.rateLimited(0)
-	require.True(t, slowed)
-	require.Equal(t, 60.0, from)
-	require.Equal(t, 30.0, to)
-	cur, ceiling := p.effective()
-	require.Equal(t, 30.0, cur)
-	require.Equal(t, 60.0, ceiling)
-	require.Equal(t, 30.0, limit(p), "the token bucket runs at the effective rate")
-}
-
-func TestDispatchPacerCooldownIgnoresSameOverload(t *testing.T) {
-	t.Parallel()
-	p := newPacer(60, 3, 5, 10)
-	p.rateLimited(time.Second)
-	// Answers to requests already in flight come within the cooldown.
-	for range 5 {
-		_, to, slowed := p.rateLimited(time.Second)
-		require.False(t, slowed)
-		require.Equal(t, 30.0, to)
-	}
-	endCooldown(p)
-	_, to, slowed := p.rateLimited(time.Second)
-	require.True(t, slowed, "a rate-limit answer after the cooldown is a new overload")
-	require.Equal(t, 15.0, to)
-}
-
-func TestDispatchPacerCooldownLength(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		retryAfter, want time.Duration
-	}{{0, 2 * time.Second}, {500 * time.Millisecond, 2 * time.Second}, {3 * time.Second, 6 * time.Second}} {
-		p := newPacer(60, 3, 5, 10)
-		before := time.Now()
-		p.rateLimited(c.retryAfter)
-		p.mu.Lock()
-		got := p.cooldownUntil.Sub(before)
-		p.mu.Unlock()
-		require.InDelta(t, c.want.Seconds(), got.Seconds(), 0.05, "retry after %s", c.retryAfter)
-	}
-}
-
-func TestDispatchPacerFloor(t *testing.T) {
-	t.Parallel()
-	p := newPacer(60, 3, 5, 10)
-	var rates []float64
-	for range 10 {
-		endCooldown(p)
-		_, to, _ := p.rateLimited(0)
-		rates = append(rates, to)
-	}
-	t.Logf("rates after successive overloads: %v", rates)
-	require.Equal(t, []float64{30, 15, 7.5, 3.75, 3, 3, 3, 3, 3, 3}, rates)
-	require.Equal(t, 3.0, limit(p))
-}
-
-func TestDispatchPacerRecoveryNeverAboveCeiling(t *testing.T) {
-	t.Parallel()
-	p := newPacer(60, 3, 5, 10)
-	p.rateLimited(0)
-	p.rateLimited(0) // in the cooldown: no change
-	endCooldown(p)
-	p.rateLimited(0) // 15
-	var steps []float64
-	for i := 1; i <= 200; i++ {
-		changed, from, to := p.succeeded()
-		if changed {
-			require.Zero(t, i%10, "the rate steps up only after recover_after successes in a row")
-			require.Equal(t, min(from+6, 60), to, "each step adds a tenth of the ceiling")
-			steps = append(steps, to)
-		}
-		cur, _ := p.effective()
-		require.LessOrEqual(t, cur, 60.0)
-		require.Equal(t, cur, limit(p))
-	}
-	t.Logf("recovery steps from 15/s: %v", steps)
-	require.Equal(t, []float64{21, 27, 33, 39, 45, 51, 57, 60}, steps)
-	changed, _, _ := p.succeeded()
-	require.False(t, changed, "at the ceiling successes change nothing")
-}
-
-func TestDispatchPacerRateLimitResetsSuccessRun(t *testing.T) {
-	t.Parallel()
-	p := newPacer(60, 3, 5, 10)
-	p.rateLimited(0)
-	for range 9 {
-		p.succeeded()
-	}
-	endCooldown(p)
-	p.rateLimited(0) // 15, and the run of 9 successes is forgotten
-	for range 9 {
-		changed, _, _ := p.succeeded()
-		require.False(t, changed)
-	}
-	changed, from, to := p.succeeded()
-	require.True(t, changed)
-	require.Equal(t, 15.0, from)
-	require.Equal(t, 21.0, to)
-}
-
-func TestDispatchPacerConfigure(t *testing.T) {
-	t.Parallel()
-	p := newPacer(60, 3, 5, 10)
-	p.rateLimited(0) // 30
-
-	// A higher ceiling keeps the reduction; recovery then climbs to it.
-	p.configure(100, 3, 5, 10)
-	cur, ceiling := p.effective()
-	require.Equal(t, 30.0, cur)
-	require.Equal(t, 100.0, ceiling)
-	require.Equal(t, 30.0, limit(p))
-
-	// A lower ceiling caps the effective rate at once.
-	p.configure(20, 2, 4, 10)
-	cur, ceiling = p.effective()
-	require.Equal(t, 20.0, cur)
-	require.Equal(t, 20.0, ceiling)
-	require.Equal(t, 20.0, limit(p))
-	require.Equal(t, 4, p.limiter.Burst())
-
-	// A floor above the effective rate lifts it.
-	endCooldown(p)
-	p.rateLimited(0) // 10
-	p.configure(20, 15, 4, 10)
-	cur, _ = p.effective()
-	require.Equal(t, 15.0, cur)
-	require.Equal(t, rate.Limit(15), p.limiter.Limit())
-
-	// recover_after applies to the next run.
-	p.configure(20, 15, 4, 3)
-	for range 2 {
-		changed, _, _ := p.succeeded()
-		require.False(t, changed)
-	}
-	changed, _, to := p.succeeded()
-	require.True(t, changed)
-	require.Equal(t, 17.0, to)
-}
-
 func TestDispatchPacerConfigureUnreducedTakesNewCeiling(t *testing.T) {
 	t.Parallel()
-	p := newPacer(60, 3, 5, 10)
-	p.configure(100, 5, 5, 10)
+	p := newPacer(60, 3, 5)
+	p.configure(100, 5, 5)
 	cur, _ := p.effective()
 	require.Equal(t, 100.0, cur, "an account that was never slowed runs at its new rate at once")
 	require.Equal(t, 100.0, limit(p))
 }
 
+// fakeClock is a settable clock for a pacer.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time      { return c.t }
+func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func newFakeClock() *fakeClock           { return &fakeClock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)} }
+
+// slowed drives p on clk through windows refused beyond any noise until
+// its rate is below ceiling.
+func slowed(p *pacer, clk *fakeClock) {
+	for range 3 {
+		for range 9 {
+			p.succeeded()
+			clk.add(100 * time.Millisecond)
+		}
+		p.rateLimited(0)
+		clk.add(100 * time.Millisecond)
+	}
+	p.succeeded()
+}
+
+func TestDispatchPacerConfigure(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newPacerAt(60, 3, 5, clk.now)
+	slowed(p, clk)
+	cur, _ := p.effective()
+	require.Less(t, cur, 60.0)
+	require.Equal(t, cur, limit(p), "the token bucket runs at the effective rate")
+
+	// A higher ceiling keeps the reduction.
+	p.configure(100, 3, 5)
+	after, ceiling := p.effective()
+	require.Equal(t, cur, after)
+	require.Equal(t, 100.0, ceiling)
+
+	// A floor above the effective rate lifts it; a lower ceiling caps it.
+	p.configure(100, cur+1, 5)
+	after, _ = p.effective()
+	require.Equal(t, cur+1, after)
+	require.Equal(t, cur+1, limit(p))
+	p.configure(cur/2, 2, 4)
+	after, _ = p.effective()
+	require.Equal(t, cur/2, after)
+	require.Equal(t, cur/2, limit(p))
+	require.Equal(t, 4, p.limiter.Burst())
+}
+
+// TestDispatchPacerPauseHoldsEveryPath: during a Retry-After pause no path
+// starts a send: no token (the scheduler's wait and its fast path), and no
+// admission for a job granted its token before the refusal came, which is
+// how a send started 0.47 s into a Retry-After of 3 s. After the pause the
+// bucket is empty: no burst.
+func TestDispatchPacerPauseHoldsEveryPath(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newPacerAt(40, 2, 5, clk.now)
+	require.True(t, p.tryToken(), "a job granted before the refusal")
+	p.rateLimited(3 * time.Second)
+	start := clk.t
+	for _, at := range []time.Duration{0, 470 * time.Millisecond, 2999 * time.Millisecond} {
+		clk.t = start.Add(at)
+		require.False(t, p.tryToken(), "no token %s into the pause", at)
+		ok, wait := p.tokenAt(clk.t)
+		require.False(t, ok)
+		require.Equal(t, 3*time.Second-at, wait)
+		ok, wait = p.admitAt(clk.t)
+		require.False(t, ok, "the granted job is not admitted %s into the pause", at)
+		require.Equal(t, 3*time.Second-at, wait)
+	}
+	clk.t = start.Add(3 * time.Second)
+	ok, _ := p.admitAt(clk.t)
+	require.True(t, ok, "admitted once the pause is over")
+	require.False(t, p.tryToken(), "the bucket starts empty after the pause: no burst")
+	clk.add(time.Duration(float64(time.Second) / limit(p)))
+	require.True(t, p.tryToken(), "one token per 1/rate")
+
+	// A shorter Retry-After does not cut a longer pause short.
+	p.rateLimited(3 * time.Second)
+	p.rateLimited(time.Second)
+	clk.add(2 * time.Second)
+	require.False(t, p.tryToken())
+}
+
 func TestDispatchPacerHonoursRetryAfter(t *testing.T) {
 	t.Parallel()
-	p := newPacer(1000, 10, 10, 10)
+	p := newPacer(1000, 10, 10)
 	p.rateLimited(300 * time.Millisecond)
 	start := time.Now()
 	require.NoError(t, p.wait(context.Background()))
@@ -182,8 +117,6 @@ func TestDispatchPacerHonoursRetryAfter(t *testing.T) {
 	require.Less(t, waited, time.Second)
 
 	// A cancelled wait returns at once with the context's error.
-	p.rateLimited(0)
-	endCooldown(p)
 	p.rateLimited(time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -193,7 +126,7 @@ func TestDispatchPacerHonoursRetryAfter(t *testing.T) {
 func TestDispatchPacerPaces(t *testing.T) {
 	t.Parallel()
 	const r, burst, n = 200.0, 5, 105
-	p := newPacer(r, 10, burst, 10)
+	p := newPacer(r, 10, burst)
 	start := time.Now()
 	for range n {
 		require.NoError(t, p.wait(context.Background()))
@@ -208,7 +141,7 @@ func TestDispatchPacerPaces(t *testing.T) {
 func TestDispatchPacerDrain(t *testing.T) {
 	t.Parallel()
 	const r, burst = 100.0, 5
-	p := newPacer(r, 10, burst, 10)
+	p := newPacer(r, 10, burst)
 	p.drain()
 	start := time.Now()
 	for range burst {
@@ -232,7 +165,7 @@ func TestDispatchPacerDrain(t *testing.T) {
 // send starts.
 func TestDispatchPacerWindowBoundsLateSenders(t *testing.T) {
 	t.Parallel()
-	p := newPacer(5, 1, 5, 10) // at most 10 starts in any second
+	p := newPacer(5, 1, 5) // at most 10 starts in any second
 	var mu sync.Mutex
 	var starts []time.Time
 	var wg sync.WaitGroup

@@ -58,7 +58,7 @@ func TestDispatchSchedulerStrictPriority(t *testing.T) {
 	const rate, burst = 500, 2
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := newScheduler(newPacer(rate, rate, burst, 100), 4)
+	s := newScheduler(newPacer(rate, rate, burst), 4)
 	go func() { _ = s.run(ctx, func() bool { return true }) }()
 
 	var mu sync.Mutex
@@ -135,7 +135,7 @@ func TestDispatchSchedulerInFlightCap(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const slots = 3
-	s := newScheduler(newPacer(10000, 10000, 100, 100), slots)
+	s := newScheduler(newPacer(10000, 10000, 100), slots)
 	go func() { _ = s.run(ctx, func() bool { return true }) }()
 	var inFlight, most atomic.Int64
 	var n atomic.Int64
@@ -167,7 +167,7 @@ func TestDispatchSchedulerStopsWhenLeaseInvalid(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := newScheduler(newPacer(200, 200, 1, 100), 8)
+	s := newScheduler(newPacer(200, 200, 1), 8)
 	var valid atomic.Bool
 	valid.Store(true)
 	runErr := make(chan error, 1)
@@ -210,7 +210,7 @@ func TestDispatchSchedulerStopsWhenLeaseInvalid(t *testing.T) {
 // awaits its ack; an answer asked after it does.
 func TestDispatchSchedulerIgnoresStaleEmpty(t *testing.T) {
 	t.Parallel()
-	s := newScheduler(newPacer(1000, 1, 10, 10), 4)
+	s := newScheduler(newPacer(1000, 1, 10), 4)
 	s.watched = true
 	s.setBacklog(laneHigh, false)
 	s.setBacklog(laneNormal, false)

@@ -309,28 +309,45 @@ func accountProblem(res channels.Result) bool {
 	return res.Class == shared.ClassAccountFatal || res.Code == "401" || res.Code == "403"
 }
 
-// noteSuccess steps the adaptive rate up after a run of successes.
+// noteSuccess counts an answer that was not a rate limit for adaptive
+// pacing, and ends a run of auth failures.
 func (r *accountRunner) noteSuccess() {
 	r.mu.Lock()
 	r.authFails = 0
 	r.mu.Unlock()
-	if changed, from, to := r.pacer.succeeded(); changed {
-		r.log.Info("rate stepped up after a run of successes", "from", from, "to", to)
-		r.writeHealth(r.ctx)
+	r.pacer.succeeded()
+	r.noteRate(r.log)
+}
+
+// noteRate logs and publishes a change of the effective rate (pacer.go,
+// adapt.go): a cut as a warning, a rise at debug level.
+func (r *accountRunner) noteRate(log interface {
+	Warn(string, ...any)
+	Debug(string, ...any)
+}) {
+	from, to, ok := r.pacer.changed()
+	if !ok {
+		return
 	}
+	if to < from {
+		log.Warn("provider refused beyond its noise; account slowed", "rate_from", from, "rate_to", to)
+	} else {
+		log.Debug("account rate raised", "rate_from", from, "rate_to", to)
+	}
+	r.writeHealth(r.ctx)
 }
 
 // noteFailure slows the account on rate limits and pauses it on
 // account-fatal answers or repeated auth failures.
 func (r *accountRunner) noteFailure(res channels.Result, log interface {
 	Warn(string, ...any)
+	Debug(string, ...any)
 }) {
 	switch res.Class {
 	case shared.ClassRateLimited:
-		if from, to, slowed := r.pacer.rateLimited(res.RetryAfter); slowed {
-			log.Warn("rate limited by provider; account slowed", "rate_from", from, "rate_to", to, "retry_after", res.RetryAfter)
-			r.writeHealth(r.ctx)
-		}
+		r.pacer.rateLimited(res.RetryAfter)
+		log.Debug("rate limited by provider", "retry_after", res.RetryAfter)
+		r.noteRate(log)
 		return
 	case shared.ClassAccountFatal:
 		r.pause(fmt.Sprintf("account-fatal answer (%s): %s", res.Code, res.Err))
@@ -344,11 +361,15 @@ func (r *accountRunner) noteFailure(res channels.Result, log interface {
 		if n >= maxAuthFailures {
 			r.pause(fmt.Sprintf("%d auth failures in a row (last %s)", n, res.Code))
 		}
+		r.pacer.succeeded() // not the provider saying "too fast"
+		r.noteRate(log)
 		return
 	}
 	r.mu.Lock()
 	r.authFails = 0
 	r.mu.Unlock()
+	r.pacer.succeeded()
+	r.noteRate(log)
 }
 
 // reroute moves a job off an account that must not send: to a healthy
