@@ -36,6 +36,9 @@ const LeaseTTL = 5 * time.Second
 // Streams returns the definitions of every stream.
 func Streams(c TopologyConfig) []jetstream.StreamConfig {
 	c = c.withDefaults()
+	// The server refuses a duplicate window longer than MaxAge (a test's
+	// short Retention).
+	dups := min(2*time.Minute, c.Retention)
 	return []jetstream.StreamConfig{
 		{
 			Name:        StreamTasks,
@@ -46,7 +49,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Subjects:          []string{SubjectTasks, SubjectStartPrefix + ">"},
 			Retention:         jetstream.LimitsPolicy,
 			MaxAge:            c.Retention,
-			Duplicates:        2 * time.Minute,
+			Duplicates:        dups,
 			Storage:           jetstream.FileStorage,
 			Replicas:          c.Replicas,
 			AllowMsgSchedules: true,
@@ -56,7 +59,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Description: "Recipient batches from ingest waiting to be rendered.",
 			Subjects:    []string{SubjectRenderPrefix + ">"},
 			Retention:   jetstream.WorkQueuePolicy,
-			Duplicates:  2 * time.Minute,
+			Duplicates:  dups,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 		},
@@ -65,7 +68,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Description:       "Rendered sends per account and priority, and jobs waiting out a delay.",
 			Subjects:          []string{SubjectJobsPrefix + ">", SubjectDelayPrefix + ">", SubjectParkedPrefix + ">"},
 			Retention:         jetstream.WorkQueuePolicy,
-			Duplicates:        2 * time.Minute,
+			Duplicates:        dups,
 			Storage:           jetstream.FileStorage,
 			Replicas:          c.Replicas,
 			AllowMsgSchedules: true,
@@ -76,7 +79,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Subjects:    []string{SubjectEventsPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      c.Retention,
-			Duplicates:  2 * time.Minute,
+			Duplicates:  dups,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 		},
@@ -86,7 +89,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Subjects:    []string{SubjectDeadPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      c.Retention,
-			Duplicates:  2 * time.Minute,
+			Duplicates:  dups,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 		},

@@ -50,12 +50,19 @@ func (c Credentials) options(opts ...nats.Option) []nats.Option {
 // Start runs a JetStream server for the test and ensures the topology.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWithTopology(t, shared.TopologyConfig{})
+}
+
+// StartWithTopology is Start with the topology built from topo (a short
+// Retention, say).
+func StartWithTopology(t testing.TB, topo shared.TopologyConfig) *Server {
+	t.Helper()
 	dir := t.TempDir()
 	s, err := embedded.Start(embedded.Config{StoreDir: dir})
 	require.NoError(t, err)
 	t.Cleanup(s.Shutdown)
 	ts := &Server{Server: s, URL: s.ClientURL(), Dir: dir}
-	ts.connect(t)
+	ts.connectWith(t, &topo)
 	return ts
 }
 

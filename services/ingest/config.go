@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,6 +20,11 @@ type Config struct {
 	BatchSize int
 	// Concurrency is how many tasks are ingested at once. Defaults to 2.
 	Concurrency int
+	// KeepAliveEvery is how often the records of live tasks (not final:
+	// processing, paused, scheduled, awaiting approval) are written again
+	// so that the buckets' TTL (TopologyConfig.Retention) never drops them.
+	// Defaults to a quarter of the broadcast_tasks bucket's TTL.
+	KeepAliveEvery time.Duration
 	// Channels knows the channels tasks may name. Defaults to channels.Builtin().
 	Channels channels.Registry
 	// Metrics is the registry the service's metrics join. Defaults to nil
@@ -62,6 +68,9 @@ func (c *Config) validate() error {
 	}
 	if c.Concurrency < 0 {
 		return fmt.Errorf("Concurrency: must be positive, got %d", c.Concurrency)
+	}
+	if c.KeepAliveEvery < 0 {
+		return fmt.Errorf("KeepAliveEvery: must not be negative, got %s", c.KeepAliveEvery)
 	}
 	return nil
 }

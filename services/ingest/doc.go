@@ -33,6 +33,10 @@
 // validate.go (checks that need configuration: channel, accounts),
 // expand.go (recipient dedup and batching), start.go (scheduled starts and
 // releases), control.go (pause, resume, cancel, approval; served
-// concurrently, one task's state changes in order), config.go
-// (settings).
+// concurrently, one task's state changes in order), retrydead.go (asking
+// dispatch to re-queue dead letters and parked jobs), recipients.go
+// (reading JSONL and CSV lists, their limits), stream.go (expanding a list
+// from the object store in two passes, pinned by its digest), keepalive.go
+// (keeping live tasks' records past the buckets' TTL, approval deadline),
+// config.go (settings).
 package ingest

@@ -116,6 +116,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer served.Drain(sub)
 	s.log.Info("ingest started", "batch_size", s.cfg.BatchSize)
 	var wg sync.WaitGroup
+	wg.Go(func() { s.keepAlive(ctx) })
 	wg.Go(func() {
 		_ = shared.Consume(ctx, starts, s.handleStart, shared.ConsumeConfig{AckWait: 60 * time.Second, RetryDelay: 2 * time.Second, Logger: s.log})
 	})

@@ -1,0 +1,60 @@
+package e2e
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/services/ingest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestLiveTasksOutliveRetention runs with a 4 s retention (30 days in
+// production): a task paused for twice that stays paused (its run state
+// expired before, the sweeper then read it as running and sent its parked
+// jobs) and finishes once resumed; a task awaiting approval past five
+// sixths of the retention is cancelled with the reason instead of staying
+// unapprovable forever.
+func TestLiveTasksOutliveRetention(t *testing.T) {
+	t.Parallel()
+	const retention = 4 * time.Second
+	ts := natstest.StartWithTopology(t, shared.TopologyConfig{Retention: retention})
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "ret", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Ingest: ingest.Config{KeepAliveEvery: 500 * time.Millisecond}})
+
+	paused := shared.Task{ID: "ret-paused", Channel: "webhook", Template: "hi", Recipients: recipients("p", 60)}
+	submit(t, ts, paused)
+	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
+	require.True(t, control(t, ts, paused.ID, shared.ActionPause).OK)
+	approval := shared.Task{ID: "ret-approval", Channel: "webhook", Template: "hi", Recipients: recipients("a", 5),
+		TestRecipients: recipients("qa", 1)}
+	submit(t, ts, approval)
+
+	time.Sleep(time.Second) // sends in flight at the pause land
+	before := gw.Ledger().Accepted
+	time.Sleep(2 * retention)
+	during := gw.Ledger().Accepted - before
+	e, err := kvGet(t, ts, shared.BucketControl, paused.ID)
+	require.NoError(t, err, "the paused task's run state outlived the retention")
+	var ctl shared.Control
+	require.NoError(t, json.Unmarshal(e.Value(), &ctl))
+	_, err = kvGet(t, ts, shared.BucketTasks, paused.ID)
+	require.NoError(t, err, "its record too")
+	a := ts.Progress(t, approval.ID)
+	t.Logf("paused %s (twice the retention): %d sends meanwhile, state %s; awaiting approval: %s, error %q",
+		2*retention, during, ctl.State, a.State, a.Error)
+	require.Zero(t, during, "a paused task stays paused")
+	require.Equal(t, shared.StatePaused, ctl.State)
+	require.Equal(t, shared.StateCancelled, a.State)
+	require.Equal(t, 5, a.Cancelled)
+	require.Contains(t, a.Error, "not approved within")
+
+	require.True(t, control(t, ts, paused.ID, shared.ActionResume).OK)
+	p := ts.WaitFinal(t, paused.ID, 20*time.Second)
+	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, 60, p.Sent)
+}

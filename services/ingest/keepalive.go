@@ -1,0 +1,119 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// keepAlive writes the records of live tasks again before the buckets'
+// TTL drops them, until ctx ends. A paused task's run state expiring would
+// let its parked jobs go (the sweeper reads an empty state as running), and
+// a task waiting on a daily cap for weeks still needs its record. A task
+// awaiting approval past approvalWindow is cancelled with the reason: its
+// submission, which the release reads, leaves the TASKS stream with the
+// same retention.
+func (s *Service) keepAlive(ctx context.Context) {
+	st, err := s.tasks.Status(ctx)
+	if err != nil || st.TTL() <= 0 {
+		return // no TTL: nothing expires
+	}
+	ttl := st.TTL()
+	every := s.cfg.KeepAliveEvery
+	if every == 0 {
+		every = ttl / 4
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := s.refreshLive(ctx, ttl, every)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("keeping live task records alive failed; next round tries again", "err", err)
+		}
+		if n > 0 {
+			s.log.Debug("live task records kept alive", "count", n)
+		}
+	}
+}
+
+// refreshLive rewrites every record of a live task older than every (so
+// each is rewritten at least once per TTL/2 at the default), and its run
+// state; it returns how many tasks it kept.
+func (s *Service) refreshLive(ctx context.Context, ttl, every time.Duration) (int, error) {
+	keys, err := s.tasks.ListKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = keys.Stop() }()
+	n := 0
+	for id := range keys.Keys() {
+		e, err := s.tasks.Get(ctx, id)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if time.Since(e.Created()) < every {
+			continue
+		}
+		if final, _ := s.isFinal(ctx, id); final {
+			continue // finished tasks age out as intended
+		}
+		ctl := s.controls.Get(id)
+		if ctl.State == shared.StateCancelled {
+			continue
+		}
+		var rec shared.TaskRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && ctl.State == shared.StateAwaitingApproval &&
+			time.Since(rec.AcceptedAt) > approvalWindow(ttl) {
+			if err := s.expireApproval(ctx, &rec, ttl); err != nil {
+				return n, err
+			}
+			continue
+		}
+		if _, err := s.tasks.Put(ctx, id, e.Value()); err != nil {
+			return n, fmt.Errorf("task record %s: %w", id, err)
+		}
+		if c, err := s.control.Get(ctx, id); err == nil {
+			if _, err := s.control.Put(ctx, id, c.Value()); err != nil {
+				return n, fmt.Errorf("run state of %s: %w", id, err)
+			}
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// approvalWindow is how long a task may await approval: five sixths of the
+// retention (25 days of 30), leaving room to send.
+func approvalWindow(ttl time.Duration) time.Duration { return ttl / 6 * 5 }
+
+// expireApproval cancels a task whose approval did not come in time.
+func (s *Service) expireApproval(ctx context.Context, rec *shared.TaskRecord, ttl time.Duration) error {
+	reason := fmt.Sprintf("not approved within %s of its submission, which is kept %s", roughly(approvalWindow(ttl)), roughly(ttl))
+	s.log.Warn("task cancelled: approval did not come in time", shared.KeyTaskID, rec.Task.ID, "reason", reason)
+	if err := shared.PutControl(ctx, s.control, rec.Task.ID, shared.Control{State: shared.StateCancelled, Reason: reason}); err != nil {
+		return err
+	}
+	return s.cancelUnreleased(ctx, rec)
+}
+
+// roughly rounds d for a message: to the hour from a day up, else to the
+// second.
+func roughly(d time.Duration) time.Duration {
+	if d >= 24*time.Hour {
+		return d.Round(time.Hour)
+	}
+	return d.Round(time.Second)
+}
