@@ -232,13 +232,21 @@ func trialRender(tmpl *Template, t *Task) error {
 	if len(t.Recipients) > 0 {
 		r = t.Recipients[0]
 	}
-	_, err := tmpl.Render(t.Defaults, r.Vars, r.To)
-	for _, limit := range []error{ErrRenderTimeout, ErrRenderSteps, ErrBodyTooLarge} {
-		if errors.Is(err, limit) {
-			return err
-		}
+	if _, err := tmpl.Render(t.Defaults, r.Vars, r.To); isLimit(err) {
+		return err
 	}
 	return nil
+}
+
+// isLimit reports whether err says the template itself is too costly: it
+// broke a limit on time, steps, output or what its builtins build.
+func isLimit(err error) bool {
+	for _, limit := range []error{ErrRenderTimeout, ErrRenderSteps, ErrBodyTooLarge, ErrTemplateCost} {
+		if errors.Is(err, limit) {
+			return true
+		}
+	}
+	return false
 }
 
 func validateRecipients(field string, rs []Recipient) error {
