@@ -82,7 +82,7 @@ func fanOut(n int) string {
 // MaxRenderTime.
 func TestRenderTimeout(t *testing.T) {
 	t.Parallel()
-	tmpl, err := ParseTemplate(`{{$s := print .a}}{{$t := print .b}}{{range 90000}}{{if eq $s`+strings.Repeat(" $t", 40)+`}}{{end}}{{end}}`)
+	tmpl, err := ParseTemplate(`{{$s := print .a}}{{$t := print .b}}{{range 90000}}{{if eq $s` + strings.Repeat(" $t", 40) + `}}{{end}}{{end}}`)
 	require.NoError(t, err)
 	start := time.Now()
 	a := strings.Repeat(" ", 60_000)

@@ -94,7 +94,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	go s.share.run(ctx) // after the accounts are known: it counts them
+	go shared.Supervise(ctx, s.log, "fair share", s.share.run) // after the accounts are known: it counts them
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {
