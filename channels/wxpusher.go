@@ -4,7 +4,7 @@ package channels
 //
 // Account (KV broadcast_accounts):
 //
-//	{"channel":"wxpusher","secret_env":"WXPUSHER_APP_TOKEN",
+//	{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_WXPUSHER_APP",
 //	 "content_type":2,"url":"https://shop.example/orders",
 //	 "rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":2000}
 //
@@ -80,7 +80,10 @@ const (
 )
 
 // WxPusher sends WeChat notifications through WxPusher.
-type WxPusher struct{}
+type WxPusher struct {
+	// Net is where its requests may go. Defaults to anywhere.
+	Net NetPolicy
+}
 
 // Name implements Channel.
 func (WxPusher) Name() string { return "wxpusher" }
@@ -125,7 +128,7 @@ type wxpusherOptions struct {
 }
 
 // NewSender implements Channel.
-func (WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (w WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
 	var o wxpusherOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return nil, err
@@ -144,14 +147,14 @@ func (WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sen
 		return nil, fmt.Errorf("content_type: want 1 (text), 2 (HTML) or 3 (Markdown), got %d", ct)
 	}
 	if o.URL != "" {
-		if _, err := baseURL(o.URL, ""); err != nil {
+		if _, err := baseURL(o.URL, "", false); err != nil {
 			return nil, fmt.Errorf("url: %q is not an http(s) URL", o.URL)
 		}
 		if n := utf8.RuneCountInString(o.URL); n >= wxpusherMaxURL {
 			return nil, fmt.Errorf("url: is %d characters, WxPusher's limit is %d", n, wxpusherMaxURL-1)
 		}
 	}
-	base, err := baseURL(acct.Endpoint, WxPusherDefaultEndpoint)
+	base, err := baseURL(acct.Endpoint, WxPusherDefaultEndpoint, true)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +171,7 @@ func (WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sen
 		token:       token,
 		contentType: ct,
 		link:        o.URL,
-		client:      newHTTPClient(acct, timeout),
+		client:      newHTTPClient(acct, timeout, w.Net),
 	}, nil
 }
 
@@ -273,6 +276,10 @@ func (s *wxpusherSender) call(ctx context.Context, msgs []Message) []Result {
 // httpFailure classifies a non-2xx or unreadable answer.
 func (s *wxpusherSender) httpFailure(resp *http.Response, raw []byte, parsed bool, ans wxpusherAnswer) Result {
 	r := Result{Code: strconv.Itoa(resp.StatusCode)}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		r.Class, r.Err = shared.ClassPermanent, "wxpusher: "+redirected(resp)
+		return r
+	}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		// Accepted or not, we cannot tell; retrying may duplicate but

@@ -57,8 +57,8 @@ func TestWhatsAppBroadcast(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ts := natstest.Start(t)
-	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"WA_TOKEN","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WA_TOKEN": "wa-token"}))
+	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
 
 	task := shared.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
 	for i := 1; i <= 9; i++ {
@@ -121,8 +121,8 @@ func TestWxPusherBroadcast(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ts := natstest.Start(t)
-	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WX_TOKEN": "AT_wx"}))
+	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	submit(t, ts, `{"id":"wx-1","channel":"wxpusher","template":"Order {{.to}} shipped","recipients":[
 		{"to":"UID_a"},{"to":"UID_b"},{"to":"UID_c"},{"to":"UID_d"},{"to":"UID_gone"},{"to":"not-a-uid"}]}`)

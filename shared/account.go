@@ -37,7 +37,8 @@ type Account struct {
 	// Endpoint overrides the provider's base URL (webhook: the URL posted to).
 	Endpoint string `json:"endpoint,omitempty"`
 	// SecretEnv names the environment variable holding the token or signing
-	// secret. The secret itself never appears in KV.
+	// secret. The secret itself never appears in KV. It must start with
+	// SecretEnvPrefix or be allowed by dispatch (CheckSecretEnv).
 	SecretEnv string `json:"secret_env,omitempty"`
 	// RatePerSec is the account's send rate ceiling. Defaults to 10.
 	RatePerSec float64 `json:"rate_per_sec"`
@@ -91,6 +92,9 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	a.Raw = append(json.RawMessage(nil), data...)
 	if a.Channel == "" {
 		return nil, fieldErr("channel", "required")
+	}
+	if err := checkSecretEnvSyntax(a.SecretEnv); err != nil {
+		return nil, err
 	}
 	if a.RatePerSec == 0 {
 		a.RatePerSec = DefaultRatePerSec

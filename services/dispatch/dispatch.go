@@ -157,7 +157,13 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 		cp.MaxBatch = n
 		acct = &cp
 	}
-	sender, err := ch.NewSender(acct, s.cfg.Getenv)
+	// The account names the variable dispatch reads and sends to the
+	// account's endpoint: only secret variables, never dispatch's own.
+	err = shared.CheckSecretEnv(acct.SecretEnv, s.cfg.SecretEnvs)
+	var sender channels.Sender
+	if err == nil {
+		sender, err = ch.NewSender(acct, s.cfg.Getenv)
+	}
 	if err != nil {
 		log.Error("account misconfigured; its jobs move to healthy accounts", "err", err)
 		if old == nil {
