@@ -50,6 +50,7 @@ func TestMalformedTasksRejected(t *testing.T) {
 		{"r-wrong-account", `{"id":"r-wrong-account",` + ok + `,"accounts":["sbx"]}`, "", `accounts[0]: account "sbx" is a sandbox account`},
 		{"r-dup-account", `{"id":"r-dup-account",` + ok + `,"accounts":["hook","hook"]}`, "", `accounts[1]: account "hook" listed twice`},
 		{"r-test-recip", `{"id":"r-test-recip",` + ok + `,"test_recipients":[{"to":""}]}`, "", "test_recipients[0].to: must not be empty"},
+		{"r-test-many", `{"id":"r-test-many",` + ok + `,"test_recipients":[` + strings.TrimSuffix(strings.Repeat(`{"to":"q"},`, 101), ",") + `]}`, "", "test_recipients: 101 test recipients, limit is 100"},
 		{"r-long-to", `{"id":"r-long-to","channel":"webhook","template":"hi","recipients":[{"to":"` + strings.Repeat("x", 300) + `"}]}`, "", "recipients[0].to: is 300 bytes, limit is 256"},
 	}
 	for _, c := range cases {

@@ -32,6 +32,10 @@ const (
 	MaxInlineRecipents = 200_000
 	MaxAttemptsLimit   = 100
 	DefaultMaxAttempts = 5
+	// MaxTestRecipients bounds test_recipients: they are a few people who
+	// check the message before the blast, sent and awaited first, not a
+	// second recipient list.
+	MaxTestRecipients = 100
 )
 
 // Recipient is one addressee and the variables its message is rendered with.
@@ -182,6 +186,9 @@ func (t *Task) Validate(now time.Time) error {
 	}
 	if err := validateRecipients("recipients", t.Recipients); err != nil {
 		return err
+	}
+	if len(t.TestRecipients) > MaxTestRecipients {
+		return fieldErr("test_recipients", "%d test recipients, limit is %d", len(t.TestRecipients), MaxTestRecipients)
 	}
 	if err := validateRecipients("test_recipients", t.TestRecipients); err != nil {
 		return err

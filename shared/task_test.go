@@ -24,6 +24,8 @@ func TestDecodeAndValidateNameTheField(t *testing.T) {
 		{`{` + base + `,"send_at":"2026-12-02T09:00:00Z","expires_at":"2026-12-02T08:00:00Z"}`, "expires_at: must be after send_at"},
 		{`{"id":"t1","channel":"w","template":"` + strings.Repeat("x", MaxTemplateBytes+1) + `","recipients":[{"to":"a"}]}`, "template: is 65537 bytes"},
 		{`{"id":"t1","channel":"w","template":"{{if}}","recipients":[{"to":"a"}]}`, "template: "},
+		{`{` + base + `,"test_recipients":[` + strings.TrimSuffix(strings.Repeat(`{"to":"q"},`, MaxTestRecipients), ",") + `]}`, ""},
+		{`{` + base + `,"test_recipients":[` + strings.TrimSuffix(strings.Repeat(`{"to":"q"},`, MaxTestRecipients+1), ",") + `]}`, "test_recipients: 101 test recipients, limit is 100"},
 	} {
 		task, err := DecodeTask([]byte(c.in))
 		if err == nil {
