@@ -69,6 +69,17 @@ type Sender interface {
 	Send(ctx context.Context, msgs []Message) []Result
 }
 
+// HTMLChannel is a Channel some of whose accounts send the body as HTML
+// (smtp with "html":true, wxpusher with content_type 2). Render escapes the
+// recipient's variables for those accounts (shared.Template.RenderEscaped),
+// so a variable cannot inject markup, links or scripts into the message;
+// the template's own text is the task author's HTML.
+type HTMLChannel interface {
+	Channel
+	// HTMLBody reports whether acct sends bodies as HTML.
+	HTMLBody(acct *shared.Account) bool
+}
+
 // BatchChannel is a Channel whose provider takes several recipients with
 // identical content in one call (WxPusher: 2,000 uids). Only for these does
 // dispatch merge recipients into one Send.

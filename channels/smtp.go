@@ -19,7 +19,9 @@ package channels
 //     default, or "login") with the password read from secret_env.
 //   - subject: defaults to "Message".
 //   - html: send the body as HTML with a plain-text alternative made by
-//     stripping the tags. Defaults to false (plain text).
+//     stripping the tags. Defaults to false (plain text). Render then
+//     HTML-escapes the recipient's variables (HTMLChannel): the template is
+//     the HTML, the variables are text.
 //   - timeout: per connection and command. Defaults to 30s.
 //
 // Environment: the variable named by secret_env holds the SMTP password. It
@@ -112,6 +114,12 @@ func (SMTP) NormalizeRecipient(to string) (string, error) {
 		return "", fmt.Errorf("address is %d bytes, limit is %d", len(addr), smtpMaxAddress)
 	}
 	return addr, nil
+}
+
+// HTMLBody implements HTMLChannel: an account with "html":true.
+func (SMTP) HTMLBody(acct *shared.Account) bool {
+	var o smtpOptions
+	return decodeOptions(acct, &o) == nil && o.HTML
 }
 
 // CheckBody rejects empty bodies; size is bounded by the global limit.

@@ -9,6 +9,7 @@ package channels
 //	 "rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":2000}
 //
 //   - content_type (or contentType): 1 text (default), 2 HTML, 3 Markdown.
+//     With 2, render HTML-escapes the recipient's variables (HTMLChannel).
 //   - url: optional link opened from the message, under 400 characters.
 //   - endpoint: defaults to https://wxpusher.zjiecode.com.
 //   - timeout: per request. Defaults to 10s.
@@ -105,6 +106,15 @@ func (WxPusher) NormalizeRecipient(to string) (string, error) {
 		return "", fmt.Errorf("WxPusher uid %q must start with \"UID_\" (find it in the app's user list)", to)
 	}
 	return to, nil
+}
+
+// HTMLBody implements HTMLChannel: an account with content_type 2.
+func (WxPusher) HTMLBody(acct *shared.Account) bool {
+	var o wxpusherOptions
+	if decodeOptions(acct, &o) != nil {
+		return false
+	}
+	return o.ContentType == 2 || o.ContentType == 0 && o.ContentTypeAlt == 2
 }
 
 // CheckBody enforces WxPusher's content limit.

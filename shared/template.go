@@ -163,6 +163,41 @@ func (t *Template) Render(defaults, vars map[string]any, to string) (string, err
 	return t.execute(defaults, vars, to)
 }
 
+// RenderEscaped is Render with every string of the data (defaults, vars
+// and "to", inside maps and lists too) passed through escape first, the
+// template's own text untouched: for bodies sent as HTML, where a
+// recipient's name must not become markup (html.EscapeString).
+func (t *Template) RenderEscaped(defaults, vars map[string]any, to string, escape func(string) string) (string, error) {
+	d, _ := escapeStrings(defaults, escape).(map[string]any)
+	v, _ := escapeStrings(vars, escape).(map[string]any)
+	return t.Render(d, v, escape(to))
+}
+
+// escapeStrings returns v with escape applied to every string in it, as a
+// copy (the recipient's own variables are kept as they are for the job).
+func escapeStrings(v any, escape func(string) string) any {
+	switch v := v.(type) {
+	case string:
+		return escape(v)
+	case map[string]any:
+		if v == nil {
+			return v
+		}
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = escapeStrings(e, escape)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = escapeStrings(e, escape)
+		}
+		return out
+	}
+	return v
+}
+
 // execute runs the template itself.
 func (t *Template) execute(defaults, vars map[string]any, to string) (string, error) {
 	data := make(map[string]any, len(defaults)+len(vars)+1)
