@@ -375,7 +375,7 @@ func (s *whatsappSender) sendOne(ctx context.Context, m Message) Result {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(payload))
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "request", Err: err.Error()}
+		return Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))}
 	}
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	req.Header.Set("Content-Type", "application/json")

@@ -260,7 +260,7 @@ func (s *wxpusherSender) call(ctx context.Context, msgs []Message) []Result {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(payload))
 	if err != nil {
-		return Fail(len(msgs), Result{Class: shared.ClassPermanent, Code: "request", Err: err.Error()})
+		return Fail(len(msgs), Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))})
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.client.Do(req)

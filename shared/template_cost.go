@@ -3,6 +3,7 @@ package shared
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"text/template"
 	"unicode/utf8"
 )
@@ -39,14 +40,11 @@ func costErr(format string, args ...any) error {
 func builtinFuncs(b *budget) template.FuncMap {
 	sprint := func(name string, f func(...any) string, newline bool) func(...any) (string, error) {
 		return func(args ...any) (string, error) {
-			n, err := printBound(name, args, newline)
-			if err == nil {
-				err = b.charge(name, n)
-			}
-			if err != nil {
+			if _, err := printBound(name, args, newline); err != nil {
 				return "", err
 			}
-			return f(args...), nil
+			s := f(args...)
+			return s, b.charge(name, len(s))
 		}
 	}
 	// The escapers print their arguments first (a lone string as it is),
@@ -54,11 +52,7 @@ func builtinFuncs(b *budget) template.FuncMap {
 	// most 6 times the input, is checked once built.
 	escape := func(name string, f func(...any) string) func(...any) (string, error) {
 		return func(args ...any) (string, error) {
-			n, err := printBound(name, args, false)
-			if err == nil {
-				err = b.charge(name, n)
-			}
-			if err != nil {
+			if _, err := printBound(name, args, false); err != nil {
 				return "", err
 			}
 			s := f(args...)
@@ -82,10 +76,8 @@ func builtinFuncs(b *budget) template.FuncMap {
 			if n > MaxTemplateValueBytes {
 				return "", costErr("printf: result would exceed %d bytes", MaxTemplateValueBytes)
 			}
-			if err := b.charge("printf", n); err != nil {
-				return "", err
-			}
-			return fmt.Sprintf(format, args...), nil
+			s := fmt.Sprintf(format, args...)
+			return s, b.charge("printf", len(s))
 		},
 		"html":     escape("html", template.HTMLEscaper),
 		"js":       escape("js", template.JSEscaper),
@@ -111,8 +103,9 @@ func printBound(name string, args []any, newline bool) (int, error) {
 	return n, nil
 }
 
-// charge counts n bytes a builtin is about to build against the
-// execution's MaxTemplateBuiltBytes.
+// charge counts the n bytes a builtin built against the execution's
+// MaxTemplateBuiltBytes. Each call is bounded before it builds, so the
+// execution holds at most MaxTemplateValueBytes more than the limit.
 func (b *budget) charge(name string, n int) error {
 	if b == nil {
 		return nil
@@ -347,12 +340,16 @@ func valueBound(v any, sp spec, limit, depth int) int {
 		return limit + 1
 	}
 	switch v := v.(type) {
-	case nil, bool:
-		return leafBound(8, true, sp)
+	case nil:
+		return leafBound(10, false, sp) // <nil>, %!d(<nil>)
+	case bool:
+		return leafBound(5, !strings.ContainsRune("tv", sp.verb), sp)
 	case string:
 		return stringBound(len(v), sp)
-	case float64, float32, int, int64, int32, uint, uint64, uint32, uint8, int8, int16, uint16:
-		return leafBound(numberBound(sp), true, sp)
+	case float64, float32:
+		return leafBound(numberBound(sp), !strings.ContainsRune(floatVerbs, sp.verb), sp)
+	case int, int64, int32, uint, uint64, uint32, uint8, int8, int16, uint16:
+		return leafBound(numberBound(sp), !strings.ContainsRune(intVerbs, sp.verb), sp)
 	case map[string]any:
 		n := containerBound
 		for k, e := range v {
@@ -376,9 +373,10 @@ func valueBound(v any, sp spec, limit, depth int) int {
 }
 
 // leafBound is a leaf of text bytes padded to sp's width, wrapped when the
-// verb may not fit it.
+// verb may not fit it. fmt counts the width in runes, so padding a
+// multi-byte text adds up to width bytes to its length.
 func leafBound(text int, wrapped bool, sp spec) int {
-	n := max(text, sp.width)
+	n := text + sp.width
 	if wrapped {
 		n += wrapperBound
 	}
@@ -412,7 +410,7 @@ func reflectBound(v reflect.Value, sp spec, limit, depth int) int {
 		reflect.Float32, reflect.Float64:
 		return leaf(numberBound(sp))
 	case reflect.Complex64, reflect.Complex128:
-		return leaf(2*numberBound(sp) + 4)
+		return leaf(2*numberBound(sp) + 4 + sp.width)
 	case reflect.Interface:
 		if v.IsNil() {
 			return leaf(8)
@@ -479,13 +477,23 @@ func stringBound(n int, sp spec) int {
 	return leafBound(n, true, sp)
 }
 
+// The verbs fmt formats numbers with; any other wraps the number in
+// "%!s(float64=...)".
+const (
+	floatVerbs = "beEfFgGvxX"
+	intVerbs   = "bcdoOqUvxX"
+)
+
 // numberBound bounds one number's text under sp: %f of 1e308 writes 309
-// digits before the point and the precision after it; every other verb
-// fits in 64 binary digits, or the precision's digits, plus sign and
-// prefix.
+// digits before the point and the precision after it, %b of an integer 64
+// binary digits; every other verb fits in 32 bytes (-1.2345678901234567e+308,
+// 'U+10FFFF', 0o1777777777777777777777) plus the precision's digits.
 func numberBound(sp spec) int {
-	if sp.verb == 'f' || sp.verb == 'F' {
+	switch sp.verb {
+	case 'f', 'F':
 		return 330 + sp.prec
+	case 'b':
+		return 72 + sp.prec
 	}
-	return 72 + sp.prec
+	return 32 + sp.prec
 }
