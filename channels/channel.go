@@ -8,6 +8,8 @@
 //   - registry.go: which channels exist.
 //   - webhook.go, sandbox.go, ...: one file per adapter.
 //   - httpclass.go: mapping HTTP answers and Retry-After onto error classes.
+//   - httpclient.go: the one HTTP client of the adapters (no redirects,
+//     NetPolicy's address checks), URL redaction.
 package channels
 
 import (
