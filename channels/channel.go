@@ -8,6 +8,8 @@
 //   - registry.go: which channels exist.
 //   - webhook.go, sandbox.go, ...: one file per adapter.
 //   - httpclass.go: mapping HTTP answers and Retry-After onto error classes.
+//   - httpclient.go: the one HTTP client of the adapters (no redirects,
+//     NetPolicy's address checks), URL redaction.
 package channels
 
 import (
@@ -67,6 +69,17 @@ type Sender interface {
 	// Send delivers msgs, all with the same Body, at most the account's
 	// max_batch of them, and returns one Result per message in order.
 	Send(ctx context.Context, msgs []Message) []Result
+}
+
+// HTMLChannel is a Channel some of whose accounts send the body as HTML
+// (smtp with "html":true, wxpusher with content_type 2). Render escapes the
+// recipient's variables for those accounts (shared.Template.RenderEscaped),
+// so a variable cannot inject markup, links or scripts into the message;
+// the template's own text is the task author's HTML.
+type HTMLChannel interface {
+	Channel
+	// HTMLBody reports whether acct sends bodies as HTML.
+	HTMLBody(acct *shared.Account) bool
 }
 
 // BatchChannel is a Channel whose provider takes several recipients with

@@ -44,11 +44,14 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // ClassifyHTTP maps an HTTP status to an error class per the webhook
 // contract: 2xx sent (""), 429 rate limited, 408 and 5xx retryable, any other
-// 4xx permanent.
+// 4xx permanent. A 3xx is permanent too: adapters do not follow redirects
+// (newHTTPClient), and retrying would get the same answer.
 func ClassifyHTTP(status int) shared.ErrorClass {
 	switch {
 	case status >= 200 && status < 300:
 		return ""
+	case status >= 300 && status < 400:
+		return shared.ClassPermanent
 	case status == http.StatusTooManyRequests:
 		return shared.ClassRateLimited
 	case status == http.StatusRequestTimeout, status >= 500:

@@ -9,10 +9,15 @@ import (
 // Registry maps channel names to adapters.
 type Registry map[string]Channel
 
-// Builtin returns every channel this build supports.
-func Builtin() Registry {
+// Builtin returns every channel this build supports, free to connect
+// anywhere.
+func Builtin() Registry { return BuiltinWith(NetPolicy{}) }
+
+// BuiltinWith returns every channel this build supports, connecting only
+// where p allows.
+func BuiltinWith(p NetPolicy) Registry {
 	r := Registry{}
-	for _, c := range []Channel{Webhook{}, Sandbox{}, WhatsApp{}, WxPusher{}, SMTP{}} {
+	for _, c := range []Channel{Webhook{Net: p}, Sandbox{}, WhatsApp{Net: p}, WxPusher{Net: p}, SMTP{Net: p}} {
 		r[c.Name()] = c
 	}
 	return r

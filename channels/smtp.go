@@ -4,7 +4,7 @@ package channels
 //
 // Account (KV broadcast_accounts):
 //
-//	{"channel":"smtp","secret_env":"SMTP_SHOP_PASSWORD",
+//	{"channel":"smtp","secret_env":"BROADCAST_SECRET_SMTP_SHOP",
 //	 "host":"smtp.example.com","port":587,"tls":"starttls",
 //	 "username":"noreply@shop.example","from":"Shop <noreply@shop.example>",
 //	 "subject":"Your order","html":true,
@@ -19,7 +19,9 @@ package channels
 //     default, or "login") with the password read from secret_env.
 //   - subject: defaults to "Message".
 //   - html: send the body as HTML with a plain-text alternative made by
-//     stripping the tags. Defaults to false (plain text).
+//     stripping the tags. Defaults to false (plain text). Render then
+//     HTML-escapes the recipient's variables (HTMLChannel): the template is
+//     the HTML, the variables are text.
 //   - timeout: per connection and command. Defaults to 30s.
 //
 // Environment: the variable named by secret_env holds the SMTP password. It
@@ -78,7 +80,10 @@ const (
 )
 
 // SMTP sends email through an SMTP server.
-type SMTP struct{}
+type SMTP struct {
+	// Net is where it may connect. Defaults to anywhere.
+	Net NetPolicy
+}
 
 // Name implements Channel.
 func (SMTP) Name() string { return "smtp" }
@@ -111,6 +116,12 @@ func (SMTP) NormalizeRecipient(to string) (string, error) {
 	return addr, nil
 }
 
+// HTMLBody implements HTMLChannel: an account with "html":true.
+func (SMTP) HTMLBody(acct *shared.Account) bool {
+	var o smtpOptions
+	return decodeOptions(acct, &o) == nil && o.HTML
+}
+
 // CheckBody rejects empty bodies; size is bounded by the global limit.
 func (SMTP) CheckBody(body string) error {
 	if strings.TrimSpace(body) == "" {
@@ -133,7 +144,7 @@ type smtpOptions struct {
 }
 
 // NewSender implements Channel.
-func (SMTP) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (m SMTP) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
 	var o smtpOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return nil, err
@@ -171,7 +182,7 @@ func (SMTP) NewSender(acct *shared.Account, getenv func(string) string) (Sender,
 		subject: o.Subject,
 		html:    o.HTML,
 		slots:   make(chan struct{}, max(acct.Concurrency, 1)),
-		dialer:  &net.Dialer{Timeout: timeout},
+		dialer:  m.Net.dialer(timeout),
 	}
 	opts := []gomail.Option{
 		gomail.WithPort(o.Port), gomail.WithTimeout(timeout), gomail.WithDialContextFunc(s.dialConn),
@@ -190,6 +201,9 @@ func (SMTP) NewSender(acct *shared.Account, getenv func(string) string) (Sender,
 		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS))
 	}
 	if o.Username != "" {
+		if o.TLS == "none" && !IsLoopbackHost(o.Host) {
+			return nil, fmt.Errorf("tls: \"none\" would send the password for %q in plain text to %s: use \"starttls\" or \"tls\" (plain text is allowed only to localhost, 127.0.0.0/8 and ::1)", o.Username, o.Host)
+		}
 		auth := map[string]gomail.SMTPAuthType{"": gomail.SMTPAuthPlain, "plain": gomail.SMTPAuthPlain, "login": gomail.SMTPAuthLogin}[strings.ToLower(o.Auth)]
 		if auth == "" {
 			return nil, fmt.Errorf("auth: want \"plain\" or \"login\", got %q", o.Auth)

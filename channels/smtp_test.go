@@ -213,7 +213,7 @@ func smtpAccount(t *testing.T, srv *smtpServer, extra string) *shared.Account {
 
 func smtpSenderFor(t *testing.T, acct *shared.Account) Sender {
 	t.Helper()
-	s, err := SMTP{}.NewSender(acct, envWith("SMTP_PASS", smtpPassword))
+	s, err := SMTP{}.NewSender(acct, envWith("BROADCAST_SECRET_SMTP", smtpPassword))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.(io.Closer).Close() })
 	return s
@@ -270,7 +270,7 @@ func TestSMTPNormalizeRecipient(t *testing.T) {
 
 func TestSMTPNewSenderValidation(t *testing.T) {
 	t.Parallel()
-	env := envWith("SMTP_PASS", smtpPassword)
+	env := envWith("BROADCAST_SECRET_SMTP", smtpPassword)
 	tests := []struct{ account, err string }{
 		{`{"channel":"smtp","from":"a@b.c"}`, "host: required"},
 		{`{"channel":"smtp","host":"h","from":"a@b.c","tls":"ssl"}`, `tls: want "starttls", "tls" or "none", got "ssl"`},
@@ -278,7 +278,7 @@ func TestSMTPNewSenderValidation(t *testing.T) {
 		{`{"channel":"smtp","host":"h","from":"nobody"}`, `from: "nobody" is not an email address`},
 		{`{"channel":"smtp","host":"h","from":"a@b.c","username":"u"}`, "secret_env: required"},
 		{`{"channel":"smtp","host":"h","from":"a@b.c","username":"u","secret_env":"NOPE"}`, "secret_env: environment variable NOPE is empty or unset"},
-		{`{"channel":"smtp","host":"h","from":"a@b.c","username":"u","secret_env":"SMTP_PASS","auth":"ntlm"}`, `auth: want "plain" or "login"`},
+		{`{"channel":"smtp","host":"h","from":"a@b.c","username":"u","secret_env":"BROADCAST_SECRET_SMTP","auth":"ntlm"}`, `auth: want "plain" or "login"`},
 		{`{"channel":"smtp","host":"h","from":"a@b.c","html":"yes"}`, "html: must be bool"},
 	}
 	for _, tt := range tests {
@@ -358,11 +358,11 @@ func TestSMTPSendHTML(t *testing.T) {
 func TestSMTPAuth(t *testing.T) {
 	t.Parallel()
 	srv := (&smtpServer{user: "shop"}).start(t)
-	ok := smtpSenderFor(t, smtpAccount(t, srv, `,"username":"shop","secret_env":"SMTP_PASS"`))
+	ok := smtpSenderFor(t, smtpAccount(t, srv, `,"username":"shop","secret_env":"BROADCAST_SECRET_SMTP"`))
 	rs := ok.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi")})
 	require.True(t, rs[0].OK(), "%+v", rs[0])
 
-	bad, err := SMTP{}.NewSender(smtpAccount(t, srv, `,"username":"shop","secret_env":"SMTP_PASS"`), envWith("SMTP_PASS", "wrong-"+smtpPassword))
+	bad, err := SMTP{}.NewSender(smtpAccount(t, srv, `,"username":"shop","secret_env":"BROADCAST_SECRET_SMTP"`), envWith("BROADCAST_SECRET_SMTP", "wrong-"+smtpPassword))
 	require.NoError(t, err)
 	before := srv.accepted.Load()
 	rs = bad.Send(context.Background(), []Message{mailTo("t1.1", "a@example.com", "hi"), mailTo("t1.2", "b@example.com", "hi")})

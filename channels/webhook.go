@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -20,8 +19,12 @@ import (
 )
 
 // Webhook posts each message to the account's endpoint, as the contract's
-// webhook protocol describes. The recipient is opaque to it.
-type Webhook struct{}
+// webhook protocol describes. The recipient is opaque to it. Its signing
+// secret is never sent (only the signature), so plain http is allowed.
+type Webhook struct {
+	// Net is where its requests may go. Defaults to anywhere.
+	Net NetPolicy
+}
 
 // Name implements Channel.
 func (Webhook) Name() string { return "webhook" }
@@ -48,13 +51,12 @@ type webhookOptions struct {
 }
 
 // NewSender implements Channel.
-func (Webhook) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (w Webhook) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
 	if acct.Endpoint == "" {
 		return nil, errors.New("endpoint: required for webhook accounts")
 	}
-	u, err := url.Parse(acct.Endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("endpoint: %q is not an http(s) URL", acct.Endpoint)
+	if _, err := baseURL(acct.Endpoint, "", false); err != nil {
+		return nil, err
 	}
 	var opts webhookOptions
 	if len(acct.Raw) > 0 {
@@ -69,16 +71,15 @@ func (Webhook) NewSender(acct *shared.Account, getenv func(string) string) (Send
 	s := &webhookSender{
 		account:  acct.Name,
 		endpoint: acct.Endpoint,
-		client: &http.Client{Timeout: timeout, Transport: &http.Transport{
-			MaxIdleConnsPerHost: acct.Concurrency + 1,
-			IdleConnTimeout:     90 * time.Second,
-		}},
+		hidden:   queryValues(acct.Endpoint),
+		client:   newHTTPClient(acct, timeout, w.Net),
 	}
 	if acct.SecretEnv != "" {
 		s.secret = []byte(getenv(acct.SecretEnv))
 		if len(s.secret) == 0 {
 			return nil, fmt.Errorf("secret_env: environment variable %s is empty or unset", acct.SecretEnv)
 		}
+		s.hidden = append(s.hidden, string(s.secret))
 	}
 	return s, nil
 }
@@ -87,7 +88,10 @@ type webhookSender struct {
 	account  string
 	endpoint string
 	secret   []byte
-	client   *http.Client
+	// hidden is what never appears in a result: the secret and the
+	// endpoint's query values (a token in "?token=...").
+	hidden []string
+	client *http.Client
 }
 
 // webhookBody is the JSON posted to the gateway.
@@ -123,7 +127,7 @@ func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, bytes.NewReader(payload))
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "request", Err: err.Error()}
+		return Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.hidden...))}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.ID)
@@ -132,14 +136,14 @@ func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		code := "network"
-		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			code = "timeout"
-		}
-		// url.Error repeats the endpoint, which is configuration, not a secret.
-		return Result{Class: shared.ClassRetryable, Code: code, Err: err.Error()}
+		// url.Error repeats the endpoint, whose query may hold a token:
+		// networkResult redacts it.
+		return networkResult(err, s.hidden...)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return Result{Class: shared.ClassPermanent, Code: strconv.Itoa(resp.StatusCode), Err: redirected(resp)}
+	}
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	class := ClassifyHTTP(resp.StatusCode)
 	r := Result{Class: class, Code: strconv.Itoa(resp.StatusCode)}
@@ -150,7 +154,7 @@ func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
 	// The answer is provider text that ends up in events, logs, the ledger
 	// and DEAD: a gateway that echoes the signing secret must not leak it
 	// there (redacted before clipping, so no prefix of it survives).
-	r.Err = redact(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer))), string(s.secret))
+	r.Err = redact(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer))), s.hidden...)
 	if len(r.Err) > 300 {
 		r.Err = r.Err[:300]
 	}

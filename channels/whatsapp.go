@@ -4,7 +4,7 @@ package channels
 //
 // Account (KV broadcast_accounts):
 //
-//	{"channel":"whatsapp","secret_env":"WA_SHOP_TOKEN",
+//	{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA_SHOP",
 //	 "phone_number_id":"106540352242922","api_version":"v21.0",
 //	 "default_region":"CN","tier":"10k","daily_cap":10000,
 //	 "rate_per_sec":20,"concurrency":8,"per_recipient_interval":"6s","max_batch":1,
@@ -62,7 +62,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -89,7 +88,10 @@ const (
 )
 
 // WhatsApp sends through the WhatsApp Business Cloud API.
-type WhatsApp struct{}
+type WhatsApp struct {
+	// Net is where its requests may go. Defaults to anywhere.
+	Net NetPolicy
+}
 
 // Name implements Channel.
 func (WhatsApp) Name() string { return "whatsapp" }
@@ -202,7 +204,7 @@ var (
 )
 
 // NewSender implements Channel.
-func (WhatsApp) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (w WhatsApp) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
 	var o whatsappOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return nil, err
@@ -234,7 +236,7 @@ func (WhatsApp) NewSender(acct *shared.Account, getenv func(string) string) (Sen
 			}
 		}
 	}
-	base, err := baseURL(acct.Endpoint, WhatsAppDefaultEndpoint)
+	base, err := baseURL(acct.Endpoint, WhatsAppDefaultEndpoint, true)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +253,7 @@ func (WhatsApp) NewSender(acct *shared.Account, getenv func(string) string) (Sen
 		token:    token,
 		region:   o.DefaultRegion,
 		template: o.Template,
-		client:   newHTTPClient(acct, timeout),
+		client:   newHTTPClient(acct, timeout, w.Net),
 	}, nil
 }
 
@@ -373,7 +375,7 @@ func (s *whatsappSender) sendOne(ctx context.Context, m Message) Result {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(payload))
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "request", Err: err.Error()}
+		return Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))}
 	}
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	req.Header.Set("Content-Type", "application/json")
@@ -382,6 +384,9 @@ func (s *whatsappSender) sendOne(ctx context.Context, m Message) Result {
 		return networkResult(err, s.token)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return Result{Class: shared.ClassPermanent, Code: strconv.Itoa(resp.StatusCode), Err: "whatsapp: " + redirected(resp)}
+	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var ans graphAnswer
 	parsed := json.Unmarshal(raw, &ans) == nil
@@ -511,45 +516,15 @@ func secret(acct *shared.Account, getenv func(string) string, required bool) (st
 	return v, nil
 }
 
-// baseURL validates the account's endpoint (or def) as an http(s) base URL
-// and returns it without a trailing slash.
-func baseURL(endpoint, def string) (string, error) {
-	if endpoint == "" {
-		endpoint = def
-	}
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("endpoint: %q is not an http(s) URL", endpoint)
-	}
-	return strings.TrimRight(endpoint, "/"), nil
-}
-
-// newHTTPClient keeps enough idle connections for the account's
-// concurrency, so steady sending reuses TLS sessions.
-func newHTTPClient(acct *shared.Account, timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		MaxIdleConnsPerHost: acct.Concurrency + 1,
-		IdleConnTimeout:     90 * time.Second,
-	}}
-}
-
-// networkResult classifies a failed HTTP round trip: always retryable.
-func networkResult(err error, token string) Result {
-	code := "network"
-	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-		code = "timeout"
-	}
-	return Result{Class: shared.ClassRetryable, Code: code, Err: clip(redact(err.Error(), token))}
-}
-
-// redact removes the secret from provider text: some providers echo the
+// redact removes the secrets from provider text: some providers echo the
 // request, and Result.Err ends up in events and logs.
-func redact(s, secret string) string {
-	if secret == "" {
-		return s
+func redact(s string, secrets ...string) string {
+	for _, secret := range secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
 	}
-	return strings.ReplaceAll(s, secret, "[redacted]")
+	return s
 }
 
 // clip shortens s to maxErrLen bytes without splitting a character.

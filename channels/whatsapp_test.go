@@ -88,13 +88,13 @@ func requireNoSecret(t *testing.T, rs []Result, secret string) {
 }
 
 func waAccount(t *testing.T, endpoint, extra string) *shared.Account {
-	js := fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"WA_TOKEN","phone_number_id":"1234567890"%s}`, endpoint, extra)
+	js := fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1234567890"%s}`, endpoint, extra)
 	return testAccount(t, js)
 }
 
 func waSender(t *testing.T, acct *shared.Account) Sender {
 	t.Helper()
-	s, err := WhatsApp{}.NewSender(acct, envWith("WA_TOKEN", waToken))
+	s, err := WhatsApp{}.NewSender(acct, envWith("BROADCAST_SECRET_WA", waToken))
 	require.NoError(t, err)
 	return s
 }
@@ -146,17 +146,17 @@ func TestWhatsAppCheckBody(t *testing.T) {
 
 func TestWhatsAppNewSenderValidation(t *testing.T) {
 	t.Parallel()
-	env := envWith("WA_TOKEN", waToken)
+	env := envWith("BROADCAST_SECRET_WA", waToken)
 	tests := []struct{ account, err string }{
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN"}`, "phone_number_id: required"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":"12/../34"}`, "phone_number_id: required"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":123}`, "phone_number_id: must be string"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":"1","api_version":"21"}`, "api_version"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":"1","default_region":"XX"}`, "default_region"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":"1","tier":"5k"}`, "tier: unknown WhatsApp tier"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":"1","template":{"name":"x"}}`, "template: name and language are required"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":"1","template":{"name":"x","language":"en","body_params":[""]}}`, "template.body_params[0]"},
-		{`{"channel":"whatsapp","secret_env":"WA_TOKEN","phone_number_id":"1","endpoint":"ftp://x"}`, "endpoint"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA"}`, "phone_number_id: required"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":"12/../34"}`, "phone_number_id: required"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":123}`, "phone_number_id: must be string"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1","api_version":"21"}`, "api_version"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1","default_region":"XX"}`, "default_region"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1","tier":"5k"}`, "tier: unknown WhatsApp tier"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1","template":{"name":"x"}}`, "template: name and language are required"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1","template":{"name":"x","language":"en","body_params":[""]}}`, "template.body_params[0]"},
+		{`{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1","endpoint":"ftp://x"}`, "endpoint"},
 		{`{"channel":"whatsapp","phone_number_id":"1"}`, "secret_env: required"},
 		{`{"channel":"whatsapp","secret_env":"OTHER","phone_number_id":"1"}`, "secret_env: environment variable OTHER is empty or unset"},
 	}

@@ -4,11 +4,12 @@ package channels
 //
 // Account (KV broadcast_accounts):
 //
-//	{"channel":"wxpusher","secret_env":"WXPUSHER_APP_TOKEN",
+//	{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_WXPUSHER_APP",
 //	 "content_type":2,"url":"https://shop.example/orders",
 //	 "rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":2000}
 //
 //   - content_type (or contentType): 1 text (default), 2 HTML, 3 Markdown.
+//     With 2, render HTML-escapes the recipient's variables (HTMLChannel).
 //   - url: optional link opened from the message, under 400 characters.
 //   - endpoint: defaults to https://wxpusher.zjiecode.com.
 //   - timeout: per request. Defaults to 10s.
@@ -80,7 +81,10 @@ const (
 )
 
 // WxPusher sends WeChat notifications through WxPusher.
-type WxPusher struct{}
+type WxPusher struct {
+	// Net is where its requests may go. Defaults to anywhere.
+	Net NetPolicy
+}
 
 // Name implements Channel.
 func (WxPusher) Name() string { return "wxpusher" }
@@ -104,6 +108,15 @@ func (WxPusher) NormalizeRecipient(to string) (string, error) {
 	return to, nil
 }
 
+// HTMLBody implements HTMLChannel: an account with content_type 2.
+func (WxPusher) HTMLBody(acct *shared.Account) bool {
+	var o wxpusherOptions
+	if decodeOptions(acct, &o) != nil {
+		return false
+	}
+	return o.ContentType == 2 || o.ContentType == 0 && o.ContentTypeAlt == 2
+}
+
 // CheckBody enforces WxPusher's content limit.
 func (WxPusher) CheckBody(body string) error {
 	if strings.TrimSpace(body) == "" {
@@ -125,7 +138,7 @@ type wxpusherOptions struct {
 }
 
 // NewSender implements Channel.
-func (WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (w WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
 	var o wxpusherOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return nil, err
@@ -144,14 +157,14 @@ func (WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sen
 		return nil, fmt.Errorf("content_type: want 1 (text), 2 (HTML) or 3 (Markdown), got %d", ct)
 	}
 	if o.URL != "" {
-		if _, err := baseURL(o.URL, ""); err != nil {
+		if _, err := baseURL(o.URL, "", false); err != nil {
 			return nil, fmt.Errorf("url: %q is not an http(s) URL", o.URL)
 		}
 		if n := utf8.RuneCountInString(o.URL); n >= wxpusherMaxURL {
 			return nil, fmt.Errorf("url: is %d characters, WxPusher's limit is %d", n, wxpusherMaxURL-1)
 		}
 	}
-	base, err := baseURL(acct.Endpoint, WxPusherDefaultEndpoint)
+	base, err := baseURL(acct.Endpoint, WxPusherDefaultEndpoint, true)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +181,7 @@ func (WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sen
 		token:       token,
 		contentType: ct,
 		link:        o.URL,
-		client:      newHTTPClient(acct, timeout),
+		client:      newHTTPClient(acct, timeout, w.Net),
 	}, nil
 }
 
@@ -247,7 +260,7 @@ func (s *wxpusherSender) call(ctx context.Context, msgs []Message) []Result {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(payload))
 	if err != nil {
-		return Fail(len(msgs), Result{Class: shared.ClassPermanent, Code: "request", Err: err.Error()})
+		return Fail(len(msgs), Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))})
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.client.Do(req)
@@ -273,6 +286,10 @@ func (s *wxpusherSender) call(ctx context.Context, msgs []Message) []Result {
 // httpFailure classifies a non-2xx or unreadable answer.
 func (s *wxpusherSender) httpFailure(resp *http.Response, raw []byte, parsed bool, ans wxpusherAnswer) Result {
 	r := Result{Code: strconv.Itoa(resp.StatusCode)}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		r.Class, r.Err = shared.ClassPermanent, "wxpusher: "+redirected(resp)
+		return r
+	}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		// Accepted or not, we cannot tell; retrying may duplicate but

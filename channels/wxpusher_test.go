@@ -19,13 +19,13 @@ import (
 const wxToken = "AT_secretAppToken0123456789"
 
 func wxAccount(t *testing.T, endpoint, extra string) *shared.Account {
-	js := fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN","max_batch":2000%s}`, endpoint, extra)
+	js := fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX","max_batch":2000%s}`, endpoint, extra)
 	return testAccount(t, js)
 }
 
 func wxSender(t *testing.T, acct *shared.Account) Sender {
 	t.Helper()
-	s, err := WxPusher{}.NewSender(acct, envWith("WX_TOKEN", wxToken))
+	s, err := WxPusher{}.NewSender(acct, envWith("BROADCAST_SECRET_WX", wxToken))
 	require.NoError(t, err)
 	return s
 }
@@ -111,13 +111,13 @@ func TestWxPusherSummary(t *testing.T) {
 
 func TestWxPusherNewSenderValidation(t *testing.T) {
 	t.Parallel()
-	env := envWith("WX_TOKEN", wxToken)
+	env := envWith("BROADCAST_SECRET_WX", wxToken)
 	tests := []struct{ account, err string }{
-		{`{"channel":"wxpusher","secret_env":"WX_TOKEN","content_type":4}`, "content_type: want 1 (text), 2 (HTML) or 3 (Markdown), got 4"},
-		{`{"channel":"wxpusher","secret_env":"WX_TOKEN","content_type":2,"contentType":3}`, "content_type: 2 contradicts contentType 3"},
-		{`{"channel":"wxpusher","secret_env":"WX_TOKEN","content_type":"html"}`, "content_type: must be int"},
-		{`{"channel":"wxpusher","secret_env":"WX_TOKEN","url":"javascript:alert(1)"}`, "url: "},
-		{`{"channel":"wxpusher","secret_env":"WX_TOKEN","url":"https://x.example/` + strings.Repeat("a", 400) + `"}`, "url: is 418 characters, WxPusher's limit is 399"},
+		{`{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_WX","content_type":4}`, "content_type: want 1 (text), 2 (HTML) or 3 (Markdown), got 4"},
+		{`{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_WX","content_type":2,"contentType":3}`, "content_type: 2 contradicts contentType 3"},
+		{`{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_WX","content_type":"html"}`, "content_type: must be int"},
+		{`{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_WX","url":"javascript:alert(1)"}`, "url: "},
+		{`{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_WX","url":"https://x.example/` + strings.Repeat("a", 400) + `"}`, "url: is 418 characters, WxPusher's limit is 399"},
 		{`{"channel":"wxpusher"}`, "secret_env: required"},
 		{`{"channel":"wxpusher","secret_env":"NOPE"}`, "secret_env: environment variable NOPE is empty or unset"},
 	}

@@ -87,9 +87,9 @@ func TestWxPusherBatchesIdenticalTexts(t *testing.T) {
 	const n = 10_000
 	fake := startFakeWxPusher(t, "AT_wx", nil)
 	ts := natstest.Start(t)
-	ts.PutAccount(t, "wxb", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN",
+	ts.PutAccount(t, "wxb", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WX_TOKEN": "AT_wx"}))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := shared.Task{ID: "wx-batch", Channel: "wxpusher", Template: "Your {{.tier}} coupon is ready"}
 	want := map[string]string{} // uid -> text
@@ -138,9 +138,9 @@ func TestWxPusherBatchRetriesOnlyFailedUIDs(t *testing.T) {
 	failed := map[string]int{"UID_p03": 1005, "UID_p17": 1007, "UID_p42": 1009}
 	fake := startFakeWxPusher(t, "AT_wx", failed)
 	ts := natstest.Start(t)
-	ts.PutAccount(t, "wxp", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN",
+	ts.PutAccount(t, "wxp", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WX_TOKEN": "AT_wx"}))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := shared.Task{ID: "wx-partial", Channel: "wxpusher", Template: "Same for everyone"}
 	for i := range n {
@@ -219,9 +219,9 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 	fake := startFakeWxPusher(t, "AT_wx", nil)
 	ts := natstest.Start(t)
 	// 2 calls/s of up to 100 uids: the task takes about 10 s of calls.
-	ts.PutAccount(t, "wxc", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN",
+	ts.PutAccount(t, "wxc", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":2,"min_rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":100}`, fake.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WX_TOKEN": "AT_wx"}))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := shared.Task{ID: "wx-ctl", Channel: "wxpusher", Template: "Sale starts now"}
 	for i := range n {

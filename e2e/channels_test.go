@@ -57,8 +57,8 @@ func TestWhatsAppBroadcast(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ts := natstest.Start(t)
-	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"WA_TOKEN","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WA_TOKEN": "wa-token"}))
+	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
 
 	task := shared.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
 	for i := 1; i <= 9; i++ {
@@ -121,8 +121,8 @@ func TestWxPusherBroadcast(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ts := natstest.Start(t)
-	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"WX_TOKEN","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"WX_TOKEN": "AT_wx"}))
+	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
+	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	submit(t, ts, `{"id":"wx-1","channel":"wxpusher","template":"Order {{.to}} shipped","recipients":[
 		{"to":"UID_a"},{"to":"UID_b"},{"to":"UID_c"},{"to":"UID_d"},{"to":"UID_gone"},{"to":"not-a-uid"}]}`)
@@ -257,4 +257,33 @@ func (s *smtpSink) connections() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conns
+}
+
+// TestSMTPHTMLEscapesVariables: for an account that sends HTML
+// ("html":true) render escapes the recipient's variables, so a name cannot
+// inject markup; the template's own HTML stays, and a plain-text account
+// gets the variable as it is.
+func TestSMTPHTMLEscapesVariables(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, nil)
+	ts := natstest.Start(t)
+	for name, html := range map[string]bool{"mail-html": true, "mail-text": false} {
+		ts.PutAccount(t, name, fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
+			"from":"Shop <noreply@shop.example>","html":%v,"rate_per_sec":50}`, srv.port, html))
+	}
+	natstest.StartPipeline(t, ts, fastRetries())
+	for id, acct := range map[string]string{"mail-h": "mail-html", "mail-t": "mail-text"} {
+		submit(t, ts, fmt.Sprintf(`{"id":%q,"channel":"smtp","accounts":[%q],"template":"<p>Dear {{.name}}</p>",
+			"recipients":[{"to":"%s@shop.example","vars":{"name":"<a href='x'>Li</a> & co"}}]}`, id, acct, id))
+		p := ts.WaitFinal(t, id, 30*time.Second)
+		require.Equal(t, 1, p.Sent, id)
+	}
+	byTo := map[string]string{}
+	for _, m := range srv.received() {
+		byTo[m.to] = m.data
+	}
+	require.Contains(t, byTo["mail-h@shop.example"], "<p>Dear &lt;a href=3D&#39;x&#39;&gt;Li&lt;/a&gt; &amp; co</p>", "quoted-printable HTML part")
+	_, htmlPart, _ := strings.Cut(byTo["mail-h@shop.example"], "text/html")
+	require.NotContains(t, htmlPart, "<a href", "no markup from the variable in the HTML part (the text part has it as text)")
+	require.Contains(t, byTo["mail-t@shop.example"], "<p>Dear <a href=3D'x'>Li</a> & co</p>")
 }

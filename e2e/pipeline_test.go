@@ -27,11 +27,11 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	const secret = "e2e-signing-secret"
 	gw := startGateway(t, gateway.Config{FailRate: 0.10, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "reject-", Seed: 7, Secret: secret})
 	const rate, burst = 200, 10
-	ts.PutAccount(t, "hook-a", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"E2E_HOOK_SECRET","rate_per_sec":%d,"burst":%d,"concurrency":8,
+	ts.PutAccount(t, "hook-a", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_E2E_HOOK","rate_per_sec":%d,"burst":%d,"concurrency":8,
 		"min_rate_per_sec":100,"recover_after":5}`, gw.URL+"/send", rate, burst))
 	cfg := fastRetries()
 	cfg.Dispatch.Getenv = func(name string) string {
-		if name == "E2E_HOOK_SECRET" {
+		if name == "BROADCAST_SECRET_E2E_HOOK" {
 			return secret
 		}
 		return ""

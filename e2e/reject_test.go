@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,7 @@ func TestMalformedTasksRejected(t *testing.T) {
 		{"r-wrong-account", `{"id":"r-wrong-account",` + ok + `,"accounts":["sbx"]}`, "", `accounts[0]: account "sbx" is a sandbox account`},
 		{"r-dup-account", `{"id":"r-dup-account",` + ok + `,"accounts":["hook","hook"]}`, "", `accounts[1]: account "hook" listed twice`},
 		{"r-test-recip", `{"id":"r-test-recip",` + ok + `,"test_recipients":[{"to":""}]}`, "", "test_recipients[0].to: must not be empty"},
+		{"r-test-many", `{"id":"r-test-many",` + ok + `,"test_recipients":[` + strings.TrimSuffix(strings.Repeat(`{"to":"q"},`, 101), ",") + `]}`, "", "test_recipients: 101 test recipients, limit is 100"},
 		{"r-long-to", `{"id":"r-long-to","channel":"webhook","template":"hi","recipients":[{"to":"` + strings.Repeat("x", 300) + `"}]}`, "", "recipients[0].to: is 300 bytes, limit is 256"},
 	}
 	for _, c := range cases {
@@ -92,4 +94,69 @@ func TestMalformedTasksRejected(t *testing.T) {
 	require.Contains(t, joined, "id: must match")
 	require.Contains(t, joined, "task: invalid JSON")
 	require.Contains(t, joined, "task: empty message")
+}
+
+// TestHostileTemplatesRejected submits tasks of two recipients whose
+// templates ask print and printf to build hundreds of megabytes (wide
+// verbs repeated, a 60 KB string printed again and again, thousands of
+// 60 KB variables): each is rejected at intake naming the template field,
+// nothing is sent, and the process running every service grows its heap by
+// a few megabytes, not the 800-900 MB these tasks once cost ingest and
+// render. Not parallel, so the heap is this test's alone.
+func TestHostileTemplatesRejected(t *testing.T) {
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q}`, gw.URL))
+	pl := natstest.StartPipeline(t, ts, fastRetries())
+
+	big := strings.Repeat("x", 60_000)
+	var vars strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&vars, `{{$v%d := print $.big}}`, i)
+	}
+	cases := []struct{ id, template, want string }{
+		{"h-width", `{{printf "` + strings.Repeat("%999999d", 200) + `"` + strings.Repeat(" 1", 200) + `}}`,
+			"template: printf: width 999999 exceeds the limit of 4096"},
+		{"h-width-arg", `{{printf "` + strings.Repeat("%*d", 100) + `"` + strings.Repeat(" 999999 1", 100) + `}}`,
+			"template: printf: width 999999 exceeds the limit of 4096"},
+		{"h-print", `{{$s := .big}}{{print` + strings.Repeat(" $s", 200) + `}}`,
+			"template: print: result would exceed 65536 bytes"},
+		{"h-args", `{{$s := .big}}{{print` + strings.Repeat(" $s", 3000) + `}}`,
+			"template: print: 3000 arguments, limit is 256"},
+		{"h-vars", vars.String(), "template: print: this message's print, printf, println, html, js and urlquery calls built more than 1048576 bytes"},
+	}
+	stop := make(chan struct{})
+	peak := make(chan uint64)
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	go func() {
+		var m runtime.MemStats
+		top := uint64(0)
+		for {
+			runtime.ReadMemStats(&m)
+			top = max(top, m.HeapAlloc)
+			select {
+			case <-stop:
+				peak <- top
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	for _, c := range cases {
+		submit(t, ts, shared.Task{ID: c.id, Channel: "webhook", Template: c.template, Defaults: map[string]any{"big": big},
+			Recipients: []shared.Recipient{{To: "a"}, {To: "b"}}})
+	}
+	for _, c := range cases {
+		p := ts.WaitFinal(t, c.id, 15*time.Second)
+		require.Equal(t, shared.StateRejected, p.State, c.id)
+		require.Equal(t, c.want, p.Error, c.id)
+	}
+	close(stop)
+	growth := int64(<-peak) - int64(base.HeapAlloc)
+	t.Logf("heap peak while %d hostile tasks were rejected: +%.1f MB", len(cases), float64(growth)/1e6)
+	require.Less(t, growth, int64(64<<20), "heap growth of the process running every service")
+	require.Zero(t, pl.Ingest.Stats.Accepted.Load())
+	require.Zero(t, gw.Ledger().Requests, "nothing was sent")
 }

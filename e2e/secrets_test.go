@@ -75,12 +75,12 @@ func TestSecretsNeverLeak(t *testing.T) {
 	cfg := fastRetries()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Dispatch.Getenv = func(name string) string {
-		if name == "BROADCAST_TEST_HOOK_SECRET" {
+		if name == "BROADCAST_SECRET_TEST_HOOK" {
 			return secret
 		}
 		return ""
 	}
-	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_TEST_HOOK_SECRET","rate_per_sec":500,"burst":20,"concurrency":8}`, srv.URL))
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_TEST_HOOK","rate_per_sec":500,"burst":20,"concurrency":8}`, srv.URL))
 	natstest.StartPipeline(t, ts, cfg)
 
 	task := shared.Task{ID: "secret-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 5}

@@ -13,7 +13,20 @@ import (
 const (
 	DefaultRatePerSec  = 10
 	DefaultConcurrency = 4
-	MaxConcurrency     = 1000
+)
+
+// Bounds of the numeric account fields. No provider comes near them; they
+// keep an absurd value (a rate of 1e19, a burst near the integer maximum)
+// from overflowing the pacer's arithmetic, which crashed every replica that
+// took the account's lease in turn.
+const (
+	MaxRatePerSec           = 1e6
+	MaxBurst                = 1_000_000
+	MaxConcurrency          = 1000
+	MaxDailyCap             = 1_000_000_000
+	MaxBatchLimit           = 100_000
+	MaxRecoverAfter         = 1_000_000
+	MaxPerRecipientInterval = 7 * 24 * time.Hour
 )
 
 // Account is a sender account, kept in KV broadcast_accounts under its name.
@@ -24,7 +37,8 @@ type Account struct {
 	// Endpoint overrides the provider's base URL (webhook: the URL posted to).
 	Endpoint string `json:"endpoint,omitempty"`
 	// SecretEnv names the environment variable holding the token or signing
-	// secret. The secret itself never appears in KV.
+	// secret. The secret itself never appears in KV. It must start with
+	// SecretEnvPrefix or be allowed by dispatch (CheckSecretEnv).
 	SecretEnv string `json:"secret_env,omitempty"`
 	// RatePerSec is the account's send rate ceiling. Defaults to 10.
 	RatePerSec float64 `json:"rate_per_sec"`
@@ -69,6 +83,11 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	var a Account
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&a); err != nil {
+		// The account's one duration field; encoding/json does not say
+		// which field an UnmarshalJSON error came from.
+		if de := (*durationError)(nil); errors.As(err, &de) {
+			return nil, fieldErr("per_recipient_interval", "%v", de)
+		}
 		return nil, jsonFieldError("account", err)
 	}
 	a.Name = name
@@ -76,17 +95,20 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	if a.Channel == "" {
 		return nil, fieldErr("channel", "required")
 	}
+	if err := checkSecretEnvSyntax(a.SecretEnv); err != nil {
+		return nil, err
+	}
 	if a.RatePerSec == 0 {
 		a.RatePerSec = DefaultRatePerSec
 	}
-	if a.RatePerSec < 0 || math.IsNaN(a.RatePerSec) || math.IsInf(a.RatePerSec, 0) {
-		return nil, fieldErr("rate_per_sec", "must be positive, got %v", a.RatePerSec)
+	if !(a.RatePerSec > 0 && a.RatePerSec <= MaxRatePerSec) {
+		return nil, fieldErr("rate_per_sec", "must be above 0 and at most %g, got %v", float64(MaxRatePerSec), a.RatePerSec)
 	}
 	if a.Burst == 0 {
 		a.Burst = 1
 	}
-	if a.Burst < 0 {
-		return nil, fieldErr("burst", "must be positive, got %d", a.Burst)
+	if a.Burst < 0 || a.Burst > MaxBurst {
+		return nil, fieldErr("burst", "must be between 1 and %d, got %d", MaxBurst, a.Burst)
 	}
 	if a.Concurrency == 0 {
 		a.Concurrency = DefaultConcurrency
@@ -94,20 +116,20 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	if a.Concurrency < 0 || a.Concurrency > MaxConcurrency {
 		return nil, fieldErr("concurrency", "must be between 1 and %d, got %d", MaxConcurrency, a.Concurrency)
 	}
-	if a.DailyCap < 0 {
-		return nil, fieldErr("daily_cap", "must not be negative, got %d", a.DailyCap)
+	if a.DailyCap < 0 || a.DailyCap > MaxDailyCap {
+		return nil, fieldErr("daily_cap", "must be between 0 (none) and %d, got %d", MaxDailyCap, a.DailyCap)
 	}
-	if a.PerRecipientInterval < 0 {
-		return nil, fieldErr("per_recipient_interval", "must not be negative")
+	if a.PerRecipientInterval < 0 || a.PerRecipientInterval.D() > MaxPerRecipientInterval {
+		return nil, fieldErr("per_recipient_interval", "must be between 0s and %s, got %s", MaxPerRecipientInterval, a.PerRecipientInterval.D())
 	}
-	if a.MinRatePerSec < 0 || a.MinRatePerSec > a.RatePerSec {
+	if !(a.MinRatePerSec >= 0 && a.MinRatePerSec <= a.RatePerSec) {
 		return nil, fieldErr("min_rate_per_sec", "must be between 0 and rate_per_sec (%v), got %v", a.RatePerSec, a.MinRatePerSec)
 	}
 	if a.MinRatePerSec == 0 {
 		a.MinRatePerSec = a.RatePerSec / 20
 	}
-	if a.RecoverAfter < 0 {
-		return nil, fieldErr("recover_after", "must not be negative, got %d", a.RecoverAfter)
+	if a.RecoverAfter < 0 || a.RecoverAfter > MaxRecoverAfter {
+		return nil, fieldErr("recover_after", "must be between 1 and %d, got %d", MaxRecoverAfter, a.RecoverAfter)
 	}
 	if a.RecoverAfter == 0 {
 		a.RecoverAfter = 50
@@ -115,8 +137,8 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	if a.MaxBatch == 0 {
 		a.MaxBatch = 1
 	}
-	if a.MaxBatch < 0 {
-		return nil, fieldErr("max_batch", "must be positive, got %d", a.MaxBatch)
+	if a.MaxBatch < 0 || a.MaxBatch > MaxBatchLimit {
+		return nil, fieldErr("max_batch", "must be between 1 and %d, got %d", MaxBatchLimit, a.MaxBatch)
 	}
 	return &a, nil
 }
@@ -138,14 +160,18 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		}
 		v, err := time.ParseDuration(s)
 		if err != nil {
-			return fmt.Errorf("invalid duration %q (want e.g. \"6s\")", s)
+			return &durationError{fmt.Sprintf("invalid duration %q (want e.g. \"6s\")", s)}
 		}
 		*d = Duration(v)
 		return nil
 	}
 	var secs float64
 	if err := json.Unmarshal(b, &secs); err != nil {
-		return errors.New("duration must be a string like \"6s\" or a number of seconds")
+		return &durationError{`duration must be a string like "6s" or a number of seconds`}
+	}
+	// Beyond ±292 years the conversion to nanoseconds overflows.
+	if math.IsNaN(secs) || math.Abs(secs) > maxDurationSeconds {
+		return &durationError{fmt.Sprintf("duration of %g seconds is out of range", secs)}
 	}
 	*d = Duration(secs * float64(time.Second))
 	return nil
@@ -153,6 +179,14 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes the duration as a Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// durationError is a Duration that does not parse.
+type durationError struct{ msg string }
+
+func (e *durationError) Error() string { return e.msg }
+
+// maxDurationSeconds is the longest duration a number of seconds may give.
+const maxDurationSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }

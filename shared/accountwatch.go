@@ -46,7 +46,7 @@ func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 		onChange: onChange,
 		log:      log,
 	}
-	if err := FollowWatch(ctx, w, func(e jetstream.KeyValueEntry, _ bool) { aw.apply(e) }); err != nil {
+	if err := FollowWatch(ctx, w, log, func(e jetstream.KeyValueEntry, _ bool) { aw.apply(e) }); err != nil {
 		return nil, err
 	}
 	return aw, nil

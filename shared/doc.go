@@ -14,6 +14,11 @@
 //     checked against encoding/json, which still words every error).
 //   - template.go: message templates, their limits, the plain fast path,
 //     and the refusal of any output that would read "<no value>".
+//   - template_cost.go: print, printf and the escapers bounded before they
+//     build anything (ErrTemplateCost).
+//   - secretenv.go: which environment variables an account's secret_env
+//     may name.
+//   - recover.go: keeping a panicking goroutine from killing the service.
 //   - topology.go: stream / KV / object store definitions.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return.
 //   - publisher.go: publishing without waiting on the hot paths (render's

@@ -29,7 +29,7 @@ func WatchKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, 
 		return nil, fmt.Errorf("watch %s: %w", bucket, err)
 	}
 	v := &KVView[T]{values: map[string]T{}}
-	err = FollowWatch(ctx, w, func(e jetstream.KeyValueEntry, initial bool) {
+	err = FollowWatch(ctx, w, log, func(e jetstream.KeyValueEntry, initial bool) {
 		v.mu.Lock()
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.values, e.Key())

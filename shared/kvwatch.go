@@ -2,6 +2,7 @@ package shared
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -10,8 +11,10 @@ import (
 // goroutine, until ctx ends or the watcher closes (then it stops the
 // watcher). initial is true for the values that were there when the watch
 // began. It returns once those are applied, or ctx.Err() if ctx ends
-// first.
-func FollowWatch(ctx context.Context, w jetstream.KeyWatcher, apply func(e jetstream.KeyValueEntry, initial bool)) error {
+// first. A panic in apply is logged to log with its stack and that entry
+// skipped: the values come from whoever may write the bucket, and one
+// must not take the service down (nor every replica, in turn).
+func FollowWatch(ctx context.Context, w jetstream.KeyWatcher, log *slog.Logger, apply func(e jetstream.KeyValueEntry, initial bool)) error {
 	ready := make(chan struct{})
 	go func() {
 		defer w.Stop()
@@ -31,7 +34,10 @@ func FollowWatch(ctx context.Context, w jetstream.KeyWatcher, apply func(e jetst
 					}
 					continue
 				}
-				apply(e, initial)
+				func() {
+					defer Recover(log, "applying "+e.Bucket()+" key "+e.Key(), nil)
+					apply(e, initial)
+				}()
 			}
 		}
 	}()

@@ -2,6 +2,8 @@ package shared_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +17,8 @@ import (
 
 // TestFollowWatch: FollowWatch returns only after the values present at the
 // start were applied (marked initial), applies later changes in order
-// (not initial), and stops applying once ctx ends.
+// (not initial), survives a panic in apply (logged with its stack, the
+// entry skipped), and stops applying once ctx ends.
 func TestFollowWatch(t *testing.T) {
 	ts := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -32,7 +35,17 @@ func TestFollowWatch(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	w, err := kv.WatchAll(wctx)
 	require.NoError(t, err)
-	require.NoError(t, shared.FollowWatch(wctx, w, func(e jetstream.KeyValueEntry, initial bool) {
+	var logs strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	require.NoError(t, shared.FollowWatch(wctx, w, log, func(e jetstream.KeyValueEntry, initial bool) {
+		if string(e.Value()) == "panic" {
+			panic("apply exploded")
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		tag := "later:"
@@ -45,6 +58,8 @@ func TestFollowWatch(t *testing.T) {
 	require.Equal(t, []string{"initial:a", "initial:b", "initial:c"}, seen, "returned before the initial values were applied")
 	mu.Unlock()
 
+	_, err = kv.Put(ctx, "x", []byte("panic"))
+	require.NoError(t, err)
 	_, err = kv.Put(ctx, "b", []byte("2"))
 	require.NoError(t, err)
 	require.NoError(t, kv.Delete(ctx, "a"))
@@ -56,6 +71,10 @@ func TestFollowWatch(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, []string{"later:b", "later:a"}, seen[3:])
 	mu.Unlock()
+	logMu.Lock()
+	require.Contains(t, logs.String(), "PANIC recovered: applying FOLLOW key x")
+	require.Contains(t, logs.String(), "apply exploded")
+	logMu.Unlock()
 
 	stop()
 	time.Sleep(100 * time.Millisecond)
@@ -66,3 +85,7 @@ func TestFollowWatch(t *testing.T) {
 	require.Len(t, seen, 5, "nothing applied after ctx ended")
 	mu.Unlock()
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

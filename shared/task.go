@@ -36,6 +36,10 @@ const (
 	// kept 30 days (TopologyConfig.Retention), and a start must leave room
 	// within them to send, pause and be approved.
 	MaxScheduleAhead = 20 * 24 * time.Hour
+	// MaxTestRecipients bounds test_recipients: they are a few people who
+	// check the message before the blast, sent and awaited first, not a
+	// second recipient list.
+	MaxTestRecipients = 100
 )
 
 // Recipient is one addressee and the variables its message is rendered with.
@@ -187,6 +191,9 @@ func (t *Task) Validate(now time.Time) error {
 	if err := validateRecipients("recipients", t.Recipients); err != nil {
 		return err
 	}
+	if len(t.TestRecipients) > MaxTestRecipients {
+		return fieldErr("test_recipients", "%d test recipients, limit is %d", len(t.TestRecipients), MaxTestRecipients)
+	}
 	if err := validateRecipients("test_recipients", t.TestRecipients); err != nil {
 		return err
 	}
@@ -240,13 +247,21 @@ func trialRender(tmpl *Template, t *Task) error {
 	if len(t.Recipients) > 0 {
 		r = t.Recipients[0]
 	}
-	_, err := tmpl.Render(t.Defaults, r.Vars, r.To)
-	for _, limit := range []error{ErrRenderTimeout, ErrRenderSteps, ErrBodyTooLarge} {
-		if errors.Is(err, limit) {
-			return err
-		}
+	if _, err := tmpl.Render(t.Defaults, r.Vars, r.To); isLimit(err) {
+		return err
 	}
 	return nil
+}
+
+// isLimit reports whether err says the template itself is too costly: it
+// broke a limit on time, steps, output or what its builtins build.
+func isLimit(err error) bool {
+	for _, limit := range []error{ErrRenderTimeout, ErrRenderSteps, ErrBodyTooLarge, ErrTemplateCost} {
+		if errors.Is(err, limit) {
+			return true
+		}
+	}
+	return false
 }
 
 func validateRecipients(field string, rs []Recipient) error {

@@ -35,8 +35,19 @@ const (
 	// MaxTemplateSteps, so it is rejected at parse time.
 	MaxTemplateRange = MaxTemplateSteps
 	// MaxTemplateValueBytes caps a string built inside a template by print,
-	// printf, println, html, js or urlquery.
+	// printf, println, html, js or urlquery. It is checked before the
+	// string is built, from the arguments (template_cost.go).
 	MaxTemplateValueBytes = MaxBodyBytes
+	// MaxTemplateBuiltBytes caps what those builtins build in one
+	// execution together: each value under MaxTemplateValueBytes, kept in
+	// thousands of variables, held 200 MB.
+	MaxTemplateBuiltBytes = 1 << 20
+	// MaxPrintfWidth bounds a printf width or precision ("%999999d" asks
+	// fmt for a megabyte of padding).
+	MaxPrintfWidth = 4096
+	// MaxTemplateArgs bounds the arguments of one call of a builtin that
+	// builds a string.
+	MaxTemplateArgs = 256
 )
 
 // ErrBodyTooLarge is returned when rendering would exceed MaxBodyBytes.
@@ -83,10 +94,11 @@ type run struct {
 	budget *budget
 }
 
-// budget is the time and steps one execution may still use.
+// budget is the time, steps and built bytes one execution may still use.
 type budget struct {
 	deadline time.Time
 	steps    int
+	built    int // bytes print, printf, ... built so far (charge)
 }
 
 func (b *budget) step() (string, error) {
@@ -101,33 +113,13 @@ func (b *budget) step() (string, error) {
 	return "", nil
 }
 
-// baseFuncs replaces the builtins that build strings with capped versions,
-// and declares the step function (bound per execution).
+// baseFuncs replaces the builtins that build strings with bounded
+// versions (template_cost.go), and declares the step function. Each
+// execution's clone binds both to its own budget.
 func baseFuncs() template.FuncMap {
-	capped := func(name string, f func(...any) string) func(...any) (string, error) {
-		return func(args ...any) (string, error) {
-			s := f(args...)
-			if len(s) > MaxTemplateValueBytes {
-				return "", fmt.Errorf("%s: result exceeds %d bytes", name, MaxTemplateValueBytes)
-			}
-			return s, nil
-		}
-	}
-	return template.FuncMap{
-		"print":   capped("print", fmt.Sprint),
-		"println": capped("println", fmt.Sprintln),
-		"printf": func(format string, args ...any) (string, error) {
-			s := fmt.Sprintf(format, args...)
-			if len(s) > MaxTemplateValueBytes {
-				return "", fmt.Errorf("printf: result exceeds %d bytes", MaxTemplateValueBytes)
-			}
-			return s, nil
-		},
-		"html":     capped("html", template.HTMLEscaper),
-		"js":       capped("js", template.JSEscaper),
-		"urlquery": capped("urlquery", template.URLQueryEscaper),
-		tickFunc:   func() (string, error) { return "", nil },
-	}
+	f := builtinFuncs(nil)
+	f[tickFunc] = func() (string, error) { return "", nil }
+	return f
 }
 
 // ParseTemplate parses src as Go text/template with missingkey=error, so a
@@ -150,7 +142,9 @@ func ParseTemplate(src string) (*Template, error) {
 	out.runs.New = func() any {
 		b := &budget{}
 		c := template.Must(t.Clone())
-		c.Funcs(template.FuncMap{tickFunc: b.step})
+		f := builtinFuncs(b)
+		f[tickFunc] = b.step
+		c.Funcs(f)
 		return &run{tmpl: c, budget: b}
 	}
 	return out, nil
@@ -158,7 +152,8 @@ func ParseTemplate(src string) (*Template, error) {
 
 // Render executes the template over defaults merged with vars (vars win)
 // plus "to". The error names the missing variable when there is one, and is
-// ErrBodyTooLarge, ErrRenderTimeout or ErrRenderSteps when a limit was hit.
+// ErrBodyTooLarge, ErrRenderTimeout, ErrRenderSteps or matches
+// ErrTemplateCost when a limit was hit (isLimit).
 func (t *Template) Render(defaults, vars map[string]any, to string) (string, error) {
 	if t.plain != nil {
 		if body, ok := renderPlain(t.plain, defaults, vars, to); ok {
@@ -166,6 +161,41 @@ func (t *Template) Render(defaults, vars map[string]any, to string) (string, err
 		}
 	}
 	return t.execute(defaults, vars, to)
+}
+
+// RenderEscaped is Render with every string of the data (defaults, vars
+// and "to", inside maps and lists too) passed through escape first, the
+// template's own text untouched: for bodies sent as HTML, where a
+// recipient's name must not become markup (html.EscapeString).
+func (t *Template) RenderEscaped(defaults, vars map[string]any, to string, escape func(string) string) (string, error) {
+	d, _ := escapeStrings(defaults, escape).(map[string]any)
+	v, _ := escapeStrings(vars, escape).(map[string]any)
+	return t.Render(d, v, escape(to))
+}
+
+// escapeStrings returns v with escape applied to every string in it, as a
+// copy (the recipient's own variables are kept as they are for the job).
+func escapeStrings(v any, escape func(string) string) any {
+	switch v := v.(type) {
+	case string:
+		return escape(v)
+	case map[string]any:
+		if v == nil {
+			return v
+		}
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = escapeStrings(e, escape)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = escapeStrings(e, escape)
+		}
+		return out
+	}
+	return v
 }
 
 // execute runs the template itself.
@@ -176,13 +206,18 @@ func (t *Template) execute(defaults, vars map[string]any, to string) (string, er
 	data["to"] = to
 	r := t.runs.Get().(*run)
 	defer t.runs.Put(r)
-	r.budget.deadline, r.budget.steps = time.Now().Add(MaxRenderTime), 0
+	r.budget.deadline, r.budget.steps, r.budget.built = time.Now().Add(MaxRenderTime), 0, 0
 	var b limitedBuilder
 	if err := r.tmpl.Execute(&b, data); err != nil {
 		for _, limit := range []error{ErrBodyTooLarge, ErrRenderTimeout, ErrRenderSteps} {
 			if errors.Is(err, limit) {
 				return "", limit
 			}
+		}
+		// The builtin's own words, without text/template's "executing
+		// ... at <printf ...>", which quotes up to the whole call.
+		if ce := (*costError)(nil); errors.As(err, &ce) {
+			return "", ce
 		}
 		return "", errors.New(strings.TrimPrefix(err.Error(), "template: "))
 	}
@@ -307,6 +342,10 @@ func checkTree(t *template.Template) error {
 				}
 			case *parse.TemplateNode:
 				calls[tt.Name()] = append(calls[tt.Name()], n.Name)
+			case *parse.CommandNode:
+				if cerr := checkBuiltinCall(n); cerr != nil && err == nil {
+					err = cerr
+				}
 			}
 		})
 		if err != nil {
@@ -340,6 +379,35 @@ func checkTree(t *template.Template) error {
 	for name := range calls {
 		if c := visit(name); c != "" {
 			return fmt.Errorf("template %q calls itself: recursive templates are not allowed", c)
+		}
+	}
+	return nil
+}
+
+// checkBuiltinCall refuses at parse time what a string builder would
+// refuse on every execution: too many arguments, and a literal printf
+// format with a width or precision above MaxPrintfWidth.
+func checkBuiltinCall(n *parse.CommandNode) error {
+	if len(n.Args) == 0 {
+		return nil
+	}
+	id, ok := n.Args[0].(*parse.IdentifierNode)
+	if !ok {
+		return nil
+	}
+	switch id.Ident {
+	case "print", "println", "html", "js", "urlquery":
+		return checkArgs(id.Ident, make([]any, len(n.Args)-1))
+	case "printf":
+		if len(n.Args) < 2 {
+			return nil
+		}
+		if err := checkArgs(id.Ident, make([]any, len(n.Args)-2)); err != nil {
+			return err
+		}
+		if format, ok := n.Args[1].(*parse.StringNode); ok {
+			_, err := printfBound(format.Text, nil, MaxTemplateValueBytes)
+			return err
 		}
 	}
 	return nil

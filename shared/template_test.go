@@ -1,6 +1,7 @@
 package shared
 
 import (
+	"html"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +71,25 @@ func TestTemplateNeverPrintsNoValue(t *testing.T) {
 		require.NoError(t, err, c.src)
 		require.Equal(t, c.want, got)
 	}
+}
+
+// TestRenderEscaped: every string of the data is escaped (defaults, vars,
+// "to", inside lists and maps), the template's text is not, numbers stay
+// numbers, and the caller's maps are left as they were.
+func TestRenderEscaped(t *testing.T) {
+	t.Parallel()
+	tmpl, err := ParseTemplate(`<p>{{.name}} {{.to}} {{.n}}</p>{{range .tags}}<i>{{.}}</i>{{end}}{{.m.k}}|{{.d}}`)
+	require.NoError(t, err)
+	defaults := map[string]any{"d": `"><img src=x>`}
+	vars := map[string]any{"name": "<script>x</script>", "n": 7.0, "tags": []any{"<b>", 1.0}, "m": map[string]any{"k": "&"}}
+	out, err := tmpl.RenderEscaped(defaults, vars, "a<b", html.EscapeString)
+	require.NoError(t, err)
+	require.Equal(t, `<p>&lt;script&gt;x&lt;/script&gt; a&lt;b 7</p><i>&lt;b&gt;</i><i>1</i>&amp;|&#34;&gt;&lt;img src=x&gt;`, out)
+	require.Equal(t, "<script>x</script>", vars["name"], "the caller's variables are untouched")
+	require.Equal(t, "<b>", vars["tags"].([]any)[0])
+	plain, err := ParseTemplate(`Hi {{.name}}`)
+	require.NoError(t, err)
+	out, err = plain.RenderEscaped(nil, vars, "", html.EscapeString)
+	require.NoError(t, err)
+	require.Equal(t, "Hi &lt;script&gt;x&lt;/script&gt;", out, "the plain fast path escapes too")
 }

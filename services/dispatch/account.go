@@ -210,15 +210,37 @@ func (r *accountRunner) run() {
 	case <-ctx.Done():
 		return
 	}
-	go r.reportHealth(ctx)
+	go shared.Supervise(ctx, r.log, "account health reporter", r.reportHealth)
 	l := newLease(r.svc.leases, r.name, r.svc.leaseTTL)
 	l.owner = ownerID(r.svc.share.replica) // groups this replica's leases (share.go)
 	changed := r.watchLease(ctx)
 	for r.acquire(ctx, l, changed) {
-		r.own(ctx, l)
+		r.ownSafely(ctx, l)
 		if ctx.Err() != nil {
 			return
 		}
+	}
+}
+
+// ownSafely is own, surviving a panic: it is logged with its stack, the
+// session ends (its unacknowledged jobs are redelivered to whoever sends
+// for the account next) and, after a pause, this runner competes for the
+// lease again. The lease is not released: it runs out, so another replica
+// may take the account meanwhile.
+func (r *accountRunner) ownSafely(ctx context.Context, l *lease) {
+	defer shared.Recover(r.log, "account session", func(any) {
+		l.drop()
+		_ = sleep(ctx, shared.SupervisePause)
+	})
+	r.own(ctx, l)
+}
+
+// guard runs fn in a session's goroutine, ending the session (cause
+// errSessionPanic) when fn panics, after logging it.
+func (r *accountRunner) guard(end context.CancelCauseFunc, what string, fn func()) func() {
+	return func() {
+		defer shared.Recover(r.log, what, func(p any) { end(errSessionPanic) })
+		fn()
 	}
 }
 
@@ -234,6 +256,7 @@ func (r *accountRunner) watchLease(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	go func() {
 		defer func() { _ = w.Stop() }()
+		defer shared.Recover(r.log, "lease watch", nil) // acquire polls without it
 		for {
 			select {
 			case <-ctx.Done():
@@ -323,17 +346,17 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	// stopping, so nobody else starts before them.
 	kctx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
-	bg.Go(func() { r.keepLease(kctx, l, end) })
-	bg.Go(func() {
+	bg.Go(r.guard(end, "lease keeper", func() { r.keepLease(kctx, l, end) }))
+	bg.Go(r.guard(end, "scheduler", func() {
 		if err := sched.run(sctx, l.valid); errors.Is(err, errLeaseLost) {
 			end(errLeaseLost)
 		}
-	})
+	}))
 
 	// More accounts than this replica's share (another replica joined):
 	// hand this one over, gracefully, like a stop.
 	gaveBack := false
-	bg.Go(func() {
+	bg.Go(r.guard(end, "give-back check", func() {
 		t := time.NewTicker(leaseRefresh)
 		defer t.Stop()
 		for {
@@ -348,7 +371,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 				}
 			}
 		}
-	})
+	}))
 
 	var lanes sync.WaitGroup
 	var consumers []jetstream.Consumer
@@ -358,7 +381,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 			break // the session ended
 		}
 		consumers = append(consumers, cons)
-		lanes.Go(func() {
+		lanes.Go(r.guard(end, "account consumer", func() {
 			err := shared.Consume(sctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				return r.handle(ctx, sched, lane, msg)
 			}, shared.ConsumeConfig{
@@ -372,10 +395,10 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 				r.log.Error("account consumer stopped", "priority", lanePriority[lane], "err", err)
 				end(err)
 			}
-		})
+		}))
 	}
 	if len(consumers) == numLanes {
-		bg.Go(func() { watchBacklog(sctx, sched, consumers) })
+		bg.Go(r.guard(end, "backlog watch", func() { watchBacklog(sctx, sched, consumers) }))
 	}
 	<-sctx.Done()
 	sched.end()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -70,6 +71,8 @@ type batchDeps struct {
 	// called sees every call's results once, in order (adaptive pacing,
 	// auth-failure counting, metrics).
 	called func(res []channels.Result, latency time.Duration)
+	// log receives recovered panics. Defaults to discarding.
+	log *slog.Logger
 }
 
 // batcher merges the jobs of one batch account (max_batch > 1) whose
@@ -148,8 +151,11 @@ type batchItem struct {
 	at  time.Time
 	// out is set under batcher.mu once the item has left its group (taken
 	// for a call, handed back, or withdrawn); it is then never sent again.
-	out  bool
-	done chan batchOutcome
+	out bool
+	// answered is set when the worker that took the item has given it its
+	// outcome (answer); only that worker reads and writes it.
+	answered bool
+	done     chan batchOutcome
 }
 
 // batchOutcome is what a submitted job gets back.
@@ -168,6 +174,9 @@ type batchOutcome struct {
 }
 
 func newBatcher(deps batchDeps, maxBatch int, linger, maxWait time.Duration) *batcher {
+	if deps.log == nil {
+		deps.log = slog.New(slog.DiscardHandler)
+	}
 	return &batcher{deps: deps, maxBatch: maxBatch, linger: linger, maxWait: max(maxWait, linger),
 		wake: make(chan struct{}, 1), groups: map[string]*batchGroup{}}
 }
@@ -191,7 +200,10 @@ func (b *batcher) start(ctx context.Context, calls int) {
 				b.stop()
 				return
 			case <-t.C:
-				b.sweep()
+				func() {
+					defer shared.Recover(b.deps.log, "batch sweep", nil)
+					b.sweep()
+				}()
 			}
 		}
 	}()
@@ -296,12 +308,36 @@ func (b *batcher) stop() {
 }
 
 func (b *batcher) worker(ctx context.Context) {
-	for {
-		batch := b.next(ctx)
-		if batch == nil {
-			return
+	for b.round(ctx) {
+	}
+}
+
+// round waits for one ready group and makes its call; it returns false
+// once ctx has ended. A panic (in the pacer, admit, take, the called hook)
+// is logged with its stack instead of killing the process: the members not
+// answered yet go back to their handlers unsent, which leave their jobs
+// for redelivery without spending an attempt, and the worker carries on
+// after a pause.
+func (b *batcher) round(ctx context.Context) (more bool) {
+	var batch []*batchItem
+	defer shared.Recover(b.deps.log, "batch worker", func(p any) {
+		for _, it := range batch {
+			b.answer(it, batchOutcome{err: &shared.PanicError{Value: p}})
 		}
-		b.call(batch)
+		more = sleep(ctx, shared.SupervisePause) == nil
+	})
+	if batch = b.next(ctx); batch == nil {
+		return false
+	}
+	b.call(batch)
+	return true
+}
+
+// answer gives a taken item its outcome, once.
+func (b *batcher) answer(it *batchItem, o batchOutcome) {
+	if !it.answered {
+		it.answered = true
+		it.done <- o
 	}
 }
 
@@ -448,7 +484,7 @@ func (b *batcher) call(batch []*batchItem) {
 		// A pause or cancel that came while this job waited wins: no new
 		// send starts after it.
 		if !b.deps.admit(it.job) {
-			it.done <- batchOutcome{}
+			b.answer(it, batchOutcome{})
 			continue
 		}
 		members = append(members, it)
@@ -460,13 +496,18 @@ func (b *batcher) call(batch []*batchItem) {
 	start := time.Now()
 	res := b.safeSend(members[0].ctx, msgs)
 	latency := time.Since(start)
-	b.deps.called(res, latency)
+	// The call was made: a panic in the hook must not lose its results
+	// (handing them back unsent would send them again).
+	func() {
+		defer shared.Recover(b.deps.log, "batch call hook", nil)
+		b.deps.called(res, latency)
+	}()
 	b.mu.Lock()
 	b.settling += len(members)
 	b.mu.Unlock()
 	marks := sharedFailures(res)
 	for i, it := range members {
-		it.done <- batchOutcome{res: res[i], latency: latency, sent: true, callShared: marks[i]}
+		b.answer(it, batchOutcome{res: res[i], latency: latency, sent: true, callShared: marks[i]})
 	}
 }
 
@@ -584,6 +625,7 @@ func (r *accountRunner) newAccountBatcher(maxBatch int, wait func(context.Contex
 			return sender.Send(ctx, msgs)
 		},
 		called: r.noteCall,
+		log:    r.log,
 	}, maxBatch, batchLinger, batchMaxWait)
 }
 

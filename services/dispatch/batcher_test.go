@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -522,4 +523,101 @@ func TestJobsInFlight(t *testing.T) {
 		a := &shared.Account{Concurrency: tt.concurrency, MaxBatch: tt.maxBatch}
 		require.Equal(t, tt.want, jobsInFlight(a), "concurrency %d max_batch %d", tt.concurrency, tt.maxBatch)
 	}
+}
+
+// TestBatcherSurvivesPanics makes the pacer, admit and the call hook panic
+// once each (the batch worker runs outside the consume loop's panic guard:
+// an account with a rate of 1e19 once overflowed the pacer there and killed
+// every replica that took its lease). Each panic is logged with its stack;
+// the jobs it caught before their call come back unsent (for redelivery),
+// the ones whose call was made keep their results, and the worker goes on
+// sending.
+func TestBatcherSurvivesPanics(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	f := &fakeProvider{}
+	deps := f.deps()
+	deps.log = slog.New(slog.NewTextHandler(&logs, nil))
+	var waits, admits, hooks atomic.Int64
+	wait, admit, called := deps.wait, deps.admit, deps.called
+	deps.wait = func(ctx context.Context) error {
+		if waits.Add(1) == 1 {
+			var recent []int
+			_ = recent[len(recent)-1+int(waits.Load())] // index out of range, as the pacer did
+		}
+		return wait(ctx)
+	}
+	deps.admit = func(job *shared.Job) bool {
+		if job.To == "admit-panics" && admits.Add(1) == 1 {
+			panic("admit exploded")
+		}
+		return admit(job)
+	}
+	deps.called = func(res []channels.Result, d time.Duration) {
+		if hooks.Add(1) == 2 {
+			panic("hook exploded")
+		}
+		called(res, d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	// Groups of one are ready at once; the sweep (which asks admit too)
+	// ticks only every second and finds nothing waiting.
+	b := newBatcher(deps, 1, time.Second, time.Second)
+	b.start(ctx, 1)
+
+	// 1. The pacer panics before anything is taken: the job waits for the
+	// next round and is sent.
+	job, msg := testJob("t", 0, "u0", "hello")
+	start := time.Now()
+	o := submitSettle(ctx, b, job, msg)
+	require.True(t, o.sent, "sent after the worker recovered: %+v", o)
+	require.GreaterOrEqual(t, time.Since(start), shared.SupervisePause/2, "the worker paused after the panic")
+
+	// 2. The call hook panics after the call: the results still arrive.
+	job, msg = testJob("t", 1, "u1", "hello")
+	o = submitSettle(ctx, b, job, msg)
+	require.True(t, o.sent)
+	require.Equal(t, "p-t.1", o.res.ProviderID)
+
+	// 3. admit panics while the call is being assembled: that job comes
+	// back unsent with the panic as its error; nothing was sent for it.
+	job, msg = testJob("t", 2, "admit-panics", "hello")
+	o = submitSettle(ctx, b, job, msg)
+	require.False(t, o.sent)
+	var pe *shared.PanicError
+	require.ErrorAs(t, o.err, &pe)
+	require.Equal(t, "admit exploded", pe.Value)
+	for _, call := range f.snapshot() {
+		for _, m := range call {
+			require.NotEqual(t, "admit-panics", m.To)
+		}
+	}
+
+	// And the worker still sends.
+	job, msg = testJob("t", 3, "u3", "hello")
+	require.True(t, submitSettle(ctx, b, job, msg).sent)
+
+	out := logs.String()
+	require.Equal(t, 3, strings.Count(out, "PANIC recovered"), out)
+	require.Contains(t, out, "index out of range")
+	require.Contains(t, out, "batcher_test.go", "the stack is logged")
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent log writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

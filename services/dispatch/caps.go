@@ -39,7 +39,7 @@ func newCapTracker(ctx context.Context, kv jetstream.KeyValue, account string, l
 	if err != nil {
 		return nil, fmt.Errorf("watch sends of %s: %w", account, err)
 	}
-	if err := shared.FollowWatch(ctx, w, func(e jetstream.KeyValueEntry, _ bool) { c.record(e) }); err != nil {
+	if err := shared.FollowWatch(ctx, w, log, func(e jetstream.KeyValueEntry, _ bool) { c.record(e) }); err != nil {
 		return nil, err
 	}
 	return c, nil

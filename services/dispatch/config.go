@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/internal/metrics"
+	"github.com/broadcastd/broadcast/shared"
 )
 
 // Config tunes the dispatch service.
@@ -41,10 +43,23 @@ type Config struct {
 	// the concurrency of slow-paced accounts, whose jobs hold a slot while
 	// they wait for their turn.
 	MaxInFlight int
-	// Channels defaults to channels.Builtin().
+	// Channels defaults to channels.BuiltinWith the policy of DenyPrivate
+	// and AllowLoopback.
 	Channels channels.Registry
 	// Getenv resolves accounts' secret_env. Defaults to os.Getenv.
 	Getenv func(string) string
+	// SecretEnvs lists the environment variables an account's secret_env
+	// may name besides those starting with shared.SecretEnvPrefix
+	// (BROADCAST_SECRET_). Reserved names (NATS_* and other well-known
+	// variables, shared.ReservedEnv) are refused. Defaults to none.
+	SecretEnvs []string
+	// DenyPrivate refuses provider connections to private, link-local,
+	// shared, multicast and loopback addresses, checked on the address
+	// dialled (channels.NetPolicy). Defaults to false.
+	DenyPrivate bool
+	// AllowLoopback keeps 127.0.0.0/8 and ::1 reachable with DenyPrivate.
+	// Defaults to false.
+	AllowLoopback bool
 	// Metrics is the registry the service's metrics join. Defaults to nil
 	// (no metrics).
 	Metrics *prometheus.Registry
@@ -56,9 +71,25 @@ type Config struct {
 }
 
 // ConfigFromEnv reads DISPATCH_BACKOFF_BASE, DISPATCH_BACKOFF_MAX and
-// DISPATCH_LONG_WAIT (Go durations) and DISPATCH_MAX_IN_FLIGHT (a count).
+// DISPATCH_LONG_WAIT (Go durations), DISPATCH_MAX_IN_FLIGHT (a count),
+// DISPATCH_SECRET_ENVS (comma-separated names), DISPATCH_DENY_PRIVATE and
+// DISPATCH_ALLOW_LOOPBACK (1 or true).
 func ConfigFromEnv() (Config, error) {
 	var c Config
+	for _, n := range strings.Split(os.Getenv("DISPATCH_SECRET_ENVS"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			c.SecretEnvs = append(c.SecretEnvs, n)
+		}
+	}
+	for name, dst := range map[string]*bool{"DISPATCH_DENY_PRIVATE": &c.DenyPrivate, "DISPATCH_ALLOW_LOOPBACK": &c.AllowLoopback} {
+		if v := os.Getenv(name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return c, fmt.Errorf("%s: %q is not 1, 0, true or false", name, v)
+			}
+			*dst = b
+		}
+	}
 	for name, dst := range map[string]*time.Duration{
 		"DISPATCH_BACKOFF_BASE": &c.BackoffBase,
 		"DISPATCH_BACKOFF_MAX":  &c.BackoffMax,
@@ -83,6 +114,12 @@ func ConfigFromEnv() (Config, error) {
 }
 
 func (c *Config) validate() error {
+	if err := shared.CheckSecretEnvAllowList(c.SecretEnvs); err != nil {
+		return fmt.Errorf("SecretEnvs (DISPATCH_SECRET_ENVS): %v", err)
+	}
+	if c.DenyPrivate && c.Channels != nil {
+		return fmt.Errorf("DenyPrivate: applies to the built-in channels; build Channels with channels.BuiltinWith instead")
+	}
 	if c.MaxInFlight < 0 {
 		return fmt.Errorf("MaxInFlight: must not be negative")
 	}
@@ -118,7 +155,7 @@ func (c *Config) withDefaults() {
 		c.HealthInterval = 2 * time.Second
 	}
 	if c.Channels == nil {
-		c.Channels = channels.Builtin()
+		c.Channels = channels.BuiltinWith(channels.NetPolicy{DenyPrivate: c.DenyPrivate, AllowLoopback: c.AllowLoopback})
 	}
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv

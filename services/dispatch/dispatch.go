@@ -100,10 +100,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	go s.share.run(ctx) // after the accounts are known: it counts them
+	go shared.Supervise(ctx, s.log, "fair share", s.share.run) // after the accounts are known: it counts them
 	// Held jobs wait for capacity; an edit that adds some wakes them, and so
 	// does a start, for edits made while no dispatch ran.
-	go s.runWaker(ctx)
+	go shared.Supervise(ctx, s.log, "held-job waker", s.runWaker)
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {
@@ -166,7 +166,13 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 		cp.MaxBatch = n
 		acct = &cp
 	}
-	sender, err := ch.NewSender(acct, s.cfg.Getenv)
+	// The account names the variable dispatch reads and sends to the
+	// account's endpoint: only secret variables, never dispatch's own.
+	err = shared.CheckSecretEnv(acct.SecretEnv, s.cfg.SecretEnvs)
+	var sender channels.Sender
+	if err == nil {
+		sender, err = ch.NewSender(acct, s.cfg.Getenv)
+	}
 	if err != nil {
 		log.Error("account misconfigured; its jobs move to healthy accounts", "err", err)
 		if old == nil {

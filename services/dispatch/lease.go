@@ -45,6 +45,10 @@ var errLeaseLost = errors.New("account lease lost")
 // accounts (share.go).
 var errGiveBack = errors.New("handing the account to a replica with fewer accounts")
 
+// errSessionPanic ends a session one of whose goroutines panicked (logged
+// where it was recovered).
+var errSessionPanic = errors.New("a panic ended the session")
+
 var leaseSeq atomic.Uint64
 
 // newReplicaID names one dispatch service: host, process and a random

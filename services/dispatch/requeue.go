@@ -31,13 +31,14 @@ func (s *Service) startRequeue(ctx context.Context) (stop func(), err error) {
 	// of a resumed task behind it.
 	served := shared.NewConcurrentHandler(requeueConcurrency)
 	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectRequeuePrefix+"*", "dispatch", served.Wrap(func(m *nats.Msg) {
+		defer shared.Recover(s.log, "re-queue request "+m.Subject, nil)
 		s.serveRequeue(ctx, m)
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: requeue subscription: %w", err)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); s.sweepParked(ctx) }()
+	go func() { defer close(done); shared.Supervise(ctx, s.log, "parked-job sweeper", s.sweepParked) }()
 	return func() { served.Drain(sub); <-done }, nil
 }
 
@@ -54,7 +55,10 @@ func (s *Service) serveRequeue(ctx context.Context, m *nats.Msg) {
 	case req.Action == shared.RequeueParked:
 		// A large backlog takes a while: answer now, work in the background
 		// (the sweeper finishes what an interrupted run leaves).
-		go s.unpark(context.WithoutCancel(ctx), taskID)
+		go func() {
+			defer shared.Recover(s.log, "unparking task "+taskID, nil) // the sweeper finishes it
+			s.unpark(context.WithoutCancel(ctx), taskID)
+		}()
 	case req.Action == shared.RequeueDead:
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		n, err := s.retryDead(rctx, taskID)

@@ -30,9 +30,10 @@ type fairShare struct {
 	seen  map[string]time.Time // replica key -> when its announcement arrived
 	owned int
 	// roundStart and roundLeft pace hand-backs (shouldGiveBack).
-	roundStart time.Time
-	roundLeft  int
-	announced  chan struct{} // closed once the replicas present at start are known
+	roundStart   time.Time
+	roundLeft    int
+	announced    chan struct{} // closed once the replicas present at start are known (announce)
+	announceOnce sync.Once
 }
 
 // replicaPrefix starts the keys replicas announce themselves under.
@@ -56,7 +57,7 @@ func newFairShare(kv jetstream.KeyValue, total func() int) *fairShare {
 func (f *fairShare) run(ctx context.Context) {
 	w, err := f.kv.Watch(ctx, replicaPrefix+">")
 	if err != nil {
-		close(f.announced)
+		f.markAnnounced()
 		return
 	}
 	defer func() { _ = w.Stop() }()
@@ -90,7 +91,7 @@ func (f *fairShare) run(ctx context.Context) {
 			cancel()
 			return
 		case <-startup:
-			close(f.announced)
+			f.markAnnounced()
 			startup = nil
 		case <-t.C:
 			announce()
@@ -111,6 +112,10 @@ func (f *fairShare) run(ctx context.Context) {
 		}
 	}
 }
+
+// markAnnounced closes announced, once even when run runs again after a
+// panic.
+func (f *fairShare) markAnnounced() { f.announceOnce.Do(func() { close(f.announced) }) }
 
 // share is how many accounts this process should send for. Call with f.mu
 // held.

@@ -17,6 +17,7 @@ import (
 // cancel and retry-dead. Ingest owns a task's lifecycle, so it keeps the
 // run state (KV broadcast_control) that dispatch and status follow.
 func (s *Service) serveControl(m *nats.Msg) {
+	defer shared.Recover(s.log, "control request "+m.Subject, nil) // the caller times out
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	taskID := strings.TrimPrefix(m.Subject, shared.SubjectControlPrefix)

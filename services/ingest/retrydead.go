@@ -29,6 +29,7 @@ func (s *Service) askRetryDead(ctx context.Context, taskID string) (int, error) 
 // askUnpark asks dispatch to put the task's parked jobs back in their
 // queues. It does not wait for the work, only for dispatch to take it.
 func (s *Service) askUnpark(taskID string) {
+	defer shared.Recover(s.log, "asking dispatch to unpark "+taskID, nil) // its sweeper does it
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := s.askRequeue(ctx, taskID, shared.RequeueParked); err != nil {

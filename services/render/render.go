@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	htmlpkg "html"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -111,6 +113,8 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		recheck = true
 	}
 	now := time.Now().UTC()
+	htmlCh, _ := sp.channel.(channels.HTMLChannel)
+	htmlAccounts := map[string]bool{} // account name -> sends HTML, asked once per batch
 	futures := make([]*shared.Publication, 0, len(b.Recipients))
 	rendered, skipped := 0, map[string]int{}
 	for i, r := range b.Recipients {
@@ -127,15 +131,22 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 			}
 			return err
 		}
+		// The account is picked first: one that sends HTML gets the
+		// recipient's variables escaped.
+		acct := shared.PickAccount(accounts, r.To, s.health)
+		html, known := htmlAccounts[acct.Name]
+		if !known && htmlCh != nil {
+			html = htmlCh.HTMLBody(acct)
+			htmlAccounts[acct.Name] = html
+		}
 		var perr error
 		if r.Invalid != "" {
 			perr = skip("invalid_recipient", r.Invalid)
-		} else if body, err := sp.tmpl.Render(t.Defaults, r.Vars, r.To); err != nil {
+		} else if body, err := renderBody(sp.tmpl, t, r, html); err != nil {
 			perr = skip("template", "template: "+err.Error())
 		} else if err := sp.channel.CheckBody(body); err != nil {
 			perr = skip("body", "body: "+err.Error())
 		} else {
-			acct := shared.PickAccount(accounts, r.To, s.health)
 			job := shared.Job{
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
@@ -162,6 +173,15 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		s.cfg.metrics.Skipped(code, n)
 	}
 	return nil
+}
+
+// renderBody fills the task's template for r, with the variables
+// HTML-escaped when the body goes out as HTML.
+func renderBody(tmpl *shared.Template, t *shared.Task, r shared.BatchRecipient, html bool) (string, error) {
+	if html {
+		return tmpl.RenderEscaped(t.Defaults, r.Vars, r.To, htmlpkg.EscapeString)
+	}
+	return tmpl.Render(t.Defaults, r.Vars, r.To)
 }
 
 // A publish the stream has not acknowledged within publishTimeout fails,

@@ -313,7 +313,9 @@ func (s *Service) startDashboard(ctx context.Context) (stop func(), err error) {
 	}
 	var wg sync.WaitGroup
 	stop = func() { cancel(); wg.Wait() }
-	wg.Go(func() { d.poll(ctx, s.cfg.PollInterval) })
+	wg.Go(func() {
+		shared.Supervise(ctx, s.log, "dashboard poller", func(ctx context.Context) { d.poll(ctx, s.cfg.PollInterval) })
+	})
 	if ln == nil {
 		return stop, nil
 	}

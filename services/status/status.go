@@ -215,6 +215,7 @@ func (s *Service) touch(ctx context.Context, taskID string) error {
 
 // pauseTask asks ingest to pause a task the circuit breaker tripped on.
 func (s *Service) pauseTask(taskID, reason string) {
+	defer shared.Recover(s.log, "pausing task "+taskID, nil)
 	s.log.Error("circuit breaker tripped; pausing task", shared.KeyTaskID, taskID, "reason", reason)
 	req, _ := json.Marshal(shared.ControlRequest{Action: shared.ActionPause, Reason: reason})
 	if _, err := s.js.Conn().Request(shared.ControlSubject(taskID), req, 10*time.Second); err != nil {
