@@ -27,6 +27,10 @@ var procfileCreds = regexp.MustCompile(`\bNATS_USER=(\S+)\s+NATS_PASSWORD=(\S+)`
 
 // devCredentials reads each service's credentials from its Procfile line
 // and the operator's from .env.
+// viewerDevPassword is the development password of nats.conf's read-only
+// viewer user (nats.conf keeps its bcrypt hash).
+const viewerDevPassword = "dev-viewer-pw"
+
 func devCredentials(t *testing.T) (services map[string]natstest.Credentials, operator natstest.Credentials) {
 	t.Helper()
 	services = map[string]natstest.Credentials{}

@@ -169,6 +169,7 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	t.Parallel()
 	cs, users, op := startSecureServer(t, natstest.ConfigOptions{})
 	users["operator"] = op
+	users["viewer"] = natstest.Credentials{User: "viewer", Password: viewerDevPassword}
 
 	publishes := []permCheck{
 		// Required by the issue.
@@ -238,6 +239,23 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"operator", "$JS.API.CONSUMER.MSG.NEXT.EVENTS.mine", true},
 		{"operator", "$JS.API.CONSUMER.DELETE.EVENTS.mine", true},
 		{"operator", "$JS.API.CONSUMER.DELETE.TASKS.ingest2", true},
+		// The viewer reads progress and health, nothing with recipients'
+		// data or account values, and changes nothing.
+		{"viewer", "broadcast.tasks", false},
+		{"viewer", "broadcast.control.t1", false},
+		{"viewer", "$KV.broadcast_progress.t1", false},
+		{"viewer", "$KV.broadcast_accounts.hook", false},
+		{"viewer", "$JS.API.DIRECT.GET.KV_broadcast_accounts.hook", false},
+		{"viewer", "$JS.API.DIRECT.GET.EVENTS", false},
+		{"viewer", "$JS.API.STREAM.MSG.GET.JOBS", false},
+		{"viewer", "$JS.API.STREAM.MSG.GET.DEAD", false},
+		{"viewer", "$JS.API.CONSUMER.CREATE.EVENTS.x.broadcast.events.>", false},
+		{"viewer", "$JS.API.CONSUMER.CREATE.DEAD.x.broadcast.dead.>", false},
+		{"viewer", "$JS.API.CONSUMER.CREATE.OBJ_broadcast_recipients.x", false},
+		{"viewer", "$JS.API.CONSUMER.CREATE.KV_broadcast_ledger.x", false},
+		{"viewer", "$JS.API.DIRECT.GET.KV_broadcast_progress.t1", true},
+		{"viewer", "$JS.API.CONSUMER.CREATE.KV_broadcast_progress.w.$KV.broadcast_progress.>", true},
+		{"viewer", "$JS.API.DIRECT.GET.KV_broadcast_health.hook", true},
 		// Grants (a misspelt deny would make these pass as denials).
 		{"operator", "broadcast.tasks", true},
 		{"operator", "broadcast.control.t1", true},
@@ -261,6 +279,8 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"ingest", "broadcast.control.*", true},
 		{"dispatch", "broadcast.requeue.*", true},
 		{"operator", "broadcast.events.>", true},
+		{"viewer", "broadcast.events.>", false},
+		{"viewer", "broadcast.>", false},
 	}
 
 	probes := map[string]*permProbe{}
@@ -284,6 +304,14 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	}
 	t.Logf("%d denials asserted: %s", len(denied), strings.Join(denied, "; "))
 
+	// The viewer reads progress through JetStream as `nats kv get` does.
+	vctx, vcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	kv, err := probes["viewer"].js.KeyValue(vctx, shared.BucketProgress)
+	require.NoError(t, err, "viewer opens broadcast_progress")
+	_, err = kv.Get(vctx, "no-such-task")
+	vcancel()
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a viewer's read is a read, not a permission error")
+
 	// A job published by ingest through JetStream gets no ack and is not
 	// stored.
 	jobs := func() uint64 {
@@ -293,7 +321,7 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	}
 	before := jobs()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_, err := probes["ingest"].js.Publish(ctx, "broadcast.jobs.hook.normal", []byte(`{}`))
+	_, err = probes["ingest"].js.Publish(ctx, "broadcast.jobs.hook.normal", []byte(`{}`))
 	cancel()
 	require.Error(t, err, "ingest's job publish must not be acknowledged")
 	require.Equal(t, before, jobs(), "JOBS holds nothing ingest published")
@@ -311,7 +339,7 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	opts, err := server.ProcessConfigFile(natsConfPath)
 	require.NoError(t, err)
 	require.Empty(t, opts.NoAuthUser, "no_auth_user must stay unset")
-	require.Len(t, opts.Users, 5)
+	require.Len(t, opts.Users, 6)
 	for _, u := range opts.Users {
 		require.NotNil(t, u.Permissions, "user %s has permissions", u.Username)
 		require.True(t, strings.HasPrefix(u.Password, "$2a$"), "user %s: nats.conf keeps a bcrypt hash, not the password", u.Username)
