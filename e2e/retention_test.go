@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/ingest"
+	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -57,4 +60,37 @@ func TestLiveTasksOutliveRetention(t *testing.T) {
 	p := ts.WaitFinal(t, paused.ID, 20*time.Second)
 	require.Equal(t, shared.StateSucceeded, p.State)
 	require.Equal(t, 60, p.Sent)
+}
+
+// TestFinishedTasksAreForgotten: with a 2 s status retention a finished
+// task's progress and checkpoint are removed once it has been finished that
+// long; a paused task of the same age is kept.
+func TestFinishedTasksAreForgotten(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "fg", webhookAccount(gw.URL, `"rate_per_sec":50,"burst":5,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Status: status.Config{Retention: 2 * time.Second}})
+	done := shared.Task{ID: "fg-done", Channel: "webhook", Template: "hi", Recipients: recipients("d", 5)}
+	submit(t, ts, done)
+	ts.WaitFinal(t, done.ID, 10*time.Second)
+	live := shared.Task{ID: "fg-live", Channel: "webhook", Template: "hi", Recipients: recipients("l", 500)}
+	submit(t, ts, live)
+	waitCount(t, 10*time.Second, 10, func() int { return gw.Ledger().Accepted }, "first sends of the live task")
+	require.True(t, control(t, ts, live.ID, shared.ActionPause).OK)
+	finished := time.Now()
+
+	obs, err := ts.JS.ObjectStore(context.Background(), shared.BucketStatus)
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		_, err := kvGet(t, ts, shared.BucketProgress, done.ID)
+		return err != nil
+	}, "the finished task's progress is removed")
+	gone := time.Since(finished)
+	_, err = obs.GetInfo(context.Background(), done.ID)
+	require.ErrorIs(t, err, jetstream.ErrObjectNotFound, "and its checkpoint")
+	p := ts.Progress(t, live.ID)
+	t.Logf("finished task removed %s after it finished (retention 2 s); the paused one kept: %s", gone.Round(100*time.Millisecond), p.State)
+	require.Equal(t, shared.StatePaused, p.State)
+	require.Greater(t, gone, 1500*time.Millisecond, "not before its retention")
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// nothing. ConfigFromEnv reads DASHBOARD_HOSTS, comma-separated.
 	// Defaults to none.
 	DashboardHosts []string
+	// Retention is how long a finished task's progress and checkpoint are
+	// kept; then they are removed. ConfigFromEnv reads STATUS_RETENTION (a
+	// Go duration). Defaults to 720h (30 days, the events' retention).
+	Retention time.Duration
 	// MaxEventStreams bounds the dashboard's event-stream clients at once.
 	// Defaults to 64.
 	MaxEventStreams int
@@ -94,6 +98,13 @@ func ConfigFromEnv() (Config, error) {
 		}
 		c.CircuitThreshold = f
 	}
+	if v := os.Getenv("STATUS_RETENTION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("STATUS_RETENTION: %q is not a positive duration like 720h", v)
+		}
+		c.Retention = d
+	}
 	if v := os.Getenv("STATUS_FLUSH_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -122,6 +133,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("DashboardAddr: %q listens beyond loopback; set DASHBOARD_TOKEN so that only operators get in", c.DashboardAddr)
 		}
 	}
+	if c.Retention < 0 {
+		return fmt.Errorf("Retention: must not be negative")
+	}
 	if c.MaxEventStreams < 0 {
 		return fmt.Errorf("MaxEventStreams: must not be negative")
 	}
@@ -149,6 +163,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.MaxEventStreams == 0 {
 		c.MaxEventStreams = 64
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -30,7 +30,8 @@
 // Where to edit what: status.go (the consume and flush loop), fold.go (how
 // an event changes a task's progress), checkpoint.go (saving and loading
 // fold state), rate.go (smoothed rate and ETA), dashboard.go (what the
-// dashboard shows, queue polling), http.go (routes), guard.go (who may
+// dashboard shows, queue polling), retention.go (removing old finished
+// tasks), http.go (routes), guard.go (who may
 // use the dashboard: Host check, token, stream cap), breaker.go (the
 // per-task circuit breaker), web/ (the page),
 // config.go (settings).

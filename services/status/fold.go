@@ -70,7 +70,11 @@ type taskFold struct {
 	Waiting    int    `json:"waiting,omitempty"`
 	WaitReason string `json:"wait_reason,omitempty"`
 
-	dirty     bool
+	dirty bool
+	// unsaved says events changed the fold since its last checkpoint; a
+	// rewrite of progress alone (rate, ETA, run state) needs none, so an
+	// idle paused task is not checkpointed every second.
+	unsaved   bool
 	lastWrite time.Time
 	breaker   breakerWindow
 }

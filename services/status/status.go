@@ -52,6 +52,15 @@ type Service struct {
 	folds map[string]*taskFold
 	// Folded counts events folded since start (for metrics and tests).
 	Folded int64
+	// Checkpoints counts fold states saved since start (for tests).
+	Checkpoints int64
+}
+
+// CheckpointsSaved returns how many fold states were saved since start.
+func (s *Service) CheckpointsSaved() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Checkpoints
 }
 
 // New prepares the service; Run starts it.
@@ -84,6 +93,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
+	go shared.Supervise(ctx, s.log, "finished-task retention", s.forget)
 	stopDashboard, err := s.startDashboard(ctx)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
@@ -167,7 +177,7 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	if f.apply(&ev) {
-		f.dirty = true
+		f.dirty, f.unsaved = true, true
 	}
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
 		go s.pauseTask(ev.TaskID, reason)
@@ -242,8 +252,8 @@ func (s *Service) flush(ctx context.Context) error {
 	// Snapshot under the lock; write outside it.
 	type write struct {
 		f    *taskFold
-		snap []byte
 		prog []byte
+		save bool
 	}
 	writes := make([]write, 0, len(todo))
 	for _, f := range todo {
@@ -252,16 +262,24 @@ func (s *Service) flush(ctx context.Context) error {
 			s.mu.Unlock()
 			return err
 		}
-		writes = append(writes, write{f: f, prog: prog})
+		writes = append(writes, write{f: f, prog: prog, save: f.unsaved})
 	}
 	s.mu.Unlock()
 
 	for _, w := range writes {
-		s.mu.Lock()
-		err := s.saveCheckpoint(ctx, w.f)
-		s.mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", w.f.P.TaskID, err)
+		if w.save {
+			s.mu.Lock()
+			err := s.saveCheckpoint(ctx, w.f)
+			if err == nil {
+				w.f.unsaved = false
+			}
+			s.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("checkpoint %s: %w", w.f.P.TaskID, err)
+			}
+			s.mu.Lock()
+			s.Checkpoints++
+			s.mu.Unlock()
 		}
 		if _, err := s.progress.Put(ctx, w.f.P.TaskID, w.prog); err != nil {
 			return fmt.Errorf("progress %s: %w", w.f.P.TaskID, err)

@@ -1,0 +1,36 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestPausedTaskIsNotCheckpointedEverySecond: a paused task's progress is
+// still rewritten every second (rate, ETA, updated_at), but its fold state,
+// unchanged, is not saved again: before, every paused task was
+// checkpointed every second, a 1M-recipient one included.
+func TestPausedTaskIsNotCheckpointedEverySecond(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "ck", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
+	p := natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	task := shared.Task{ID: "ckpt", Channel: "webhook", Template: "hi", Recipients: recipients("k", 200)}
+	submit(t, ts, task)
+	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
+	require.True(t, control(t, ts, task.ID, shared.ActionPause).OK)
+	waitProgress(t, ts, task.ID, 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	time.Sleep(1500 * time.Millisecond) // in-flight outcomes land and are saved
+
+	before, first := p.Status.CheckpointsSaved(), ts.Progress(t, task.ID)
+	time.Sleep(3 * time.Second)
+	after, last := p.Status.CheckpointsSaved(), ts.Progress(t, task.ID)
+	t.Logf("paused 3 s: %d checkpoints saved, progress updated_at moved %s", after-before, last.UpdatedAt.Sub(first.UpdatedAt).Round(time.Millisecond))
+	require.Zero(t, after-before, "an idle paused task is not checkpointed")
+	require.GreaterOrEqual(t, last.UpdatedAt.Sub(first.UpdatedAt), 2*time.Second, "its progress stays live")
+}
