@@ -197,3 +197,44 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 	require.True(t, strings.Contains(sample.Error, "no healthy webhook account"), sample.Error)
 	require.Equal(t, shared.ClassAccountFatal, sample.Class)
 }
+
+// TestDeletedAccountIsReaped: an account deleted mid-task has its queued
+// jobs moved to the other account of the pool; once nothing of it is left
+// its runner stops and its lane consumers are deleted (they stayed, with
+// the runner's goroutines, for as long as the process ran).
+func TestDeletedAccountIsReaped(t *testing.T) {
+	t.Parallel()
+	const n = 150
+	ts := natstest.Start(t)
+	gwA, recA := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gwB, recB := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	ts.PutAccount(t, "rp-a", webhookAccount(recA.URL, `"rate_per_sec":60,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "rp-b", webhookAccount(recB.URL, `"rate_per_sec":30,"burst":5,"concurrency":4`))
+	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{ReapInterval: 300 * time.Millisecond}})
+	task := shared.Task{ID: "reap", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"rp-a", "rp-b"}, Recipients: recipients("r", n)}
+	submit(t, ts, task)
+	waitCount(t, 15*time.Second, 10, func() int { return len(recB.accepted()) }, "rp-b sends before it is deleted")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := ts.JS.KeyValue(ctx, shared.BucketAccounts)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, "rp-b"))
+	p := ts.WaitFinal(t, task.ID, 30*time.Second)
+	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, n, gwA.Ledger().AcceptedKeys()+gwB.Ledger().AcceptedKeys())
+	require.Zero(t, gwA.Ledger().Duplicates+gwB.Ledger().Duplicates)
+
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		for _, pr := range shared.Priorities {
+			if _, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("rp-b", pr)); err == nil {
+				return false
+			}
+		}
+		return true
+	}, "the deleted account's consumers are gone")
+	for _, pr := range shared.Priorities {
+		_, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("rp-a", pr))
+		require.NoError(t, err, "the live account keeps its consumers")
+	}
+	t.Logf("deleted account: rp-a sent %d, rp-b %d; rp-b's runner and consumers removed after the task", gwA.Ledger().AcceptedKeys(), gwB.Ledger().AcceptedKeys())
+}

@@ -35,6 +35,10 @@ type Config struct {
 	// HealthInterval is how often the active owner of an account refreshes
 	// its health value. Defaults to 2 seconds.
 	HealthInterval time.Duration
+	// ReapInterval is how often the runners of deleted accounts are
+	// checked and stopped once nothing of theirs is left to move. Defaults
+	// to 30 seconds.
+	ReapInterval time.Duration
 	// MaxInFlight caps the provider calls this replica makes at once, over
 	// all its accounts: a replica's own capacity (connections, CPU), where
 	// an account's concurrency is the provider's limit. 0, the default,
@@ -150,6 +154,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.NoHealthyWait == 0 {
 		c.NoHealthyWait = 30 * time.Second
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = 30 * time.Second
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = 2 * time.Second

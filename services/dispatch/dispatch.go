@@ -37,6 +37,9 @@ type Service struct {
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
+	// deletedAccounts are runners kept after their account was deleted,
+	// until their jobs have moved (reap.go).
+	deletedAccounts map[string]bool
 	// numRunners is len(runners) for the fair share, read without mu: a
 	// runner stopping (under mu, in Run and accountChanged) waits for its
 	// give-back check and its acquire loop, which count the accounts; taking
@@ -59,7 +62,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	cfg.withDefaults()
 	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
-		runners: map[string]*accountRunner{}, ready: make(chan struct{}),
+		runners: map[string]*accountRunner{}, deletedAccounts: map[string]bool{}, ready: make(chan struct{}),
 		wakeSignal: make(chan struct{}, 1), wakeChannels: map[string]bool{}}, nil
 }
 
@@ -104,6 +107,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// Held jobs wait for capacity; an edit that adds some wakes them, and so
 	// does a start, for edits made while no dispatch ran.
 	go shared.Supervise(ctx, s.log, "held-job waker", s.runWaker)
+	go shared.Supervise(ctx, s.log, "deleted-account reaper", s.runReaper)
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {
@@ -150,6 +154,9 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 		cp.Enabled = &disabled
 		acct = &cp
 		log.Warn("account deleted or invalid; its queued jobs move to healthy accounts")
+		s.deletedAccounts[c.Name] = true
+	} else {
+		delete(s.deletedAccounts, c.Name)
 	}
 	ch, err := s.cfg.Channels.Get(acct.Channel)
 	if err != nil {

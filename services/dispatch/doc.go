@@ -125,7 +125,8 @@
 // (token bucket, Retry-After pauses, the one-second bound), adapt.go (the
 // adaptive rate's control law), caps.go (daily cap, per-recipient gap), delay.go
 // (scheduled waits, held jobs, moving jobs), wake.go (waking held jobs on
-// account edits), control.go (pause/cancel of tasks), backoff.go
+// account edits), reap.go (stopping runners of deleted accounts),
+// control.go (pause/cancel of tasks), backoff.go
 // (retry delays), ledger.go (attempt history), sentindex.go (idempotency),
 // deadletter.go (giving up; an undecodable job's
 // failed event from the fields that still decode), config.go (settings).
