@@ -113,7 +113,8 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 					running.start(i, m)
 					err := safeHandle(hctx, m, h)
 					running.end(i)
-					if l, ok := err.(*later); ok {
+					var l *later
+					if errors.As(err, &l) {
 						settleLater <- deferred{m: m, wait: l.wait}
 						continue
 					}
@@ -257,14 +258,18 @@ func Settle(ctx context.Context, m jetstream.Msg, err error, cfg *ConsumeConfig)
 		} else {
 			log.Error("message given up", "err", err)
 		}
-		_ = m.Term()
+		if terr := m.Term(); terr != nil {
+			log.Warn("term failed; the message will be redelivered and given up again", "err", terr)
+		}
 	default:
 		delay, ok := RetryDelay(err)
 		if !ok {
 			delay = cfg.RetryDelay
 			settleLogger(m, cfg).Warn("handler failed; will retry", "err", err, "delay", delay)
 		}
-		_ = m.NakWithDelay(delay)
+		if nerr := m.NakWithDelay(delay); nerr != nil {
+			settleLogger(m, cfg).Debug("nak failed; the message comes back after its ack wait", "err", nerr)
+		}
 	}
 }
 

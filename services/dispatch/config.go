@@ -22,9 +22,6 @@ type Config struct {
 	BackoffBase time.Duration
 	// BackoffMax caps the retry delay. Defaults to 5 minutes.
 	BackoffMax time.Duration
-	// AccountFatalDelay is how long a job waits when its account answered
-	// with an account-fatal error. Defaults to 60 seconds.
-	AccountFatalDelay time.Duration
 	// LongWait is the shortest retry wait handed to a JetStream scheduled
 	// message instead of NakWithDelay, which would hold a MaxAckPending slot
 	// for the whole wait. Defaults to 3 seconds.
@@ -145,9 +142,6 @@ func (c *Config) withDefaults() {
 	}
 	if c.BackoffMax == 0 {
 		c.BackoffMax = 5 * time.Minute
-	}
-	if c.AccountFatalDelay == 0 {
-		c.AccountFatalDelay = time.Minute
 	}
 	if c.LongWait == 0 {
 		c.LongWait = 3 * time.Second
