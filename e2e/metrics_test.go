@@ -70,8 +70,9 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		m = metricstest.Scrape(t, url)
 		return m.Sum("broadcast_events_folded_total") == float64(len(events)) &&
-			m.Sum("broadcast_send_duration_seconds", "account", "hook") == float64(l.Requests)
-	}, "every event folded and every provider call timed")
+			m.Sum("broadcast_send_duration_seconds", "account", "hook") == float64(l.Requests) &&
+			m.Sum("broadcast_tasks", "state", "partial") == 1 && m.Sum("broadcast_tasks", "state", "rejected") == 1
+	}, "every event folded, every provider call timed, the task gauges polled")
 
 	// dispatch
 	require.Equal(t, float64(final.Sent), m.Sum("broadcast_sends_total", "account", "hook", "outcome", "sent", "class", "none"))
