@@ -27,7 +27,18 @@
 //     a disconnect fails what is pending).
 //   - serve.go: serving core requests concurrently with a bound
 //     (ConcurrentHandler, used by ingest's control and dispatch's re-queue
-//     subscriptions) and per-key ordering (KeyedMutex).
+//     subscriptions), per-key ordering (KeyedMutex) and periodic
+//     housekeeping loops (Every).
+//   - size.go: the JSON size of a recipient's variables and its limit.
+//   - taskrecord.go: the task record and render batches (ingest to render).
+//   - errclass.go: the error classes of send outcomes.
+//   - control.go, requeue.go: task run state and its watcher; the re-queue
+//     request ingest sends dispatch.
+//   - accountwatch.go, health.go, route.go: live views of accounts and
+//     their health, and choosing an account for a recipient.
+//   - kvview.go, kvwatch.go: a KV bucket kept in memory, and following a
+//     watch from its current values on.
+//   - strconv.go: small number formatting helpers.
 //   - nats.go, logging.go: connection (over a socket, or in process to an
 //     embedded server) and logging from the environment.
 //

@@ -1,6 +1,7 @@
 package shared
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -83,5 +84,21 @@ func (k *KeyedMutex) Lock(key string) (unlock func()) {
 			delete(k.locks, key)
 		}
 		k.mu.Unlock()
+	}
+}
+
+// Every calls fn every d until ctx ends (the first call after d). The
+// periodic housekeeping loops (keeping records alive, forgetting finished
+// tasks, reaping deleted accounts) run on it.
+func Every(ctx context.Context, d time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn(ctx)
+		}
 	}
 }

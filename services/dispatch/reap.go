@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,16 +16,7 @@ import (
 // then, without this, stayed with its goroutines and three consumers for
 // as long as the process ran.
 func (s *Service) runReaper(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.reapDeleted(ctx)
-	}
+	shared.Every(ctx, s.cfg.ReapInterval, func(ctx context.Context) { s.reapDeleted(ctx) })
 }
 
 // reapDeleted stops the deleted accounts' runners with nothing left.

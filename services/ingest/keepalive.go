@@ -29,14 +29,7 @@ func (s *Service) keepAlive(ctx context.Context) {
 	if every == 0 {
 		every = ttl / 4
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	shared.Every(ctx, every, func(ctx context.Context) {
 		n, err := s.refreshLive(ctx, ttl, every)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("keeping live task records alive failed; next round tries again", "err", err)
@@ -44,7 +37,7 @@ func (s *Service) keepAlive(ctx context.Context) {
 		if n > 0 {
 			s.log.Debug("live task records kept alive", "count", n)
 		}
-	}
+	})
 }
 
 // refreshLive rewrites every record of a live task older than every (so

@@ -16,14 +16,7 @@ import (
 // ago, so months of tasks do not pile up in KV and the object store.
 func (s *Service) forget(ctx context.Context) {
 	every := min(time.Hour, s.cfg.Retention/4)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	shared.Every(ctx, every, func(ctx context.Context) {
 		n, err := s.forgetFinished(ctx, time.Now())
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("removing old finished tasks failed; next round tries again", "err", err)
@@ -31,7 +24,7 @@ func (s *Service) forget(ctx context.Context) {
 		if n > 0 {
 			s.log.Info("old finished tasks removed", "count", n, "retention", s.cfg.Retention)
 		}
-	}
+	})
 }
 
 // forgetFinished removes what is kept of tasks finished before now minus
