@@ -6,7 +6,8 @@
 // Where to edit what:
 //   - channel.go: the Channel / Sender interfaces and Result.
 //   - registry.go: which channels exist.
-//   - webhook.go, sandbox.go, ...: one file per adapter.
+//   - webhook.go, sandbox.go, whatsapp.go, wxpusher.go, smtp.go: one file
+//     per adapter.
 //   - httpclass.go: mapping HTTP answers and Retry-After onto error classes.
 //   - httpclient.go: the one HTTP client of the adapters (no redirects,
 //     NetPolicy's address checks), URL redaction.

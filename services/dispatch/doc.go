@@ -126,6 +126,7 @@
 // adaptive rate's control law), caps.go (daily cap, per-recipient gap), delay.go
 // (scheduled waits, held jobs, moving jobs), wake.go (waking held jobs on
 // account edits), reap.go (stopping runners of deleted accounts),
+// requeue.go (re-queue requests: unparking, retry-dead, the parked sweeper),
 // control.go (pause/cancel of tasks), backoff.go
 // (retry delays), ledger.go (attempt history), sentindex.go (idempotency),
 // deadletter.go (giving up; an undecodable job's
