@@ -46,7 +46,7 @@ func consumerConfig(a *shared.Account, p shared.Priority) jetstream.ConsumerConf
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
-		MaxAckPending: jobsInFlight(a), // concurrency, or enough jobs to fill a batch account's calls (batcher.go)
+		MaxAckPending: jobsInFlight(a, p), // concurrency, or enough jobs to fill a batch account's calls (batcher.go)
 	}
 }
 
@@ -385,7 +385,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 			err := shared.Consume(sctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				return r.handle(ctx, sched, lane, msg)
 			}, shared.ConsumeConfig{
-				Concurrency: jobsInFlight(a),
+				Concurrency: jobsInFlight(a, lanePriority[lane]),
 				AckWait:     ackWait,
 				RetryDelay:  r.svc.cfg.BackoffBase,
 				DeadLetter:  r.svc.deadLetter,

@@ -44,16 +44,24 @@ const batchFill = 4
 // holds at once.
 const maxJobsInFlight = 10_000
 
-// jobsInFlight is the account consumer's MaxAckPending and its number of
-// job handlers. For max_batch 1 it is concurrency, the in-flight request
-// cap. For a batch account concurrency counts provider calls in flight,
-// each carrying up to max_batch jobs, so the consumer holds batchFill
-// times that many, at most maxJobsInFlight.
-func jobsInFlight(a *shared.Account) int {
+// jobsInFlight is a lane consumer's MaxAckPending and its number of job
+// handlers. For max_batch 1 it is concurrency, the in-flight request cap.
+// For a batch account concurrency counts provider calls in flight, each
+// carrying up to max_batch jobs: the account holds batchFill times that
+// many, at most maxJobsInFlight over its three lanes together. The normal
+// lane, where bulk work runs, gets half of it, high and low a quarter
+// each, and every lane at least one full call.
+func jobsInFlight(a *shared.Account, p shared.Priority) int {
 	if a.MaxBatch <= 1 {
 		return a.Concurrency
 	}
-	return min(a.Concurrency*min(a.MaxBatch, maxJobsInFlight)*batchFill, maxJobsInFlight)
+	batch := min(a.MaxBatch, maxJobsInFlight)
+	account := min(a.Concurrency*batch*batchFill, maxJobsInFlight)
+	share := account / 4
+	if p == shared.PriorityNormal {
+		share = account / 2
+	}
+	return max(share, batch)
 }
 
 // errBatcherStopped is what a job waiting in a stopped batcher gets back.

@@ -512,16 +512,24 @@ func TestCallAnswer(t *testing.T) {
 
 func TestJobsInFlight(t *testing.T) {
 	t.Parallel()
-	tests := []struct{ concurrency, maxBatch, want int }{
-		{4, 1, 4},       // single sends: the in-flight request cap, as before
-		{1, 2000, 8000}, // WxPusher: batchFill calls' worth
-		{2, 2000, maxJobsInFlight},
-		{8, 100, 3200},
-		{1000, 1 << 40, maxJobsInFlight}, // no overflow
+	// Per lane; the account's three lanes together hold at most
+	// maxJobsInFlight (30,000 before: 10,000 each), each at least a call.
+	tests := []struct{ concurrency, maxBatch, normal, other int }{
+		{4, 1, 4, 4},          // single sends: the in-flight request cap, as before
+		{1, 2000, 4000, 2000}, // WxPusher: batchFill calls' worth, a call at least
+		{2, 2000, maxJobsInFlight / 2, 2500},
+		{8, 100, 1600, 800},
+		{1000, 1 << 40, maxJobsInFlight, maxJobsInFlight}, // a lane holds one call; no overflow
 	}
 	for _, tt := range tests {
 		a := &shared.Account{Concurrency: tt.concurrency, MaxBatch: tt.maxBatch}
-		require.Equal(t, tt.want, jobsInFlight(a), "concurrency %d max_batch %d", tt.concurrency, tt.maxBatch)
+		n, h, l := jobsInFlight(a, shared.PriorityNormal), jobsInFlight(a, shared.PriorityHigh), jobsInFlight(a, shared.PriorityLow)
+		require.Equal(t, tt.normal, n, "normal lane, concurrency %d max_batch %d", tt.concurrency, tt.maxBatch)
+		require.Equal(t, tt.other, h, "high lane, concurrency %d max_batch %d", tt.concurrency, tt.maxBatch)
+		require.Equal(t, h, l)
+		if tt.maxBatch > 1 && tt.maxBatch <= maxJobsInFlight/4 {
+			require.LessOrEqual(t, n+h+l, maxJobsInFlight, "one budget across the lanes")
+		}
 	}
 }
 

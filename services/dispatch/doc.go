@@ -69,8 +69,9 @@
 // still settling), or after batchMaxWait (2 s). For these accounts
 // rate_per_sec and concurrency count provider calls (one token per call,
 // taken only while the lease holds; at most concurrency calls in flight),
-// and each lane's consumer holds concurrency×max_batch×4 jobs (at most
-// 10,000) so groups can fill. The batcher groups by text, not priority.
+// and the account's lanes together hold concurrency×max_batch×4 jobs (at
+// most 10,000: half in the normal lane, a quarter in high and in low, each
+// at least one call's worth) so groups can fill. The batcher groups by text, not priority.
 // Every job gets its own result and outcome, so a partly failed call
 // retries only its failed recipients, which merge again with whatever
 // waits. A pause, cancel or drain is checked again before each call and
