@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,10 +16,36 @@ import (
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pki"
 	"github.com/broadcastd/broadcast/shared"
 )
 
 var clusterConfs = []string{"../deploy/cluster/n1.conf", "../deploy/cluster/n2.conf", "../deploy/cluster/n3.conf"}
+
+// clusterConfigs copies deploy/cluster's node configurations (and the
+// auth.conf they include) into a temporary directory, with route
+// certificates made by `broadcast certs`'s code there: the files name
+// their certificates relative to the repository root, where the README
+// runs them, and the tests run in e2e/.
+func clusterConfigs(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	tlsDir := filepath.Join(dir, "tls")
+	require.NoError(t, pki.WriteRouteCerts(tlsDir, []string{"127.0.0.1", "localhost"}, time.Hour))
+	auth, err := os.ReadFile("../deploy/cluster/auth.conf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o644))
+	var out []string
+	for _, f := range clusterConfs {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.Contains(t, string(data), "deploy/cluster/tls/", "%s names its route certificates", f)
+		path := filepath.Join(dir, filepath.Base(f))
+		require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(data), "deploy/cluster/tls/", tlsDir+"/")), 0o644))
+		out = append(out, path)
+	}
+	return out
+}
 
 // TestClusterLeaderFailover runs the pipeline on a three-node JetStream
 // cluster built from deploy/cluster (its users, route credentials and
@@ -31,7 +61,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	}
 	t.Parallel()
 	svc, op := devCredentials(t)
-	c := natstest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfs, EnsureAs: svc["ingest"], ClientAs: op})
+	c := natstest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfigs(t), EnsureAs: svc["ingest"], ClientAs: op})
 	for _, name := range []string{shared.StreamTasks, shared.StreamJobs, shared.StreamEvents, "KV_" + shared.BucketLedger, "OBJ_" + shared.BucketStatus} {
 		st, err := c.JS.Stream(context.Background(), name)
 		require.NoError(t, err)
@@ -164,7 +194,8 @@ func dumpClusterState(t *testing.T, c *natstest.Cluster) {
 
 // TestClusterConfigsMatchNATSConf checks that the cluster nodes in
 // deploy/cluster carry exactly the users and permissions of nats.conf, use
-// sync_interval: always and authenticate their routes.
+// sync_interval: always, and authenticate their routes and run them over
+// TLS that verifies the peer.
 func TestClusterConfigsMatchNATSConf(t *testing.T) {
 	t.Parallel()
 	single, err := server.ProcessConfigFile(natsConfPath)
@@ -176,7 +207,7 @@ func TestClusterConfigsMatchNATSConf(t *testing.T) {
 		}
 		return out
 	}
-	for i, f := range clusterConfs {
+	for i, f := range clusterConfigs(t) {
 		o, err := server.ProcessConfigFile(f)
 		require.NoError(t, err, f)
 		require.True(t, reflect.DeepEqual(perms(single), perms(o)), "%s: users and permissions differ from nats.conf (regenerate deploy/cluster/auth.conf)", f)
@@ -185,6 +216,8 @@ func TestClusterConfigsMatchNATSConf(t *testing.T) {
 		require.Equal(t, 4222+i, o.Port)
 		require.Len(t, o.Routes, 3)
 		require.NotEmpty(t, o.Cluster.Username, "%s: routes authenticate", f)
+		require.NotNil(t, o.Cluster.TLSConfig, "%s: routes use TLS", f)
+		require.Equal(t, tls.RequireAndVerifyClientCert, o.Cluster.TLSConfig.ClientAuth, "%s: routes verify the peer's certificate", f)
 		require.Empty(t, o.NoAuthUser)
 	}
 }

@@ -9,6 +9,7 @@
 //	broadcast tasks                          list tasks
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
+//	broadcast certs                          route certificates for deploy/cluster
 package main
 
 import (
@@ -35,6 +36,7 @@ tools:
   pause ID, resume ID, cancel ID, retry-dead ID
                control a task (broadcast.control.<ID>)
   gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
+  certs        write the TLS certificates of deploy/cluster's routes (-dir, -hosts, -days)
   bench        measure the pipeline against raw JetStream publishing (-n, -replicas 1,2,4)
 
 environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
@@ -67,6 +69,8 @@ func main() {
 		err = runBench(ctx, args)
 	case "tasks":
 		err = runTasks(ctx, args)
+	case "certs":
+		err = runCerts(args)
 	case "pause", "resume", "cancel", "retry-dead":
 		err = runControl(ctx, cmd, args)
 	case "-h", "--help", "help":

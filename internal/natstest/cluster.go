@@ -20,7 +20,7 @@ type ClusterOptions struct {
 	SyncAlways bool
 	// ConfigFiles, when set, are node configurations (for example
 	// deploy/cluster/n1.conf ...): each node takes its server name, users
-	// and permissions, route credentials, max payload and sync setting from
+	// and permissions, route credentials and TLS, max payload and sync setting from
 	// its file, while ports, routes and stores are the test's own.
 	ConfigFiles []string
 	// EnsureAs is the user that creates the topology (required with users).
@@ -72,6 +72,7 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 			opts.Users, opts.NoAuthUser = fo.Users, fo.NoAuthUser
 			opts.MaxPayload = fo.MaxPayload
 			opts.SyncAlways, opts.SyncInterval = fo.SyncAlways, fo.SyncInterval
+			opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = fo.Cluster.TLSConfig, fo.Cluster.TLSTimeout
 			if fo.Cluster.Username != "" {
 				opts.Cluster.Username, opts.Cluster.Password = fo.Cluster.Username, fo.Cluster.Password
 				var routes []*url.URL
