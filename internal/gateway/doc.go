@@ -15,7 +15,8 @@
 // duplicate.
 //
 // A send request is decided in this order: body read, Latency, signature
-// (401), shape (400), the account's token bucket (429, Refused), FatalPrefix
+// (401), shape (400), a Tape's recorded answer (which skips the rest),
+// Unauthorized (401), the account's token bucket (429, Refused), FatalPrefix
 // (401), PermanentPrefix (400), then one draw against FailRate,
 // RateLimitedRate and TimeoutRate. With a non-zero Seed the draw is a hash of
 // (Seed, Idempotency-Key, attempt), so a run is reproducible whatever the
@@ -31,6 +32,7 @@
 //   - bucket.go: the per-account token bucket.
 //   - ledger.go: the Ledger snapshot and the bookkeeping behind it.
 //   - serve.go: Serve, graceful shutdown and the HTTP client helpers.
+//   - tape.go: Tape, recorded answers played back per key and attempt.
 //
 // The gateway keeps every key it has seen in memory until Reset; it is a test
 // instrument, not a long-running service.
