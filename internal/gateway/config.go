@@ -59,7 +59,7 @@ type Config struct {
 	// never logged or returned. Defaults to "" (no check).
 	Secret string
 	// Unauthorized answers every well-formed send 401 (account fatal), as a
-	// provider does for a revoked token; it is decided before the rate limit
+	// provider does for a revoked token; it is decided after the rate limit
 	// and counted under Injected["401"]. Defaults to false.
 	Unauthorized bool
 	// NoRetryAfter leaves Retry-After off every 429, injected or for

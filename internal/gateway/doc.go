@@ -16,7 +16,7 @@
 //
 // A send request is decided in this order: body read, Latency, signature
 // (401), shape (400), a Tape's recorded answer (which skips the rest),
-// Unauthorized (401), the account's token bucket (429, Refused), FatalPrefix
+// the account's token bucket (429, Refused), Unauthorized (401), FatalPrefix
 // (401), PermanentPrefix (400), then one draw against FailRate,
 // RateLimitedRate and TimeoutRate. With a non-zero Seed the draw is a hash of
 // (Seed, Idempotency-Key, attempt), so a run is reproducible whatever the
