@@ -9,6 +9,8 @@
 //	broadcast tasks                          list tasks
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
+//	broadcast torture -seed N -n M           the randomized scenario tester (internal/scenario)
+//	broadcast tape TASK                      what the providers answered for a task, as a replayable tape
 package main
 
 import (
@@ -36,6 +38,8 @@ tools:
                control a task (broadcast.control.<ID>)
   gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
   bench        measure the pipeline against raw JetStream publishing (-n, -replicas 1,2,4)
+  torture      run randomized scenarios and check every promise (-seed N -n M, -duration, -multiprocess)
+  tape TASK    write what the providers answered for a task (-json: a tape for gateway -tape)
 
 environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
 run "broadcast <command> -h" for a command's flags.
@@ -65,6 +69,10 @@ func main() {
 		err = runGateway(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
+	case "torture":
+		err = runTorture(ctx, args)
+	case "tape":
+		err = runTape(ctx, args)
 	case "tasks":
 		err = runTasks(ctx, args)
 	case "pause", "resume", "cancel", "retry-dead":
