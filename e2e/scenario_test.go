@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,6 +31,17 @@ var (
 // found a bug stays here once the bug is fixed.
 var fixedSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 
+// fixedMultiSeeds run with -scenario.multiprocess (CI's multi-process
+// step): each kills services or restarts nats-server mid-run.
+var fixedMultiSeeds = []uint64{1, 2, 3}
+
+// knownFailing are seeds that fail for a known cause being fixed in
+// another branch (scenario.Known*). The default run requires each to fail
+// for that cause alone: any other failure fails the run, and a seed that
+// passes is logged so it can move to fixedSeeds. -scenario.known makes
+// them fail; switch it on (and empty this list) once the fixes are merged.
+var knownFailing = map[uint64]string{}
+
 // TestScenarios is the randomized scenario tester (issue 12): each seed
 // draws accounts, tasks, faults and operator actions, runs them against the
 // whole pipeline and checks the fakes' ledgers and KV against the contract.
@@ -46,20 +58,35 @@ func TestScenarios(t *testing.T) {
 
 func seedsToRun(t *testing.T) []uint64 {
 	switch {
+	case *scenarioSeed != 0 && *scenarioN > 1:
+		var out []uint64
+		for i := range *scenarioN {
+			out = append(out, *scenarioSeed+uint64(i))
+		}
+		return out
 	case *scenarioSeed != 0:
 		return []uint64{*scenarioSeed}
 	case *scenarioN > 0 || *scenarioDuration > 0:
 		n := *scenarioN
 		if n == 0 {
-			n = 1 << 30
+			n = 100000
 		}
 		var out []uint64
-		for range min(n, 100000) {
+		for range n {
 			out = append(out, rand.Uint64()%1_000_000_000+1000)
 		}
 		return out
 	}
-	out := append([]uint64(nil), fixedSeeds...)
+	var out []uint64
+	if *scenarioMulti {
+		out = append(out, fixedMultiSeeds...)
+	} else {
+		out = append(out, fixedSeeds...)
+		for seed := range knownFailing {
+			out = append(out, seed)
+		}
+	}
+	slices.Sort(out)
 	for range *scenarioFresh {
 		s := rand.Uint64()%1_000_000_000 + 1000
 		t.Logf("fresh seed %d", s)
@@ -78,6 +105,10 @@ func runScenario(t *testing.T, seed uint64) {
 	o := scenario.RunOptions{Logf: t.Logf}
 	if *scenarioMulti {
 		o.Start = multiprocessStack(t)
+		// Restarted services take a while to find their work again, and
+		// dispatch's account-fatal and no-healthy waits are the defaults
+		// (60 s, 30 s) there.
+		o.Slack = 30 * time.Second
 	}
 	ctx := context.Background()
 	rep := scenario.RunAndCheck(ctx, sc, o)
@@ -86,12 +117,19 @@ func runScenario(t *testing.T, seed uint64) {
 		path := filepath.Join(dir, fmt.Sprintf("seed-%d.json", seed))
 		t.Logf("observation in %s: %v", path, rep.Dump(path))
 	}
+	want, listed := knownFailing[seed]
 	if !rep.Failed() {
+		if listed {
+			t.Logf("seed %d is listed as failing for %s but passed: move it to fixedSeeds once that fix is merged", seed, want)
+		}
 		return
 	}
 	unknown := scenario.Unknown(rep.Failures)
-	if rep.Err == nil && len(unknown) == 0 && !*scenarioKnown {
-		t.Skipf("known failing until fixed (%v); -scenario.known makes it fail", scenario.Causes(rep.Failures))
+	if causes := scenario.Causes(rep.Failures); rep.Err == nil && len(unknown) == 0 && !*scenarioKnown {
+		if listed && !slices.Contains(causes, want) {
+			t.Logf("seed %d is listed as failing for %s but failed for %v", seed, want, causes)
+		}
+		t.Skipf("known failing until fixed (%v); -scenario.known makes it fail; replay: %s", causes, scenario.ReplayCommand(seed, *scenarioMulti))
 	}
 	t.Logf("scenario:\n%s", sc.JSON())
 	if *scenarioShrink > 0 && rep.Err == nil {
