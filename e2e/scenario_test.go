@@ -29,7 +29,12 @@ var (
 // fixedSeeds run on every go test ./e2e: small scenarios covering every
 // channel with a fake, faults, operator actions and caps. A seed that
 // found a bug stays here once the bug is fixed.
-var fixedSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+//
+// Seed 8 found the re-queued failed event dropped as a duplicate (fixed in
+// shared/event.go), seed 15 the cancel overwritten by a scheduled start
+// (fixed in ingest/start.go), seed 29 covers a reached daily cap waiting
+// with its reason.
+var fixedSeeds = []uint64{1, 3, 5, 7, 8, 10, 12, 13, 15, 20, 29}
 
 // fixedMultiSeeds run with -scenario.multiprocess (CI's multi-process
 // step): each kills services or restarts nats-server mid-run.
@@ -40,7 +45,10 @@ var fixedMultiSeeds = []uint64{1, 2, 3}
 // for that cause alone: any other failure fails the run, and a seed that
 // passes is logged so it can move to fixedSeeds. -scenario.known makes
 // them fail; switch it on (and empty this list) once the fixes are merged.
-var knownFailing = map[uint64]string{}
+var knownFailing = map[uint64]string{
+	4:  scenario.KnownAdaptive,   // WhatsApp at 62/s under 3.3% random 429s falls to 3/s
+	14: scenario.KnownGapTimeout, // retries after late answers come 1.25 s after the first send, interval 1.49 s
+}
 
 // TestScenarios is the randomized scenario tester (issue 12): each seed
 // draws accounts, tasks, faults and operator actions, runs them against the

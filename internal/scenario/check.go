@@ -274,7 +274,10 @@ func (c *checker) task(t Task) {
 	if !final {
 		f := Failure{Check: CheckFinal, Task: t.ID, Detail: fmt.Sprintf("not final %s after submission (bound %s): %s",
 			time.Since(o.Submitted[t.ID]).Round(time.Second), o.Deadline[t.ID].Sub(o.Submitted[t.ID]).Round(time.Second), counts)}
-		waiting := p.State == shared.StatePaused || p.State == shared.StateAwaitingApproval || p.State == shared.StateScheduled
+		// Paused, or waiting (a reached daily cap says "waiting: ..." while
+		// the task stays processing), with the reason in error.
+		waiting := p.State == shared.StatePaused || p.State == shared.StateAwaitingApproval || p.State == shared.StateScheduled ||
+			strings.HasPrefix(p.Error, "waiting:")
 		if waiting && p.Error != "" {
 			return
 		}
