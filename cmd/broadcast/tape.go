@@ -19,8 +19,16 @@ func runTape(ctx context.Context, args []string) error {
 	out := fs.String("o", "", "write to this file instead of stdout")
 	asJSON := fs.Bool("json", false, "write the tape as JSON (what broadcast gateway -tape reads)")
 	_ = fs.Parse(args)
-	if fs.NArg() != 1 {
-		return fmt.Errorf("usage: broadcast tape [-o FILE] [-json] TASK")
+	task := fs.Arg(0)
+	if fs.NArg() > 1 {
+		// Flags after the task id, as in "broadcast tape TASK -json".
+		_ = fs.Parse(fs.Args()[1:])
+		if fs.NArg() > 0 {
+			task = ""
+		}
+	}
+	if task == "" {
+		return fmt.Errorf("usage: broadcast tape TASK [-o FILE] [-json]")
 	}
 	closeNC, js, err := connectJS(ctx)
 	if err != nil {
@@ -29,7 +37,7 @@ func runTape(ctx context.Context, args []string) error {
 	defer closeNC()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	t, err := tape.Record(cctx, js, fs.Arg(0))
+	t, err := tape.Record(cctx, js, task)
 	if err != nil {
 		return err
 	}
