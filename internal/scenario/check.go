@@ -276,6 +276,9 @@ func (c *checker) task(t Task) {
 			time.Since(o.Submitted[t.ID]).Round(time.Second), o.Deadline[t.ID].Sub(o.Submitted[t.ID]).Round(time.Second), counts)}
 		// Paused, or waiting (a reached daily cap says "waiting: ..." while
 		// the task stays processing), with the reason in error.
+		if q := c.queued(t); q != "" {
+			f.Detail += "; left in JOBS: " + q
+		}
 		waiting := p.State == shared.StatePaused || p.State == shared.StateAwaitingApproval || p.State == shared.StateScheduled ||
 			strings.HasPrefix(p.Error, "waiting:")
 		if waiting && p.Error != "" {
@@ -294,6 +297,26 @@ func (c *checker) task(t Task) {
 		}
 		c.fail(f)
 	}
+}
+
+// queued lists the JOBS subjects still holding messages at the end of the
+// run that belong to t's channel's accounts or to t (parked jobs).
+func (c *checker) queued(t Task) string {
+	var names []string
+	for _, a := range c.sc.Pool(t.Channel).Accounts {
+		names = append(names, a.Name)
+	}
+	var parts []string
+	for subj, n := range c.o.Queued {
+		for _, name := range names {
+			if strings.Contains(subj, "."+name+".") || strings.HasSuffix(subj, "."+name) || strings.Contains(subj, "."+t.ID+".") {
+				parts = append(parts, fmt.Sprintf("%s=%d", subj, n))
+				break
+			}
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }
 
 // exhausted reports whether e is the last allowed attempt of t.

@@ -55,6 +55,10 @@ type Observation struct {
 	Final     map[string]time.Time
 	// Kills are the process faults as run.
 	Kills []KillAt
+	// Queued counts the messages left in stream JOBS per subject when the
+	// run ended (jobs, delayed and parked ones): where a task that is not
+	// final has its work.
+	Queued map[string]uint64
 	// Notes are what the runner did and what control requests answered.
 	Notes []string
 }
@@ -376,6 +380,15 @@ func Bound(sc *Scenario, t Task) time.Duration {
 		if a.Faults.Unauthorized || (len(t.Accounts) > 0 && !slices.Contains(t.Accounts, a.Name)) {
 			continue
 		}
+		// An account disabled or removed during the run hands its queue to
+		// the others for good (moved work does not come back when it is
+		// enabled again), and one added later starts late: count only the
+		// accounts there all along.
+		if a.AddedLater || slices.ContainsFunc(sc.Actions, func(x Action) bool {
+			return x.Account == a.Name && (x.Kind == ActRemove || x.Enabled != nil && !*x.Enabled)
+		}) {
+			continue
+		}
 		ar := a.RatePerSec
 		if a.MaxBatch > 1 {
 			ar *= float64(a.MaxBatch) / 4
@@ -663,6 +676,11 @@ func (r *runner) collect(ctx context.Context) (*Observation, error) {
 			r.obs.Hits[name] = f.Hits()
 		}
 	}()
+	if st, err := r.js.Stream(ctx, shared.StreamJobs); err == nil {
+		if info, err := st.Info(ctx, jetstream.WithSubjectFilter("broadcast.>")); err == nil {
+			r.obs.Queued = info.State.Subjects
+		}
+	}
 	for _, t := range r.sc.Tasks {
 		if _, ok := r.obs.Submitted[t.ID]; !ok {
 			continue
