@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -466,7 +467,11 @@ func (c *checker) account(p Pool, a Account) {
 	} else if a.MaxBatch <= 1 {
 		for _, evs := range c.o.Events {
 			for _, e := range evs {
-				if e.Account == a.Name && e.JobID != "" && (e.Kind == shared.EventSent || e.Kind == shared.EventRetrying || e.Kind == shared.EventFailed) && !e.Requeued {
+				// Provider calls only: sent, and retrying or failed with a
+				// provider's status (not dispatch's own waits such as
+				// daily_cap, which are events too: seed 522968142).
+				if e.Account == a.Name && e.JobID != "" && !e.Requeued && (e.Kind == shared.EventSent ||
+					(e.Kind == shared.EventRetrying || e.Kind == shared.EventFailed) && httpStatus(e.Code)) {
 					times = append(times, e.At)
 				}
 			}
@@ -523,6 +528,12 @@ func (c *checker) account(p Pool, a Account) {
 			}
 		}
 	}
+}
+
+// httpStatus reports whether code is an HTTP status (a provider's answer).
+func httpStatus(code string) bool {
+	n, err := strconv.Atoi(code)
+	return err == nil && n >= 100 && n <= 599
 }
 
 // maxInWindow is the largest number of sorted times within any window
