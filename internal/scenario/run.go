@@ -373,7 +373,7 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 // delays plus three times the time its slowest account takes for its
 // share of the pool's recipients (for retries and slow-downs) plus a fixed
 // allowance for retries, Retry-After waits and moves off a failing
-// account.
+// account, at most MaxBound, plus its pauses.
 func Bound(sc *Scenario, t Task) time.Duration {
 	p := sc.Pool(t.Channel)
 	var rates []float64
@@ -427,6 +427,9 @@ func Bound(sc *Scenario, t Task) time.Duration {
 		slowest = math.Max(slowest, 1.2*n/float64(len(rates))/r)
 	}
 	d := t.SendAfter + t.Approve + time.Duration(3*slowest*float64(time.Second)) + 12*time.Second
+	// A scenario is drawn for seconds of sending; a minute is far past
+	// what any of them needs (a rate edited down to 12/s gave 2m44s).
+	d = min(d, MaxBound)
 	for _, a := range sc.Actions {
 		if a.Task == t.ID && a.Kind == ActPause {
 			d += resumeAfter(sc, a) + time.Second
@@ -434,6 +437,9 @@ func Bound(sc *Scenario, t Task) time.Duration {
 	}
 	return d
 }
+
+// MaxBound caps Bound before pauses are added.
+const MaxBound = time.Minute
 
 // resumeAfter is how long the task of pause action a stays paused.
 func resumeAfter(sc *Scenario, a Action) time.Duration {
