@@ -33,7 +33,8 @@
 //     late), WxPusher, WhatsApp and SMTP; sandbox accounts have none.
 //   - stack.go: Stack, and StartInProcess (embedded server, four services).
 //   - procstack.go: StartProcesses, the multi-process stack (kill -9,
-//     nats-server restart).
+//     nats-server restart); procstack_unix.go / procstack_other.go: process
+//     groups where the OS has them.
 //   - run.go: Run, the runner: fakes, accounts, tasks, the timeline of
 //     actions and kills, collecting the observation.
 //   - check.go: Check and the known causes.

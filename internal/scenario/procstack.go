@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -106,7 +105,7 @@ func (p *processes) start(name string) error {
 	cmd := exec.Command(p.bin, name)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = groupAttr()
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("start %s: %w", name, err)
@@ -137,7 +136,7 @@ func (p *processes) Kill(name string) error {
 	if cmd == nil {
 		return fmt.Errorf("no process %s", name)
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	killGroup(cmd, true)
 	<-done
 	return p.start(name)
 }
@@ -148,11 +147,11 @@ func (p *processes) Close() {
 	dones := p.done
 	p.mu.Unlock()
 	for name, cmd := range procs {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		killGroup(cmd, false)
 		select {
 		case <-dones[name]:
 		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			killGroup(cmd, true)
 			<-dones[name]
 		}
 	}
