@@ -54,6 +54,11 @@ type Event struct {
 	// Requeued marks the retrying event of a dead letter put back in the
 	// queue by retry-dead: it moves the recipient from failed to retrying.
 	Requeued bool `json:"requeued,omitempty"`
+	// Generation is the job's generation (how many times retry-dead put
+	// it back in the queue) on per-attempt outcomes of a re-queued job, so
+	// that its attempts, numbered from 1 again, are not dropped by the
+	// stream's duplicate window as repeats of the first generation's.
+	Generation int `json:"generation,omitempty"`
 	// LatencyMS is how long the provider call took.
 	LatencyMS float64 `json:"latency_ms,omitempty"`
 	// CallShared marks a call-level failure (rate limited, retryable or
@@ -74,6 +79,9 @@ func (e *Event) MsgID() string {
 	}
 	if e.Requeued {
 		return e.JobID + ":requeued:" + e.At.Format("20060102T150405.000000000")
+	}
+	if e.Generation > 0 {
+		return e.JobID + ":" + string(e.Kind) + ":" + itoa(e.Attempt) + ":g" + itoa(e.Generation)
 	}
 	return e.JobID + ":" + string(e.Kind) + ":" + itoa(e.Attempt)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"os"
 	"time"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
@@ -24,7 +25,21 @@ func runGateway(ctx context.Context, args []string) error {
 	fs.IntVar(&c.Burst, "burst", 1, "bucket size for -rate")
 	secretEnv := fs.String("secret-env", "", "environment variable holding the signing secret to verify")
 	fs.Uint64Var(&c.Seed, "seed", 0, "fault injection seed (0 = random)")
+	fs.BoolVar(&c.Unauthorized, "unauthorized", false, "answer every send 401 (a revoked token)")
+	fs.BoolVar(&c.NoRetryAfter, "no-retry-after", false, "send 429s without Retry-After")
+	tapeFile := fs.String("tape", "", "play back this tape (broadcast tape -json TASK) before any other fault")
 	_ = fs.Parse(args)
+	if *tapeFile != "" {
+		f, err := os.Open(*tapeFile)
+		if err != nil {
+			return err
+		}
+		c.Tape, err = gateway.ReadTape(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
 	if *secretEnv != "" {
 		c.Secret = getenv(*secretEnv)
 	}

@@ -10,6 +10,8 @@
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
 //	broadcast certs                          route certificates for deploy/cluster
+//	broadcast torture -seed N -n M           the randomized scenario tester (internal/scenario)
+//	broadcast tape TASK                      what the providers answered for a task, as a replayable tape
 package main
 
 import (
@@ -38,6 +40,8 @@ tools:
   gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
   certs        write the TLS certificates of deploy/cluster's routes (-dir, -hosts, -days)
   bench        measure the pipeline against raw JetStream publishing (-n, -replicas 1,2,4)
+  torture      run randomized scenarios and check every promise (-seed N -n M, -duration, -multiprocess)
+  tape TASK    write what the providers answered for a task (-json: a tape for gateway -tape)
 
 environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
 run "broadcast <command> -h" for a command's flags.
@@ -67,6 +71,10 @@ func main() {
 		err = runGateway(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
+	case "torture":
+		err = runTorture(ctx, args)
+	case "tape":
+		err = runTape(ctx, args)
 	case "tasks":
 		err = runTasks(ctx, args)
 	case "certs":

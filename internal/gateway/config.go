@@ -62,6 +62,19 @@ type Config struct {
 	// missing or wrong get 401 and are counted as BadSignature. The secret is
 	// never logged or returned. Defaults to "" (no check).
 	Secret string
+	// Unauthorized answers every well-formed send 401 (account fatal), as a
+	// provider does for a revoked token; it is decided after the rate limit
+	// and counted under Injected["401"]. Defaults to false.
+	Unauthorized bool
+	// NoRetryAfter leaves Retry-After off every 429, injected or for
+	// exceeding RatePerSec, as providers that do not send it. Defaults to
+	// false (Retry-After is sent).
+	NoRetryAfter bool
+	// Tape, when set, answers the requests it has an answer for (by
+	// Idempotency-Key and attempt) as recorded, before any other fault
+	// decision; requests it has none for are decided as without it. See
+	// Tape. Defaults to nil.
+	Tape *Tape
 	// Seed seeds fault injection. When non-zero every fault decision is a hash
 	// of (Seed, Idempotency-Key, attempt), so runs are reproducible whatever
 	// the arrival order; rate limiting depends on time and is not. Defaults to
@@ -119,6 +132,9 @@ func (c Config) validate() error {
 	if c.Burst < 0 {
 		return fmt.Errorf("%w: Burst: %d is negative", ErrInvalidConfig, c.Burst)
 	}
+	if err := c.Tape.validate(); err != nil {
+		return fmt.Errorf("%w: Tape: %v", ErrInvalidConfig, err)
+	}
 	return nil
 }
 
@@ -137,6 +153,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Float64("rate_per_sec", c.RatePerSec),
 		slog.Int("burst", c.Burst),
 		slog.Bool("signed", c.Secret != ""),
+		slog.Bool("unauthorized", c.Unauthorized),
+		slog.Bool("no_retry_after", c.NoRetryAfter),
+		slog.Int("tape_keys", c.Tape.keys()),
 		slog.Uint64("seed", c.Seed),
 	)
 }

@@ -15,11 +15,13 @@
 // duplicate.
 //
 // A send request is decided in this order: body read, Latency, signature
-// (401), shape (400), a storm (429 to everything while Storm's window
-// lasts, counted as Injected["429"]), the account's token bucket (429,
-// Refused), FatalPrefix (401), PermanentPrefix (400), then one draw against
-// FailRate, RateLimitedRate and TimeoutRate. Every 429 carries
-// Retry-After, except the drawn ones when OmitInjectedRetryAfter is set. With a non-zero Seed the draw is a hash of
+// (401), shape (400), a Tape's recorded answer (which skips the rest), a
+// storm (429 to everything while Storm's window lasts, counted as
+// Injected["429"]), the account's token bucket (429, Refused), Unauthorized
+// (401), FatalPrefix (401), PermanentPrefix (400), then one draw against
+// FailRate, RateLimitedRate and TimeoutRate. Every 429 carries Retry-After,
+// except the drawn ones when OmitInjectedRetryAfter is set and all of them
+// when NoRetryAfter is. With a non-zero Seed the draw is a hash of
 // (Seed, Idempotency-Key, attempt), so a run is reproducible whatever the
 // order in which requests arrive.
 //
@@ -34,6 +36,7 @@
 //   - bucket.go: the per-account token bucket.
 //   - ledger.go: the Ledger snapshot and the bookkeeping behind it.
 //   - serve.go: Serve, graceful shutdown and the HTTP client helpers.
+//   - tape.go: Tape, recorded answers played back per key and attempt.
 //
 // The gateway keeps every key it has seen in memory until Reset; it is a test
 // instrument, not a long-running service.

@@ -47,6 +47,8 @@ type Gateway struct {
 	now func() time.Duration
 	// seq numbers provider message ids; it survives Reset so ids stay unique.
 	seq atomic.Uint64
+	// tape is cfg.Tape indexed by key and attempt (nil without a tape).
+	tape map[tapeKey]TapeAnswer
 
 	mu    sync.Mutex
 	state ledgerState
@@ -67,6 +69,7 @@ func New(cfg Config) (*Gateway, error) {
 		retryAfter: retryAfterSeconds(cfg.RetryAfter),
 		now:        func() time.Duration { return time.Since(epoch) },
 		state:      newLedgerState(),
+		tape:       cfg.Tape.tapeIndex(),
 	}
 	if cfg.Secret != "" {
 		g.secret = []byte(cfg.Secret)
@@ -191,6 +194,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request) {
 	v := verdictAccept
 	var why string
 	var f fault
+	var taped *TapeAnswer
 	switch {
 	case readErr != nil:
 		v, why = verdictBadRequest, "cannot read body"
@@ -205,8 +209,20 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request) {
 			v = verdictBadRequest
 		}
 	}
+	if v == verdictAccept && g.tape != nil {
+		if a, ok := g.tape[tapeKey{key, msg.Attempt}]; ok {
+			taped = &a
+			if a.Latency > 0 {
+				time.Sleep(a.Latency)
+			}
+		}
+	}
 	if v == verdictAccept {
 		switch {
+		case taped != nil:
+			v, f, why = tapeVerdict(*taped)
+		case g.cfg.Unauthorized:
+			v, f, why = verdictFault, fault401, "account not authorised"
 		case g.cfg.FatalPrefix != "" && strings.HasPrefix(msg.To, g.cfg.FatalPrefix):
 			v, f, why = verdictFault, fault401, "account not authorised for this recipient"
 		case g.cfg.PermanentPrefix != "" && strings.HasPrefix(msg.To, g.cfg.PermanentPrefix):
@@ -231,12 +247,12 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request) {
 		s.badRequest++
 	default:
 		acct := s.account(msg.Account)
-		if now < g.stormUntil {
+		if now < g.stormUntil && taped == nil {
 			v, why = verdictStorm, "storm: every request refused"
 			s.injected[fault429]++
 			break
 		}
-		if g.cfg.RatePerSec > 0 {
+		if g.cfg.RatePerSec > 0 && taped == nil {
 			var ok bool
 			if ok, wait = acct.bucket.take(now, g.cfg.RatePerSec, g.cfg.Burst); !ok {
 				v, why = verdictRefuse, "rate limit exceeded"
@@ -274,20 +290,39 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request) {
 	case verdictFault:
 		switch f {
 		case fault429:
-			if g.cfg.OmitInjectedRetryAfter {
+			if g.cfg.OmitInjectedRetryAfter && taped == nil {
 				writeError(w, http.StatusTooManyRequests, why)
 				break
 			}
-			g.writeRetryAfter(w, g.retryAfter, why)
+			secs := g.retryAfter
+			if taped != nil {
+				secs = 0
+				if taped.RetryAfter > 0 {
+					secs = retryAfterSeconds(taped.RetryAfter)
+				}
+			}
+			g.writeRetryAfter(w, secs, why)
 		case fault504:
 			g.hang(r)
 			writeError(w, http.StatusGatewayTimeout, why)
 		case fault503:
-			writeError(w, http.StatusServiceUnavailable, why)
+			status := http.StatusServiceUnavailable
+			if taped != nil {
+				status = taped.Status
+			}
+			writeError(w, status, why)
 		case fault400:
-			writeError(w, http.StatusBadRequest, why)
+			status := http.StatusBadRequest
+			if taped != nil {
+				status = taped.Status
+			}
+			writeError(w, status, why)
 		case fault401:
-			writeError(w, http.StatusUnauthorized, why)
+			status := http.StatusUnauthorized
+			if taped != nil {
+				status = taped.Status
+			}
+			writeError(w, status, why)
 		}
 	}
 }
@@ -411,9 +446,12 @@ func (g *Gateway) writeAccepted(w http.ResponseWriter) {
 	_, _ = w.Write(buf)
 }
 
-// writeRetryAfter answers 429 with Retry-After: secs.
+// writeRetryAfter answers 429 with Retry-After: secs, or without it when
+// secs is 0 or the gateway sends none (Config.NoRetryAfter).
 func (g *Gateway) writeRetryAfter(w http.ResponseWriter, secs int64, why string) {
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	if secs > 0 && !g.cfg.NoRetryAfter {
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	}
 	writeError(w, http.StatusTooManyRequests, why)
 }
 

@@ -86,7 +86,7 @@ func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord, redelivered
 		return err
 	}
 	if len(task.TestRecipients) > 0 {
-		if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateAwaitingApproval}); err != nil {
+		if ok, err := s.advance(ctx, task.ID, shared.StateAwaitingApproval); !ok {
 			return err
 		}
 		return s.publishTestBatches(ctx, task, ch, redelivered)
@@ -110,11 +110,8 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 			return err
 		}
 	}
-	running := func() error {
-		return shared.PutControl(ctx, s.control, task.ID, shared.Control{State: shared.StateProcessing})
-	}
 	if runFirst {
-		if err := running(); err != nil {
+		if ok, err := s.advance(ctx, task.ID, shared.StateProcessing); !ok {
 			return err
 		}
 	}
@@ -136,7 +133,7 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 		}
 	}
 	if !runFirst {
-		if err := running(); err != nil {
+		if _, err := s.advance(ctx, task.ID, shared.StateProcessing); err != nil {
 			return err
 		}
 	}
@@ -146,6 +143,49 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 	}
 	s.log.Info("task released", shared.KeyTaskID, task.ID, "total", rec.Total)
 	return nil
+}
+
+// advance moves a task that is starting (scheduled, awaiting approval) to
+// state, unless an operator cancelled or paused it meanwhile: the change is
+// a compare-and-set on the control value, so a cancel that lands while a
+// scheduled start waits for send_at, or while an approval publishes the
+// recipients, is never overwritten (a cancelled scheduled task was sent
+// anyway: the scenario tester, seed 15). It reports whether the task moved.
+func (s *Service) advance(ctx context.Context, taskID string, state shared.TaskState) (bool, error) {
+	for {
+		e, err := s.control.Get(ctx, taskID)
+		var rev uint64
+		if err == nil {
+			var cur shared.Control
+			if err := json.Unmarshal(e.Value(), &cur); err != nil {
+				return false, fmt.Errorf("control state of %s: %w", taskID, err)
+			}
+			if cur.State == shared.StateCancelled || cur.State == shared.StatePaused {
+				s.log.Info("task not started: an operator changed it", shared.KeyTaskID, taskID, "state", cur.State)
+				return false, nil
+			}
+			rev = e.Revision()
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, fmt.Errorf("control state of %s: %w", taskID, err)
+		}
+		data, err := json.Marshal(shared.Control{State: state, At: time.Now().UTC()})
+		if err != nil {
+			return false, err
+		}
+		if rev == 0 {
+			_, err = s.control.Create(ctx, taskID, data)
+		} else {
+			_, err = s.control.Update(ctx, taskID, data, rev)
+		}
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+			continue // changed under us: look again
+		default:
+			return false, fmt.Errorf("control state of %s: %w", taskID, err)
+		}
+	}
 }
 
 // publishTestBatches sends the test recipients ahead of the task.

@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// Regression tests for the bugs the scenario tester found (its seeds 15
+// and 8 replay them with everything else going on).
+
+// TestCancelWhileScheduledStartWaits: the scheduled start fires a second
+// before send_at and waits; a cancel in that second must win, and nothing
+// may be sent (it used to be overwritten: the task was sent anyway).
+func TestCancelWhileScheduledStartWaits(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	// send_at is whole seconds (RFC 3339): pick one 2-3 s ahead and cancel
+	// half a second before it, inside the start's one-second lead.
+	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
+	submit(t, ts, shared.Task{ID: "sched-cancel", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "c"), SendAt: sendAt.UTC().Format(time.RFC3339)})
+	waitProgress(t, ts, "sched-cancel", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateScheduled })
+	time.Sleep(time.Until(sendAt.Add(-400 * time.Millisecond)))
+	require.True(t, control(t, ts, "sched-cancel", shared.ActionCancel).OK)
+	p := ts.WaitFinal(t, "sched-cancel", 10*time.Second)
+	require.Equal(t, shared.StateCancelled, p.State)
+	time.Sleep(time.Until(sendAt.Add(time.Second)))
+	require.Zero(t, gw.Ledger().Requests, "a cancelled scheduled task sends nothing")
+	require.Equal(t, 20, ts.Progress(t, "sched-cancel").Cancelled)
+}
+
+// TestRetryDeadFailsAgain: a dead letter re-queued by retry-dead that
+// fails again is counted failed again, and the task becomes final (its
+// failed event used to be dropped as a duplicate of the first one).
+func TestRetryDeadFailsAgain(t *testing.T) {
+	t.Parallel()
+	ts := natstest.Start(t)
+	g := startGateway(t, gateway.Config{Seed: 1, PermanentPrefix: "bad-"})
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, g.URL))
+	natstest.StartPipeline(t, ts, fastRetries())
+
+	rs := append(ctlRecipients(5, "ok"), shared.Recipient{To: "bad-1"}, shared.Recipient{To: "bad-2"})
+	submit(t, ts, shared.Task{ID: "redead", Channel: "webhook", Template: "x", Recipients: rs})
+	p := ts.WaitFinal(t, "redead", 15*time.Second)
+	require.Equal(t, 2, p.Failed)
+	rep := control(t, ts, "redead", shared.ActionRetryDead)
+	require.Equal(t, 2, rep.Requeued)
+	waitCount(t, 10*time.Second, 4, func() int { return g.Ledger().RequestsByKey["redead.5"] + g.Ledger().RequestsByKey["redead.6"] }, "bad recipients sent again")
+	time.Sleep(1500 * time.Millisecond) // status folds the re-queue and the new failures
+	p = waitProgress(t, ts, "redead", 10*time.Second, func(p *shared.Progress) bool { return p.State.Final() && p.Failed == 2 })
+	require.Equal(t, 5, p.Sent)
+}

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/broadcastd/broadcast/internal/scenario"
+)
+
+// Flags of the scenario tester (TestScenarios). The default run is the
+// fixed seeds plus scenario.fresh fresh ones, in process.
+var (
+	scenarioSeed     = flag.Uint64("scenario.seed", 0, "run only this seed (replay)")
+	scenarioN        = flag.Int("scenario.n", 0, "run this many fresh seeds instead of the fixed set (long mode)")
+	scenarioDuration = flag.Duration("scenario.duration", 0, "keep drawing fresh seeds for this long (long mode)")
+	scenarioFresh    = flag.Int("scenario.fresh", 2, "fresh seeds added to the fixed set in the default run")
+	scenarioMulti    = flag.Bool("scenario.multiprocess", false, "run every service as its own process, with kill -9 and nats-server restarts")
+	scenarioKnown    = flag.Bool("scenario.known", false, "fail on the known causes too (switch on once their fixes are merged)")
+	scenarioShrink   = flag.Duration("scenario.shrink", 2*time.Minute, "time allowed to shrink a failing scenario (0: no shrinking)")
+)
+
+// fixedSeeds run on every go test ./e2e: small scenarios covering every
+// channel with a fake, faults, operator actions and caps. A seed that
+// found a bug stays here once the bug is fixed.
+//
+// Seed 8 found the re-queued failed event dropped as a duplicate (fixed in
+// shared/event.go), seed 15 the cancel overwritten by a scheduled start
+// (fixed in ingest/start.go), seed 29 covers a reached daily cap waiting
+// with its reason.
+var fixedSeeds = []uint64{1, 3, 5, 7, 8, 10, 12, 13, 15, 20, 29}
+
+// fixedMultiSeeds run with -scenario.multiprocess (CI's multi-process
+// step): each kills services or restarts nats-server mid-run.
+var fixedMultiSeeds = []uint64{1, 2, 3}
+
+// knownFailing are seeds that fail for a known cause being fixed in
+// another branch (scenario.Known*). The default run requires each to fail
+// for that cause alone: any other failure fails the run, and a seed that
+// passes is logged so it can move to fixedSeeds. -scenario.known makes
+// them fail; switch it on (and empty this list) once the fixes are merged.
+var knownFailing = map[uint64]string{
+	4:  scenario.KnownAdaptive,   // WhatsApp at 62/s under 3.3% random 429s falls to 3/s
+	14: scenario.KnownGapTimeout, // retries after late answers come 1.25 s after the first send, interval 1.49 s
+}
+
+// TestScenarios is the randomized scenario tester (issue 12): each seed
+// draws accounts, tasks, faults and operator actions, runs them against the
+// whole pipeline and checks the fakes' ledgers and KV against the contract.
+// A failure prints the scenario as JSON and the command that replays it.
+func TestScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the scenario tester")
+	}
+	seeds := seedsToRun(t)
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runScenario(t, seed) })
+	}
+}
+
+func seedsToRun(t *testing.T) []uint64 {
+	switch {
+	case *scenarioSeed != 0 && *scenarioN > 1:
+		var out []uint64
+		for i := range *scenarioN {
+			out = append(out, *scenarioSeed+uint64(i))
+		}
+		return out
+	case *scenarioSeed != 0:
+		return []uint64{*scenarioSeed}
+	case *scenarioN > 0 || *scenarioDuration > 0:
+		n := *scenarioN
+		if n == 0 {
+			n = 100000
+		}
+		var out []uint64
+		for range n {
+			out = append(out, rand.Uint64()%1_000_000_000+1000)
+		}
+		return out
+	}
+	var out []uint64
+	if *scenarioMulti {
+		out = append(out, fixedMultiSeeds...)
+	} else {
+		out = append(out, fixedSeeds...)
+		for seed := range knownFailing {
+			out = append(out, seed)
+		}
+	}
+	slices.Sort(out)
+	for range *scenarioFresh {
+		s := rand.Uint64()%1_000_000_000 + 1000
+		t.Logf("fresh seed %d", s)
+		out = append(out, s)
+	}
+	return out
+}
+
+var scenarioStarted = time.Now()
+
+func runScenario(t *testing.T, seed uint64) {
+	if *scenarioDuration > 0 && time.Since(scenarioStarted) > *scenarioDuration {
+		t.Skip("-scenario.duration reached")
+	}
+	sc := scenario.Generate(seed, scenario.Options{Multiprocess: *scenarioMulti})
+	o := scenario.RunOptions{Logf: t.Logf}
+	if *scenarioMulti {
+		o.Start = multiprocessStack(t)
+		// Restarted services take a while to find their work again, and
+		// dispatch's account-fatal and no-healthy waits are the defaults
+		// (60 s, 30 s) there.
+		o.Slack = 30 * time.Second
+	}
+	ctx := context.Background()
+	rep := scenario.RunAndCheck(ctx, sc, o)
+	t.Log(rep.Summary())
+	if dir := os.Getenv("SCENARIO_DUMP"); dir != "" {
+		path := filepath.Join(dir, fmt.Sprintf("seed-%d.json", seed))
+		t.Logf("observation in %s: %v", path, rep.Dump(path))
+	}
+	want, listed := knownFailing[seed]
+	if !rep.Failed() {
+		if listed {
+			t.Logf("seed %d is listed as failing for %s but passed: move it to fixedSeeds once that fix is merged", seed, want)
+		}
+		return
+	}
+	unknown := scenario.Unknown(rep.Failures)
+	if causes := scenario.Causes(rep.Failures); rep.Err == nil && len(unknown) == 0 && !*scenarioKnown {
+		if listed && !slices.Contains(causes, want) {
+			t.Logf("seed %d is listed as failing for %s but failed for %v", seed, want, causes)
+		}
+		t.Skipf("known failing until fixed (%v); -scenario.known makes it fail; replay: %s", causes, scenario.ReplayCommand(seed, *scenarioMulti))
+	}
+	t.Logf("scenario:\n%s", sc.JSON())
+	if *scenarioShrink > 0 && rep.Err == nil {
+		small, srep := scenario.Shrink(ctx, sc, o, rep, *scenarioShrink)
+		if small != sc {
+			t.Logf("shrunk to (%s):\n%s\n%s", small.Shrunk, small.JSON(), srep.Summary())
+		}
+	}
+	t.Errorf("seed %d failed; replay: %s", seed, scenario.ReplayCommand(seed, *scenarioMulti))
+}

@@ -1,0 +1,79 @@
+package scenario
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestGenerateIsDeterministic: a seed is a scenario, on every machine.
+func TestGenerateIsDeterministic(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(1); seed <= 50; seed++ {
+		require.Equal(t, Generate(seed, Options{}).JSON(), Generate(seed, Options{}).JSON())
+	}
+	require.NotEqual(t, Generate(1, Options{}).JSON(), Generate(2, Options{}).JSON())
+	require.NotEmpty(t, Generate(3, Options{Multiprocess: true}).Kills)
+}
+
+// TestCheckFails: the checker reports a lost recipient, a duplicate
+// without an excuse, progress that disagrees with the ledger, a second
+// above rate+burst and a gap below the interval; and accepts the same
+// run when it keeps its promises.
+func TestCheckFails(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	sc := &Scenario{Seed: 1,
+		Pools: []Pool{{Channel: "webhook", Accounts: []Account{{Name: "hook-a", RatePerSec: 2, Burst: 1, PerRecipientInterval: time.Second}}}},
+		Tasks: []Task{{ID: "t", Channel: "webhook", Recipients: []int{0, 1, 2}}},
+	}
+	hit := func(to string, at time.Duration, key string) Hit {
+		return Hit{At: start.Add(at), Call: int(at/time.Millisecond) + 1, Account: "hook-a", Task: "t", To: to, Key: key, Attempt: 1, Status: 200, Accepted: true}
+	}
+	sent := func(i int, to string) shared.Event {
+		return shared.Event{TaskID: "t", JobID: shared.JobID("t", i, false), To: to, Account: "hook-a", Kind: shared.EventSent, Index: i, Attempt: 1}
+	}
+	good := func() *Observation {
+		fin := start.Add(5 * time.Second)
+		return &Observation{Scenario: sc, Start: start,
+			Hits:      map[string][]Hit{"hook-a": {hit("r-0000", 0, "t.0"), hit("r-0001", 600*time.Millisecond, "t.1"), hit("r-0002", 1200*time.Millisecond, "t.2")}},
+			Progress:  map[string]*shared.Progress{"t": {TaskID: "t", State: shared.StateSucceeded, Total: 3, Sent: 3}},
+			Events:    map[string][]shared.Event{"t": {sent(0, "r-0000"), sent(1, "r-0001"), sent(2, "r-0002")}},
+			Submitted: map[string]time.Time{"t": start}, Deadline: map[string]time.Time{"t": fin}, Final: map[string]time.Time{"t": fin},
+		}
+	}
+	require.Empty(t, Check(good()))
+
+	checks := func(o *Observation) []string {
+		var out []string
+		for _, f := range Check(o) {
+			out = append(out, f.Check)
+		}
+		return out
+	}
+	o := good()
+	o.Hits["hook-a"] = append(o.Hits["hook-a"], hit("r-0002", 1500*time.Millisecond, "t.2"))
+	require.Contains(t, checks(o), CheckDuplicate, "accepted twice without a timeout")
+	require.Contains(t, checks(o), CheckGap, "0.3 s apart with a 1 s interval")
+	o.Hits["hook-a"][3].GaveUp = true
+	require.NotContains(t, checks(o), CheckDuplicate, "a timed-out send excuses the repeat")
+
+	o = good()
+	o.Hits["hook-a"] = o.Hits["hook-a"][:2]
+	o.Events["t"] = o.Events["t"][:2]
+	require.Contains(t, checks(o), CheckLost)
+	require.Contains(t, checks(o), CheckLedger)
+
+	o = good()
+	for i := range 5 {
+		o.Hits["hook-a"] = append(o.Hits["hook-a"], Hit{At: start.Add(2*time.Second + time.Duration(i)*time.Millisecond), Account: "hook-a", Task: "other", To: "x", Status: 503, Call: 5000 + i})
+	}
+	require.Contains(t, checks(o), CheckRate, "5 requests in a second at 2/s with a burst of 1")
+
+	o = good()
+	o.Progress["t"].Sent, o.Progress["t"].Failed = 2, 1
+	require.Contains(t, checks(o), CheckLedger)
+}

@@ -1,0 +1,788 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// RunOptions tune Run.
+type RunOptions struct {
+	// Start starts the stack. Defaults to StartInProcess.
+	Start StartFunc
+	// Logf receives the runner's timeline. Defaults to none.
+	Logf func(format string, args ...any)
+	// Tapes, per webhook account name, are played by that account's fake
+	// (gateway.Config.Tape). Defaults to none.
+	Tapes map[string]*gateway.Tape
+	// Slack is added to every task's time bound, for loaded machines.
+	// Defaults to 0.
+	Slack time.Duration
+}
+
+// Observation is everything a run saw: the fakes' ledgers, KV progress,
+// events and dead letters, and when the runner did what.
+type Observation struct {
+	Scenario *Scenario
+	Start    time.Time
+	// Hits per account, from the fakes (none for sandbox accounts).
+	Hits map[string][]Hit
+	// Progress, Events and Dead per task.
+	Progress map[string]*shared.Progress
+	Events   map[string][]shared.Event
+	Dead     map[string][]shared.DeadLetter
+	// Submitted, Deadline and Final per task: when it was submitted, the
+	// bound it had to be final by, and when it was seen final (zero if
+	// never).
+	Submitted map[string]time.Time
+	Deadline  map[string]time.Time
+	Final     map[string]time.Time
+	// Kills are the process faults as run.
+	Kills []KillAt
+	// Queued counts the messages left in stream JOBS per subject when the
+	// run ended (jobs, delayed and parked ones): where a task that is not
+	// final has its work.
+	Queued map[string]uint64
+	// Notes are what the runner did and what control requests answered.
+	Notes []string
+}
+
+// KillAt is a kill as run.
+type KillAt struct {
+	At      time.Time
+	Process string
+}
+
+// Secret is the token every account of the scenario is given, through the
+// environment variable SecretEnv(account).
+const Secret = "scenario-secret"
+
+// SecretEnv names the variable holding account's token.
+func SecretEnv(account string) string {
+	return "BROADCAST_SECRET_SC_" + strings.ToUpper(strings.ReplaceAll(account, "-", "_"))
+}
+
+// Address is the recipient at index i of a channel's universe: valid ones,
+// bad ones (the provider rejects them permanently) and test recipients.
+func Address(channel string, i int, kind string) string {
+	switch channel {
+	case "wxpusher":
+		return fmt.Sprintf("UID_%s%04d", kind, i)
+	case "whatsapp":
+		prefix := map[string]string{"r": "+86138", "bad": "+86139", "qa": "+86137"}[kind]
+		return fmt.Sprintf("%s%08d", prefix, i)
+	case "smtp":
+		return fmt.Sprintf("%s%04d@shop.example", kind, i)
+	}
+	return fmt.Sprintf("%s-%04d", kind, i)
+}
+
+// invalidAddress is skipped by render (not an address of the channel).
+func invalidAddress(channel string, i int) string {
+	switch channel {
+	case "whatsapp":
+		return strconv.Itoa(1000 + i)
+	case "smtp":
+		return fmt.Sprintf("not an address %d", i)
+	}
+	return fmt.Sprintf("not-a-uid-%d", i)
+}
+
+// runner is one run's state.
+type runner struct {
+	sc    *Scenario
+	o     RunOptions
+	stack Stack
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	fakes map[string]Fake
+	// accounts are the current account values, edited by actions.
+	accounts map[string]map[string]any
+	obs      *Observation
+	mu       sync.Mutex
+}
+
+// Run runs sc against a fresh stack and returns what it observed; Check
+// judges it. An error means the run itself could not be done (a stack that
+// did not start), not that the system misbehaved.
+func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) {
+	if o.Start == nil {
+		o.Start = StartInProcess
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	r := &runner{sc: sc, o: o, fakes: map[string]Fake{}, accounts: map[string]map[string]any{}}
+	r.obs = &Observation{Scenario: sc, Hits: map[string][]Hit{}, Progress: map[string]*shared.Progress{},
+		Events: map[string][]shared.Event{}, Dead: map[string][]shared.DeadLetter{},
+		Submitted: map[string]time.Time{}, Deadline: map[string]time.Time{}, Final: map[string]time.Time{}}
+	defer func() {
+		for _, f := range r.fakes {
+			f.Close()
+		}
+	}()
+	env := map[string]string{}
+	for k, v := range DispatchEnv {
+		env[k] = v
+	}
+	for _, p := range sc.Pools {
+		for _, a := range p.Accounts {
+			env[SecretEnv(a.Name)] = Secret
+			if err := r.startFake(p.Channel, a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	stack, err := o.Start(ctx, env)
+	if err != nil {
+		return nil, fmt.Errorf("start stack: %w", err)
+	}
+	r.stack = stack
+	defer stack.Close()
+	r.nc, err = nats.Connect(stack.URL(), nats.Name("scenario-runner"), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	defer r.nc.Close()
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		return nil, err
+	}
+	for _, p := range sc.Pools {
+		for _, a := range p.Accounts {
+			if !a.AddedLater {
+				if err := r.putAccount(ctx, a.Name); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	// Let dispatch start the accounts before the first task.
+	time.Sleep(300 * time.Millisecond)
+	if err := r.timeline(ctx); err != nil {
+		return nil, err
+	}
+	// Late answers land and status flushes.
+	time.Sleep(1500 * time.Millisecond)
+	return r.collect(ctx)
+}
+
+func (r *runner) note(format string, args ...any) {
+	msg := fmt.Sprintf("%6.2fs ", time.Since(r.obs.Start).Seconds()) + fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.obs.Notes = append(r.obs.Notes, msg)
+	r.mu.Unlock()
+	r.o.Logf("%s", msg)
+}
+
+func (r *runner) startFake(channel string, a Account) error {
+	seed := r.sc.Seed ^ uint64(len(r.fakes)+1)*0x9e3779b97f4a7c15
+	var f Fake
+	switch channel {
+	case "webhook":
+		w, err := newWebhookFake(seed, a, r.o.Tapes[a.Name])
+		if err != nil {
+			return err
+		}
+		f = w
+	case "wxpusher":
+		f = newWxPusherFake(seed, a, Secret)
+	case "whatsapp":
+		f = newWhatsAppFake(seed, a, Secret, phoneID(a.Name))
+	case "smtp":
+		s, err := newSMTPFake(seed, a)
+		if err != nil {
+			return err
+		}
+		f = s
+	case "sandbox":
+	default:
+		return fmt.Errorf("scenario: no fake for channel %q", channel)
+	}
+	if f != nil {
+		r.fakes[a.Name] = f
+	}
+	r.accounts[a.Name] = accountValue(channel, a, f)
+	return nil
+}
+
+func phoneID(account string) string {
+	var n int
+	for _, c := range account {
+		n = n*31 + int(c)
+	}
+	return strconv.Itoa(100000 + n%900000)
+}
+
+// accountValue is the account's KV value.
+func accountValue(channel string, a Account, f Fake) map[string]any {
+	v := map[string]any{
+		"channel":      channel,
+		"rate_per_sec": a.RatePerSec,
+		"burst":        a.Burst,
+		"concurrency":  a.Concurrency,
+	}
+	if a.MinRatePerSec > 0 {
+		v["min_rate_per_sec"] = a.MinRatePerSec
+	}
+	if a.DailyCap > 0 {
+		v["daily_cap"] = a.DailyCap
+	}
+	if a.PerRecipientInterval > 0 {
+		v["per_recipient_interval"] = a.PerRecipientInterval.String()
+	}
+	if a.MaxBatch > 0 {
+		v["max_batch"] = a.MaxBatch
+	}
+	if a.Timeout > 0 && channel != "sandbox" {
+		v["timeout"] = a.Timeout.String()
+	}
+	switch channel {
+	case "webhook":
+		v["endpoint"] = f.URL()
+	case "sandbox":
+		v["fail_rate"] = a.Faults.FailRate
+		v["rate_limited_rate"] = a.Faults.RateLimitedRate
+		v["permanent_prefix"] = "bad-"
+		if a.Faults.Latency > 0 {
+			v["latency"] = a.Faults.Latency.String()
+		}
+	case "wxpusher":
+		v["endpoint"], v["secret_env"] = f.URL(), SecretEnv(a.Name)
+	case "whatsapp":
+		v["endpoint"], v["secret_env"], v["phone_number_id"] = f.URL(), SecretEnv(a.Name), phoneID(a.Name)
+	case "smtp":
+		host, port, _ := net.SplitHostPort(f.URL())
+		p, _ := strconv.Atoi(port)
+		v["host"], v["port"], v["tls"] = host, p, "none"
+		v["from"], v["subject"] = "Shop <noreply@shop.example>", "News"
+	}
+	return v
+}
+
+func (r *runner) putAccount(ctx context.Context, name string) error {
+	data, err := json.Marshal(r.accounts[name])
+	if err != nil {
+		return err
+	}
+	kv, err := r.js.KeyValue(ctx, shared.BucketAccounts)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, name, data)
+	return err
+}
+
+func (r *runner) deleteAccount(ctx context.Context, name string) error {
+	kv, err := r.js.KeyValue(ctx, shared.BucketAccounts)
+	if err != nil {
+		return err
+	}
+	return kv.Delete(ctx, name)
+}
+
+// taskJSON is the task as submitted.
+func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
+	task := map[string]any{
+		"id":       t.ID,
+		"channel":  t.Channel,
+		"defaults": map[string]any{"task": t.ID},
+	}
+	if t.Batchable {
+		task["template"] = "[{{.task}}] News {{.v}}"
+	} else {
+		task["template"] = "[{{.task}}] Hello {{.to}}"
+	}
+	var rows []shared.Recipient
+	add := func(to string, i int) {
+		rows = append(rows, shared.Recipient{To: to, Vars: map[string]any{"v": []string{"A", "B"}[i%2]}})
+	}
+	for _, i := range t.Recipients {
+		add(Address(t.Channel, i, "r"), i)
+	}
+	for _, i := range t.Bad {
+		add(Address(t.Channel, i, "bad"), i)
+	}
+	for i := range t.Invalid {
+		add(invalidAddress(t.Channel, i), i)
+	}
+	for i := range t.Repeats {
+		rows = append(rows, rows[(i*7)%len(rows)])
+	}
+	if t.Object {
+		var buf bytes.Buffer
+		for _, row := range rows {
+			b, _ := json.Marshal(row)
+			buf.Write(b)
+			buf.WriteByte('\n')
+		}
+		os, err := r.js.ObjectStore(ctx, shared.BucketRecipients)
+		if err != nil {
+			return nil, err
+		}
+		name := "lists/" + t.ID + ".jsonl"
+		if _, err := os.PutBytes(ctx, name, buf.Bytes()); err != nil {
+			return nil, fmt.Errorf("object %s: %w", name, err)
+		}
+		task["recipients_object"] = name
+	} else {
+		task["recipients"] = rows
+	}
+	if len(t.Accounts) > 0 {
+		task["accounts"] = t.Accounts
+	}
+	if t.Priority != "" {
+		task["priority"] = t.Priority
+	}
+	now := time.Now()
+	if t.SendAfter > 0 {
+		task["send_at"] = now.Add(t.SendAfter).UTC().Format(time.RFC3339Nano)
+	}
+	if t.ExpiresIn > 0 {
+		task["expires_at"] = now.Add(t.ExpiresIn).UTC().Format(time.RFC3339Nano)
+	}
+	if t.MaxAttempts > 0 {
+		task["max_attempts"] = t.MaxAttempts
+	}
+	var tests []shared.Recipient
+	for i := range t.Tests {
+		tests = append(tests, shared.Recipient{To: Address(t.Channel, i, "qa")})
+	}
+	if len(tests) > 0 {
+		task["test_recipients"] = tests
+	}
+	return json.Marshal(task)
+}
+
+// Bound is how long t may take to be final from its submission: its
+// delays plus three times the time its slowest account takes for its
+// share of the pool's recipients (for retries and slow-downs) plus a fixed
+// allowance for retries, Retry-After waits and moves off a failing
+// account, at most MaxBound, plus its pauses.
+func Bound(sc *Scenario, t Task) time.Duration {
+	p := sc.Pool(t.Channel)
+	var rates []float64
+	for _, a := range p.Accounts {
+		if a.Faults.Unauthorized || (len(t.Accounts) > 0 && !slices.Contains(t.Accounts, a.Name)) {
+			continue
+		}
+		// An account disabled or removed during the run hands its queue to
+		// the others for good (moved work does not come back when it is
+		// enabled again), and one added later starts late: count only the
+		// accounts there all along.
+		if a.AddedLater || slices.ContainsFunc(sc.Actions, func(x Action) bool {
+			return x.Account == a.Name && (x.Kind == ActRemove || x.Enabled != nil && !*x.Enabled)
+		}) {
+			continue
+		}
+		// The slowest rate the account has during the run (an edit may
+		// lower it: seed 328788424); calls carry several recipients only
+		// when the texts are identical (seed 766943860).
+		ar := a.RatePerSec
+		for _, x := range sc.Actions {
+			if x.Account == a.Name && x.Kind == ActEdit && x.RatePerSec > 0 {
+				ar = math.Min(ar, x.RatePerSec)
+			}
+		}
+		if a.MaxBatch > 1 && t.Batchable {
+			ar *= float64(a.MaxBatch) / 4
+		}
+		if c := a.Faults.CapacityPerSec; c > 0 {
+			ar = math.Min(ar, c)
+		}
+		rates = append(rates, math.Max(ar, 0.5))
+	}
+	if len(rates) == 0 {
+		rates = []float64{1}
+	}
+	// The pool's other tasks share its rate (and a higher priority goes
+	// first), so count all of them.
+	n := 0.0
+	for _, o := range sc.Tasks {
+		if o.Channel == t.Channel {
+			n += float64(len(o.Recipients) + len(o.Bad) + o.Invalid)
+		}
+	}
+	// Render spreads recipients over the accounts and work stays where it
+	// was put (it moves only off an unhealthy account), so the slowest
+	// account's share, a fifth more than even, sets the pace (seed
+	// 328788424: a third of the task at 3/s next to accounts at 70/s).
+	slowest := 0.0
+	for _, r := range rates {
+		slowest = math.Max(slowest, 1.2*n/float64(len(rates))/r)
+	}
+	d := t.SendAfter + t.Approve + time.Duration(3*slowest*float64(time.Second)) + 12*time.Second
+	// A scenario is drawn for seconds of sending; a minute is far past
+	// what any of them needs (a rate edited down to 12/s gave 2m44s).
+	d = min(d, MaxBound)
+	for _, a := range sc.Actions {
+		if a.Task == t.ID && a.Kind == ActPause {
+			d += resumeAfter(sc, a) + time.Second
+		}
+	}
+	return d
+}
+
+// MaxBound caps Bound before pauses are added.
+const MaxBound = time.Minute
+
+// resumeAfter is how long the task of pause action a stays paused.
+func resumeAfter(sc *Scenario, a Action) time.Duration {
+	for _, b := range sc.Actions {
+		if b.Task == a.Task && b.Kind == ActResume && b.At >= a.At {
+			return b.At - a.At
+		}
+	}
+	return 0
+}
+
+type event struct {
+	at  time.Duration
+	run func()
+}
+
+// timeline submits the tasks and runs the actions at their moments, then
+// waits until every task is final or past its bound.
+func (r *runner) timeline(ctx context.Context) error {
+	r.obs.Start = time.Now()
+	var evs []event
+	var wg sync.WaitGroup
+	for _, t := range r.sc.Tasks {
+		evs = append(evs, event{t.At, func() {
+			data, err := r.taskJSON(ctx, t)
+			if err != nil {
+				r.note("task %s not built: %v", t.ID, err)
+				return
+			}
+			if _, err := client.Submit(ctx, r.js, data); err != nil {
+				r.note("task %s not submitted: %v", t.ID, err)
+				return
+			}
+			now := time.Now()
+			r.mu.Lock()
+			r.obs.Submitted[t.ID] = now
+			r.obs.Deadline[t.ID] = now.Add(Bound(r.sc, t) + r.o.Slack)
+			r.mu.Unlock()
+			r.note("submitted %s (%d recipients)", t.ID, len(t.Recipients)+len(t.Bad)+t.Invalid)
+			if t.Tests > 0 {
+				wg.Go(func() { r.approve(ctx, t) })
+			}
+		}})
+	}
+	for _, a := range r.sc.Actions {
+		evs = append(evs, event{a.At, func() {
+			if a.Kind == ActRetryDead {
+				wg.Go(func() { r.retryDead(ctx, a.Task) })
+				return
+			}
+			r.act(ctx, a)
+		}})
+	}
+	for _, k := range r.sc.Kills {
+		evs = append(evs, event{k.At, func() {
+			r.mu.Lock()
+			r.obs.Kills = append(r.obs.Kills, KillAt{At: time.Now(), Process: k.Process})
+			r.mu.Unlock()
+			err := r.stack.Kill(k.Process)
+			r.note("kill -9 %s: %v", k.Process, err)
+		}})
+	}
+	slices.SortStableFunc(evs, func(a, b event) int { return int(a.at - b.at) })
+	for _, e := range evs {
+		if d := time.Until(r.obs.Start.Add(e.at)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		e.run()
+	}
+	wg.Wait()
+	return r.waitFinal(ctx)
+}
+
+// act runs one operator action.
+func (r *runner) act(ctx context.Context, a Action) {
+	switch a.Kind {
+	case ActPause, ActResume, ActCancel:
+		rep, err := r.control(ctx, a.Task, a.Kind)
+		r.note("%s %s: %v %v", a.Kind, a.Task, replyState(rep), errText(err))
+	case ActEdit:
+		v := r.accounts[a.Account]
+		if a.RatePerSec > 0 {
+			v["rate_per_sec"] = a.RatePerSec
+			if m, ok := v["min_rate_per_sec"].(float64); ok && m > a.RatePerSec {
+				v["min_rate_per_sec"] = a.RatePerSec
+			}
+		}
+		if a.DailyCap != nil {
+			v["daily_cap"] = *a.DailyCap
+		}
+		if a.Enabled != nil {
+			v["enabled"] = *a.Enabled
+		}
+		err := r.putAccount(ctx, a.Account)
+		r.note("edit %s %s: %v", a.Account, editText(a), errText(err))
+	case ActAdd:
+		err := r.putAccount(ctx, a.Account)
+		r.note("add %s: %v", a.Account, errText(err))
+	case ActRemove:
+		err := r.deleteAccount(ctx, a.Account)
+		r.note("remove %s: %v", a.Account, errText(err))
+	}
+}
+
+func editText(a Action) string {
+	var parts []string
+	if a.RatePerSec > 0 {
+		parts = append(parts, fmt.Sprintf("rate_per_sec=%v", a.RatePerSec))
+	}
+	if a.DailyCap != nil {
+		parts = append(parts, fmt.Sprintf("daily_cap=%d", *a.DailyCap))
+	}
+	if a.Enabled != nil {
+		parts = append(parts, fmt.Sprintf("enabled=%v", *a.Enabled))
+	}
+	return strings.Join(parts, " ")
+}
+
+func replyState(rep *shared.ControlReply) string {
+	if rep == nil {
+		return "-"
+	}
+	return string(rep.State)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func (r *runner) control(ctx context.Context, task, action string) (*shared.ControlReply, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return client.Control(cctx, r.nc, task, action)
+}
+
+// approve resumes a task with test recipients once it awaits approval.
+func (r *runner) approve(ctx context.Context, t Task) {
+	time.Sleep(t.Approve)
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if p := r.progress(ctx, t.ID); p != nil {
+			if p.State == shared.StateAwaitingApproval {
+				rep, err := r.control(ctx, t.ID, ActResume)
+				r.note("approve %s: %v %v", t.ID, replyState(rep), errText(err))
+				return
+			}
+			if p.State.Final() {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.note("approve %s: never awaited approval", t.ID)
+}
+
+// retryDead waits for a task to be final, then re-queues its dead letters.
+func (r *runner) retryDead(ctx context.Context, task string) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		dl, ok := r.obs.Deadline[task]
+		r.mu.Unlock()
+		if ok {
+			deadline = dl
+		}
+		if p := r.progress(ctx, task); p != nil && p.State.Final() {
+			if p.Failed == 0 || p.State == shared.StateCancelled {
+				return
+			}
+			rep, err := r.control(ctx, task, ActRetryDead)
+			n := 0
+			if rep != nil {
+				n = rep.Requeued
+			}
+			r.note("retry-dead %s: %d requeued, %v", task, n, errText(err))
+			if err == nil {
+				// The task must be final again within a fresh bound.
+				r.mu.Lock()
+				r.obs.Deadline[task] = time.Now().Add(Bound(r.sc, Task{Channel: r.taskOf(task).Channel, Recipients: make([]int, n)}) + r.o.Slack)
+				r.mu.Unlock()
+				time.Sleep(500 * time.Millisecond)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (r *runner) taskOf(id string) Task {
+	for _, t := range r.sc.Tasks {
+		if t.ID == id {
+			return t
+		}
+	}
+	return Task{}
+}
+
+func (r *runner) progress(ctx context.Context, task string) *shared.Progress {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	p, err := client.Get(cctx, r.js, task)
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+// waitFinal polls every submitted task until it is final or past its
+// bound; a task must also stay final for a moment (a retry-dead re-opens
+// it).
+func (r *runner) waitFinal(ctx context.Context) error {
+	for {
+		pending := 0
+		r.mu.Lock()
+		ids := make([]string, 0, len(r.obs.Submitted))
+		for id := range r.obs.Submitted {
+			ids = append(ids, id)
+		}
+		r.mu.Unlock()
+		for _, id := range ids {
+			p := r.progress(ctx, id)
+			r.mu.Lock()
+			if p != nil && p.State.Final() {
+				if r.obs.Final[id].IsZero() {
+					r.obs.Final[id] = time.Now()
+				}
+			} else {
+				r.obs.Final[id] = time.Time{}
+				if time.Now().Before(r.obs.Deadline[id]) {
+					pending++
+				}
+			}
+			r.mu.Unlock()
+		}
+		if pending == 0 {
+			return nil
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// collect reads the fakes' ledgers, progress, events and dead letters.
+func (r *runner) collect(ctx context.Context) (*Observation, error) {
+	// The fakes last, so that they hold at least every send an event
+	// reports (a task not final is still sending).
+	defer func() {
+		for name, f := range r.fakes {
+			r.obs.Hits[name] = f.Hits()
+		}
+	}()
+	if st, err := r.js.Stream(ctx, shared.StreamJobs); err == nil {
+		if info, err := st.Info(ctx, jetstream.WithSubjectFilter("broadcast.>")); err == nil {
+			r.obs.Queued = info.State.Subjects
+		}
+	}
+	for _, t := range r.sc.Tasks {
+		if _, ok := r.obs.Submitted[t.ID]; !ok {
+			continue
+		}
+		r.obs.Progress[t.ID] = r.progress(ctx, t.ID)
+		evs, err := ReadEvents(ctx, r.js, t.ID)
+		if err != nil {
+			return nil, err
+		}
+		r.obs.Events[t.ID] = evs
+		dead, err := ReadDead(ctx, r.js, t.ID)
+		if err != nil {
+			return nil, err
+		}
+		r.obs.Dead[t.ID] = dead
+	}
+	return r.obs, nil
+}
+
+// ReadEvents returns a task's events in stream order.
+func ReadEvents(ctx context.Context, js jetstream.JetStream, task string) ([]shared.Event, error) {
+	var out []shared.Event
+	err := readStream(ctx, js, shared.StreamEvents, shared.SubjectEventsPrefix+task+".>", func(data []byte) error {
+		var ev shared.Event
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return err
+		}
+		out = append(out, ev)
+		return nil
+	})
+	return out, err
+}
+
+// ReadDead returns a task's dead letters in stream order.
+func ReadDead(ctx context.Context, js jetstream.JetStream, task string) ([]shared.DeadLetter, error) {
+	var out []shared.DeadLetter
+	err := readStream(ctx, js, shared.StreamDead, shared.DeadSubject(task), func(data []byte) error {
+		var d shared.DeadLetter
+		if err := json.Unmarshal(data, &d); err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	})
+	return out, err
+}
+
+func readStream(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func([]byte) error) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := js.OrderedConsumer(cctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", stream, filter, err)
+	}
+	info, err := c.Info(cctx)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", stream, filter, err)
+	}
+	for n := uint64(0); n < info.NumPending; {
+		batch, err := c.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			if err := fn(m.Data()); err != nil {
+				return err
+			}
+			got++
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		if got == 0 {
+			return fmt.Errorf("%s %s: %d of %d messages read", stream, filter, n, info.NumPending)
+		}
+		n += uint64(got)
+	}
+	return nil
+}

@@ -1,0 +1,448 @@
+package scenario
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Channels with a fake the runner can stand up, in the order the generator
+// draws from them.
+var Channels = []string{"webhook", "sandbox", "wxpusher", "whatsapp", "smtp"}
+
+// Scenario is one randomized run: pools of accounts with their faults,
+// tasks, and operator actions at set moments. It is a plain value drawn
+// from Seed by Generate; Shrink edits it, and a failing one is printed as
+// JSON so it can be read and replayed.
+type Scenario struct {
+	// Seed is what the scenario was drawn from; the fakes' fault draws are
+	// seeded from it too.
+	Seed uint64 `json:"seed"`
+	// Pools are the channels in use, each with its accounts.
+	Pools []Pool `json:"pools"`
+	// Tasks are submitted at their At offsets from the start.
+	Tasks []Task `json:"tasks"`
+	// Actions are the operator's, at their At offsets from the start.
+	Actions []Action `json:"actions,omitempty"`
+	// Kills are process faults, run in the multi-process mode only.
+	Kills []Kill `json:"kills,omitempty"`
+	// Shrunk notes what shrinking removed, when it did.
+	Shrunk string `json:"shrunk,omitempty"`
+}
+
+// Pool is the accounts of one channel; a task uses one pool.
+type Pool struct {
+	Channel  string    `json:"channel"`
+	Accounts []Account `json:"accounts"`
+}
+
+// Account is a sender account and the faults its provider fake injects.
+type Account struct {
+	Name                 string        `json:"name"`
+	RatePerSec           float64       `json:"rate_per_sec"`
+	MinRatePerSec        float64       `json:"min_rate_per_sec,omitempty"`
+	Burst                int           `json:"burst"`
+	Concurrency          int           `json:"concurrency"`
+	DailyCap             int           `json:"daily_cap,omitempty"`
+	PerRecipientInterval time.Duration `json:"per_recipient_interval,omitempty"`
+	MaxBatch             int           `json:"max_batch,omitempty"`
+	// Timeout is the adapter's per-request timeout (account field).
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// AddedAt, when set, keeps the account out of KV until an "add"
+	// action puts it there.
+	AddedLater bool   `json:"added_later,omitempty"`
+	Faults     Faults `json:"faults"`
+}
+
+// Faults are what an account's provider fake answers besides 200.
+type Faults struct {
+	// FailRate is the share of requests answered 5xx.
+	FailRate float64 `json:"fail_rate,omitempty"`
+	// RateLimitedRate is the share answered 429 at random.
+	RateLimitedRate float64 `json:"rate_limited_rate,omitempty"`
+	// CapacityPerSec, when set, is the provider's own rate limit: requests
+	// above it get 429.
+	CapacityPerSec float64 `json:"capacity_per_sec,omitempty"`
+	// NoRetryAfter leaves Retry-After off the 429s.
+	NoRetryAfter bool `json:"no_retry_after,omitempty"`
+	// Unauthorized answers every request 401 (a revoked token).
+	Unauthorized bool `json:"unauthorized,omitempty"`
+	// TimeoutRate is the share of requests that hang past the account's
+	// timeout (the client gives up; nothing was sent).
+	TimeoutRate float64 `json:"timeout_rate,omitempty"`
+	// Latency is added to every answer.
+	Latency time.Duration `json:"latency,omitempty"`
+	// LateRate is the share of requests answered after the client gave up
+	// (they are decided, and may be accepted, once it has).
+	LateRate float64 `json:"late_rate,omitempty"`
+}
+
+// Task is a task of the scenario. Its recipients are drawn from its pool's
+// universe of addresses, so tasks of one pool overlap.
+type Task struct {
+	ID      string        `json:"id"`
+	Channel string        `json:"channel"`
+	At      time.Duration `json:"at"`
+	// Recipients are indices into the pool's address universe; Bad and
+	// Invalid ones are rejected by the provider and skipped by render.
+	Recipients []int `json:"recipients"`
+	Bad        []int `json:"bad,omitempty"`
+	Invalid    int   `json:"invalid,omitempty"`
+	// Repeats is how many rows are repeated (dropped as duplicates).
+	Repeats int `json:"repeats,omitempty"`
+	// Object puts the recipients in the object store (JSONL).
+	Object bool `json:"object,omitempty"`
+	// Accounts, when set, names a subset of the pool.
+	Accounts    []string      `json:"accounts,omitempty"`
+	Priority    string        `json:"priority,omitempty"`
+	SendAfter   time.Duration `json:"send_after,omitempty"`
+	ExpiresIn   time.Duration `json:"expires_in,omitempty"`
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	// Tests is how many test recipients go first; the runner approves the
+	// task (resume) Approve after its submission.
+	Tests   int           `json:"tests,omitempty"`
+	Approve time.Duration `json:"approve,omitempty"`
+	// Batchable renders identical texts (two variants) so batch accounts
+	// merge them.
+	Batchable bool `json:"batchable,omitempty"`
+}
+
+// Action kinds.
+const (
+	ActPause     = "pause"
+	ActResume    = "resume"
+	ActCancel    = "cancel"
+	ActRetryDead = "retry-dead"
+	ActEdit      = "edit"
+	ActAdd       = "add"
+	ActRemove    = "remove"
+)
+
+// Action is an operator action at an offset from the start.
+type Action struct {
+	At      time.Duration `json:"at"`
+	Kind    string        `json:"kind"`
+	Task    string        `json:"task,omitempty"`
+	Account string        `json:"account,omitempty"`
+	// Edit fields: a new rate, daily cap, or enabled flag (nil: unchanged).
+	RatePerSec float64 `json:"rate_per_sec,omitempty"`
+	DailyCap   *int    `json:"daily_cap,omitempty"`
+	Enabled    *bool   `json:"enabled,omitempty"`
+}
+
+// Kill is a process fault of the multi-process mode.
+type Kill struct {
+	At time.Duration `json:"at"`
+	// Process is "ingest", "render", "dispatch", "status" or "nats".
+	Process string `json:"process"`
+}
+
+// JSON is the scenario as indented JSON.
+func (s *Scenario) JSON() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// Pool returns the pool of channel, or nil.
+func (s *Scenario) Pool(channel string) *Pool {
+	for i := range s.Pools {
+		if s.Pools[i].Channel == channel {
+			return &s.Pools[i]
+		}
+	}
+	return nil
+}
+
+// Account returns the account named name, or nil.
+func (s *Scenario) Account(name string) (*Pool, *Account) {
+	for i := range s.Pools {
+		for j := range s.Pools[i].Accounts {
+			if s.Pools[i].Accounts[j].Name == name {
+				return &s.Pools[i], &s.Pools[i].Accounts[j]
+			}
+		}
+	}
+	return nil, nil
+}
+
+// Clone returns a deep copy of s.
+func (s *Scenario) Clone() *Scenario {
+	var c Scenario
+	b, _ := json.Marshal(s)
+	_ = json.Unmarshal(b, &c)
+	return &c
+}
+
+// Options bound what Generate draws.
+type Options struct {
+	// Multiprocess adds process faults (Kills).
+	Multiprocess bool
+	// Scale multiplies recipient counts (long mode); defaults to 1.
+	Scale float64
+}
+
+// Generate draws a scenario from seed. The same seed and options give the
+// same scenario on every machine.
+func Generate(seed uint64, o Options) *Scenario {
+	if o.Scale <= 0 {
+		o.Scale = 1
+	}
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s := &Scenario{Seed: seed}
+	// One or two channels; webhook most often, as it has the richest fake.
+	chans := []string{pick(r, Channels, []float64{4, 2, 1.5, 1.5, 1})}
+	if r.Float64() < 0.35 {
+		if c := pick(r, Channels, []float64{3, 2, 1.5, 1.5, 1}); c != chans[0] {
+			chans = append(chans, c)
+		}
+	}
+	for _, ch := range chans {
+		s.Pools = append(s.Pools, genPool(r, ch, len(s.Pools)))
+	}
+	nTasks := 1 + r.IntN(3)
+	for i := range nTasks {
+		p := &s.Pools[r.IntN(len(s.Pools))]
+		s.Tasks = append(s.Tasks, genTask(r, s, p, i, o.Scale))
+	}
+	genActions(r, s)
+	if o.Multiprocess {
+		procs := []string{"dispatch", "dispatch", "dispatch", "ingest", "render", "status", "nats"}
+		for range 1 + r.IntN(3) {
+			s.Kills = append(s.Kills, Kill{At: ms(500 + r.IntN(6000)), Process: procs[r.IntN(len(procs))]})
+		}
+		slices.SortFunc(s.Kills, func(a, b Kill) int { return int(a.At - b.At) })
+	}
+	return s
+}
+
+func genPool(r *rand.Rand, channel string, n int) Pool {
+	p := Pool{Channel: channel}
+	count := 1 + r.IntN(4)
+	if channel == "smtp" {
+		count = 1 + r.IntN(2)
+	}
+	for i := range count {
+		a := Account{
+			Name:        fmt.Sprintf("%s-%c", short(channel), 'a'+i),
+			RatePerSec:  math.Round(5 * math.Pow(100, r.Float64())), // 5-500, log-uniform
+			Burst:       1 + r.IntN(10),
+			Concurrency: 1 + r.IntN(16),
+		}
+		_ = n
+		if channel == "wxpusher" || (channel == "sandbox" && r.Float64() < 0.5) {
+			a.MaxBatch = []int{10, 50, 100}[r.IntN(3)]
+			a.RatePerSec = math.Round(2 + 18*r.Float64())
+			a.Concurrency = 1 + r.IntN(2)
+		}
+		if r.Float64() < 0.25 {
+			a.PerRecipientInterval = ms(300 + r.IntN(1200))
+		}
+		if r.Float64() < 0.5 {
+			// Pin the floor so random 429s test Retry-After, not the
+			// adaptive pacer (which has its own draws below).
+			a.MinRatePerSec = a.RatePerSec
+		}
+		a.Timeout = ms(800 + r.IntN(700))
+		f := &a.Faults
+		if r.Float64() < 0.5 {
+			f.FailRate = round3(0.15 * r.Float64())
+		}
+		if r.Float64() < 0.35 {
+			f.RateLimitedRate = round3(0.06 * r.Float64())
+			f.NoRetryAfter = r.Float64() < 0.3
+		}
+		if r.Float64() < 0.2 {
+			f.CapacityPerSec = math.Max(2, math.Round(a.RatePerSec*(0.4+0.5*r.Float64())))
+		}
+		if channel != "sandbox" && channel != "smtp" {
+			if r.Float64() < 0.25 {
+				f.TimeoutRate = round3(0.04 * r.Float64())
+			}
+			if r.Float64() < 0.2 {
+				f.LateRate = round3(0.04 * r.Float64())
+			}
+		}
+		if r.Float64() < 0.3 {
+			f.Latency = ms(r.IntN(60))
+		}
+		p.Accounts = append(p.Accounts, a)
+	}
+	// 401 on one account of a pool with a healthy one beside it.
+	if len(p.Accounts) > 1 && channel != "sandbox" && channel != "smtp" && r.Float64() < 0.2 {
+		p.Accounts[r.IntN(len(p.Accounts))].Faults.Unauthorized = true
+	}
+	// An account added during the run.
+	if len(p.Accounts) > 1 && r.Float64() < 0.15 {
+		p.Accounts[len(p.Accounts)-1].AddedLater = true
+	}
+	return p
+}
+
+func genTask(r *rand.Rand, s *Scenario, p *Pool, i int, scale float64) Task {
+	rate := 0.0
+	for _, a := range p.Accounts {
+		if a.Faults.Unauthorized {
+			continue
+		}
+		ar := a.RatePerSec
+		if a.MaxBatch > 1 {
+			ar *= float64(a.MaxBatch) / 2
+		}
+		if a.Faults.CapacityPerSec > 0 {
+			ar = math.Min(ar, a.Faults.CapacityPerSec)
+		}
+		rate += ar
+	}
+	// Enough recipients for a few seconds of sending, at most 250.
+	n := int(math.Min(250*scale, math.Max(5, rate*(1+3*r.Float64())*scale)))
+	universe := 2 * n
+	t := Task{
+		ID:      fmt.Sprintf("s%d-t%d", s.Seed%100000, i),
+		Channel: p.Channel,
+		At:      ms(r.IntN(1500)),
+	}
+	perm := r.Perm(universe)
+	t.Recipients = perm[:n]
+	if r.Float64() < 0.4 {
+		nb := 1 + r.IntN(1+n/20)
+		t.Bad = append(t.Bad, perm[n:n+nb]...)
+	}
+	if p.Channel != "webhook" && p.Channel != "sandbox" && r.Float64() < 0.4 {
+		t.Invalid = 1 + r.IntN(3)
+	}
+	if r.Float64() < 0.4 {
+		t.Repeats = 1 + r.IntN(1+n/10)
+	}
+	t.Object = r.Float64() < 0.35
+	if len(p.Accounts) > 1 && r.Float64() < 0.25 && !slices.ContainsFunc(p.Accounts, func(a Account) bool { return a.AddedLater }) {
+		for _, a := range p.Accounts[:1+r.IntN(len(p.Accounts))] {
+			t.Accounts = append(t.Accounts, a.Name)
+		}
+	}
+	t.Priority = pick(r, []string{"", "high", "normal", "low"}, []float64{3, 1, 1, 1})
+	if r.Float64() < 0.25 {
+		t.SendAfter = ms(500 + r.IntN(2500))
+	}
+	if r.Float64() < 0.15 {
+		t.ExpiresIn = ms(3000 + r.IntN(5000))
+	}
+	if r.Float64() < 0.3 {
+		t.MaxAttempts = 3 + r.IntN(8)
+	}
+	if r.Float64() < 0.2 {
+		t.Tests = 1 + r.IntN(2)
+		t.Approve = ms(800 + r.IntN(1500))
+	}
+	t.Batchable = slices.ContainsFunc(p.Accounts, func(a Account) bool { return a.MaxBatch > 1 }) && r.Float64() < 0.8
+	return t
+}
+
+func genActions(r *rand.Rand, s *Scenario) {
+	for _, t := range s.Tasks {
+		switch u := r.Float64(); {
+		case u < 0.25:
+			at := t.At + ms(300+r.IntN(2500))
+			s.Actions = append(s.Actions,
+				Action{At: at, Kind: ActPause, Task: t.ID},
+				Action{At: at + ms(300+r.IntN(2000)), Kind: ActResume, Task: t.ID})
+		case u < 0.32:
+			s.Actions = append(s.Actions, Action{At: t.At + ms(500+r.IntN(3000)), Kind: ActCancel, Task: t.ID})
+		}
+		if len(t.Bad) > 0 && r.Float64() < 0.3 {
+			// After the task is final: the runner waits for it first.
+			s.Actions = append(s.Actions, Action{At: t.At + ms(2000), Kind: ActRetryDead, Task: t.ID})
+		}
+	}
+	for _, p := range s.Pools {
+		for _, a := range p.Accounts {
+			if a.AddedLater {
+				s.Actions = append(s.Actions, Action{At: ms(500 + r.IntN(2500)), Kind: ActAdd, Account: a.Name})
+				continue
+			}
+			switch u := r.Float64(); {
+			case u < 0.15:
+				s.Actions = append(s.Actions, Action{At: ms(500 + r.IntN(4000)), Kind: ActEdit, Account: a.Name,
+					RatePerSec: math.Round(5 * math.Pow(100, r.Float64()))})
+			case u < 0.22:
+				off, on := false, true
+				at := ms(500 + r.IntN(3000))
+				s.Actions = append(s.Actions,
+					Action{At: at, Kind: ActEdit, Account: a.Name, Enabled: &off},
+					Action{At: at + ms(500+r.IntN(2000)), Kind: ActEdit, Account: a.Name, Enabled: &on})
+			case u < 0.27 && len(p.Accounts) > 1 && !named(s, a.Name):
+				s.Actions = append(s.Actions, Action{At: ms(1000 + r.IntN(3000)), Kind: ActRemove, Account: a.Name})
+			}
+		}
+	}
+	// Daily caps: on some accounts, below the recipients they would get,
+	// and sometimes raised during the run.
+	for pi := range s.Pools {
+		p := &s.Pools[pi]
+		if r.Float64() >= 0.15 {
+			continue
+		}
+		a := &p.Accounts[r.IntN(len(p.Accounts))]
+		if a.AddedLater {
+			continue
+		}
+		n := 0
+		for _, t := range s.Tasks {
+			if t.Channel == p.Channel {
+				n += len(t.Recipients)
+			}
+		}
+		a.DailyCap = max(1, int(float64(n)*(0.2+0.6*r.Float64())/float64(len(p.Accounts))))
+		if r.Float64() < 0.5 {
+			raised := a.DailyCap + n
+			s.Actions = append(s.Actions, Action{At: ms(2000 + r.IntN(3000)), Kind: ActEdit, Account: a.Name, DailyCap: &raised})
+		}
+	}
+	slices.SortStableFunc(s.Actions, func(a, b Action) int { return int(a.At - b.At) })
+}
+
+// named reports whether a task names the account in its accounts list
+// (removing it would make the task invalid, which is not the point).
+func named(s *Scenario, account string) bool {
+	for _, t := range s.Tasks {
+		if slices.Contains(t.Accounts, account) {
+			return true
+		}
+	}
+	return false
+}
+
+func short(channel string) string {
+	switch channel {
+	case "webhook":
+		return "hook"
+	case "sandbox":
+		return "sbx"
+	case "wxpusher":
+		return "wx"
+	case "whatsapp":
+		return "wa"
+	}
+	return channel
+}
+
+func pick[T any](r *rand.Rand, xs []T, weights []float64) T {
+	sum := 0.0
+	for _, w := range weights {
+		sum += w
+	}
+	u := r.Float64() * sum
+	for i, w := range weights {
+		if u < w {
+			return xs[i]
+		}
+		u -= w
+	}
+	return xs[len(xs)-1]
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

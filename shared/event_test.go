@@ -1,0 +1,23 @@
+package shared
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestEventMsgIDGenerations: the failed outcome of a re-queued job's first
+// attempt must not share its Nats-Msg-Id with the first generation's, or
+// the EVENTS stream drops it as a duplicate and the task never becomes
+// final (found by the scenario tester, seed 8).
+func TestEventMsgIDGenerations(t *testing.T) {
+	t.Parallel()
+	first := Event{TaskID: "t", JobID: "t.4", Kind: EventFailed, Attempt: 1}
+	again := first
+	again.Generation = 1
+	require.Equal(t, "t.4:failed:1", first.MsgID(), "generation 0 keeps the id it always had")
+	require.NotEqual(t, first.MsgID(), again.MsgID())
+	again2 := again
+	again2.Generation = 2
+	require.NotEqual(t, again.MsgID(), again2.MsgID())
+}
