@@ -11,7 +11,7 @@ import (
 )
 
 // runTorture runs the randomized scenario tester (internal/scenario) from
-// the command line: the long mode of `go test ./e2e -run TestScenarios`.
+// the command line: the long mode of `go test ./e2e/scenarios -run TestScenarios`.
 func runTorture(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("torture", flag.ExitOnError)
 	seed := fs.Uint64("seed", 0, "first seed (0: a fresh random seed per scenario)")

@@ -73,9 +73,9 @@ func RunAndCheck(ctx context.Context, sc *Scenario, o RunOptions) *Report {
 // ReplayCommand is the one-line command that runs the seed again.
 func ReplayCommand(seed uint64, multiprocess bool) string {
 	if multiprocess {
-		return fmt.Sprintf("go test ./e2e -run 'TestScenarios/seed=%d$' -scenario.seed=%d -scenario.multiprocess -v", seed, seed)
+		return fmt.Sprintf("go test ./e2e/scenarios -run 'TestScenarios/seed=%d$' -scenario.seed=%d -scenario.multiprocess -v", seed, seed)
 	}
-	return fmt.Sprintf("go test ./e2e -run 'TestScenarios/seed=%d$' -scenario.seed=%d -v   # or: go run ./cmd/broadcast torture -seed %d -n 1", seed, seed, seed)
+	return fmt.Sprintf("go test ./e2e/scenarios -run 'TestScenarios/seed=%d$' -scenario.seed=%d -v   # or: go run ./cmd/broadcast torture -seed %d -n 1", seed, seed, seed)
 }
 
 // Dump writes the observation as JSON to path, for digging into a failure.

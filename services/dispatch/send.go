@@ -172,7 +172,10 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		s.cfg.metrics.Latency(acct.Name, latency)
 	}
 	if caps != nil {
-		caps.release(ctx, job.To, res.OK(), time.Now())
+		// A send whose answer never came (the client gave up) may have
+		// reached the recipient: it counts for the gap and the cap as sent,
+		// so its retry waits the interval too.
+		caps.release(ctx, job.To, res.OK() || res.Code == "timeout", time.Now())
 	}
 	ev := r.event(&job, shared.EventSent, attempt)
 	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
