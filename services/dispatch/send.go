@@ -302,7 +302,7 @@ func (r *accountRunner) mayStillSend(ctx context.Context, job *shared.Job, attem
 func (r *accountRunner) event(job *shared.Job, kind shared.EventKind, attempt int) *shared.Event {
 	rate, _ := r.pacer.effective()
 	return &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
-		Attempt: attempt, Index: job.Index, RatePerSec: rate}
+		Attempt: attempt, Index: job.Index, RatePerSec: rate, Generation: job.Generation}
 }
 
 // accountProblem reports whether an answer says the account cannot send
