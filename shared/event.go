@@ -68,6 +68,10 @@ type Event struct {
 	// the rate-limit metric count the call's answer once, as they count a
 	// single send's. Permanent failures are never marked.
 	CallShared bool `json:"call_shared,omitempty"`
+	// MaybeSent, on an expired, cancelled, failed or retrying event, says
+	// an earlier send of the job may have reached the recipient: its
+	// answer was lost when a process died during the call (Job.MaybeSent).
+	MaybeSent bool `json:"maybe_sent,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of the event, so a republished outcome within the

@@ -49,6 +49,11 @@ type Job struct {
 	// bounced A to B to A again within the duplicate window would otherwise
 	// be dropped as a duplicate publish, and lost.
 	Moves int `json:"moves,omitempty"`
+	// MaybeSent marks a job one of whose sends may have reached the
+	// provider with its answer lost: a delivery that left no outcome (the
+	// process died or the ack wait ran out during the call). Its events
+	// other than sent say so (Event.MaybeSent).
+	MaybeSent bool `json:"maybe_sent,omitempty"`
 }
 
 // JobID is the job id of the recipient at index in task. Test recipients use

@@ -183,8 +183,11 @@ func (c *checker) task(t Task) {
 				continue
 			}
 			acc++
-			if !sentTo[to] && !slices.ContainsFunc(c.all[t.ID][to], func(h Hit) bool { return h.GaveUp }) && final {
-				c.fail(Failure{Check: CheckLedger, Task: t.ID, Account: hs[0].Account, Detail: fmt.Sprintf("%s accepted by the provider at %s but no sent event", to, c.rel(hs[0].At))})
+			// A send whose answer the client never got (it gave up, or died
+			// during the call: the job's later events say maybe_sent) may be
+			// accepted without a sent event.
+			if !sentTo[to] && !slices.ContainsFunc(c.all[t.ID][to], func(h Hit) bool { return h.GaveUp }) && !maybeSent(evs, to) && final {
+				c.fail(Failure{Check: CheckLedger, Task: t.ID, Account: hs[0].Account, Detail: fmt.Sprintf("%s accepted by the provider at %s but no sent event (%s)", to, c.rel(hs[0].At), eventsOf(evs, to))})
 			}
 		}
 		for to := range sentTo {
@@ -585,4 +588,24 @@ func Causes(fs []Failure) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// eventsOf lists a recipient's events as kind/account@generation, for failure details.
+func eventsOf(evs []shared.Event, to string) string {
+	var parts []string
+	for _, e := range evs {
+		if e.To == to {
+			parts = append(parts, fmt.Sprintf("%s/%s@%d %q", e.Kind, e.Account, e.Generation, e.Error))
+		}
+	}
+	if len(parts) == 0 {
+		return "no events"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// maybeSent reports whether an event of the recipient says an earlier send
+// may have reached it (Event.MaybeSent).
+func maybeSent(evs []shared.Event, to string) bool {
+	return slices.ContainsFunc(evs, func(e shared.Event) bool { return e.To == to && e.MaybeSent })
 }

@@ -76,7 +76,7 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 	}
 	return s.publish(ctx, &shared.Event{TaskID: g.job.TaskID, JobID: g.job.ID, To: g.job.To, Account: g.account,
 		Kind: shared.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now,
-		CallShared: g.callShared, Generation: g.job.Generation})
+		CallShared: g.callShared, Generation: g.job.Generation, MaybeSent: g.job.MaybeSent})
 }
 
 // salvaged is what can be read of an undecodable job.

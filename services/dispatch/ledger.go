@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,6 +51,11 @@ func (s *Service) writeLedger(ctx context.Context, job *shared.Job, le *ledgerEn
 	}
 	_, err = s.ledger.Put(ctx, job.LedgerKey(), data)
 	return err
+}
+
+// recorded reports whether the entry holds an outcome of attempt.
+func (le *ledgerEntry) recorded(attempt int) bool {
+	return slices.ContainsFunc(le.History, func(a shared.AttemptError) bool { return a.Attempt == attempt })
 }
 
 // addAttempt appends a failed attempt to the entry's history.

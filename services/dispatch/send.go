@@ -63,6 +63,11 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		if le, err = s.readLedger(ctx, &job); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
+		// A redelivery whose previous delivery left no outcome may follow
+		// a send in flight when a process died: it may have been delivered.
+		if meta.NumDelivered > 1 && !le.recorded(attempt-1) {
+			job.MaybeSent = true
+		}
 		if le.State == "sent" {
 			// Sent, but its event could not be published then: publish it now.
 			log.Debug("job already sent; not sending again")
@@ -285,9 +290,12 @@ func (s *Service) sentNotStored(job *shared.Job, ev *shared.Event, cause error, 
 // consume loop.
 func (r *accountRunner) mayStillSend(ctx context.Context, job *shared.Job, attempts int) (done bool, err error) {
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
-		return true, r.svc.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name,
-			Kind: shared.EventExpired, Attempt: attempts, Index: job.Index, Code: "expired",
-			Error: "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the send"})
+		ev := r.event(job, shared.EventExpired, attempts)
+		ev.Code, ev.Error = "expired", "expires_at "+job.ExpiresAt.Format(time.RFC3339)+" passed before the send"
+		if job.MaybeSent {
+			ev.Error = "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the answer to an earlier send was known"
+		}
+		return true, r.svc.publish(ctx, ev)
 	}
 	if done, err := r.obeyControl(ctx, job, attempts); done {
 		return true, err
@@ -302,7 +310,8 @@ func (r *accountRunner) mayStillSend(ctx context.Context, job *shared.Job, attem
 func (r *accountRunner) event(job *shared.Job, kind shared.EventKind, attempt int) *shared.Event {
 	rate, _ := r.pacer.effective()
 	return &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
-		Attempt: attempt, Index: job.Index, RatePerSec: rate, Generation: job.Generation}
+		Attempt: attempt, Index: job.Index, RatePerSec: rate, Generation: job.Generation,
+		MaybeSent: job.MaybeSent && kind != shared.EventSent}
 }
 
 // accountProblem reports whether an answer says the account cannot send
