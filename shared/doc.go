@@ -10,6 +10,7 @@
 //   - subjects.go: subject, stream and bucket names, id syntax.
 //   - task.go: the task users publish and its validation.
 //   - job.go, event.go, progress.go, account.go, deadletter.go: wire shapes.
+//   - eventpub.go: publishing events with their Nats-Msg-Id.
 //   - codec.go: fast JSON for jobs, events and incoming tasks (go-json,
 //     checked against encoding/json, which still words every error).
 //   - template.go: message templates, their limits, the plain fast path,
@@ -32,10 +33,10 @@
 //   - size.go: the JSON size of a recipient's variables and its limit.
 //   - taskrecord.go: the task record and render batches (ingest to render).
 //   - errclass.go: the error classes of send outcomes.
-//   - control.go, requeue.go: task run state and its watcher; the re-queue
-//     request ingest sends dispatch.
-//   - accountwatch.go, health.go, route.go: live views of accounts and
-//     their health, and choosing an account for a recipient.
+//   - control.go, controlwatch.go, requeue.go: task run state and its
+//     watcher; the re-queue request ingest sends dispatch.
+//   - accountwatch.go, health.go, healthwatch.go, route.go: live views of
+//     accounts and their health, and choosing an account for a recipient.
 //   - kvview.go, kvwatch.go: a KV bucket kept in memory, and following a
 //     watch from its current values on.
 //   - strconv.go: small number formatting helpers.

@@ -1,0 +1,49 @@
+package shared
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ControlWatcher is a live view of KV broadcast_control.
+type ControlWatcher struct{ view *KVView[Control] }
+
+// WatchControl starts following task run states; onChange (optional) is
+// called with the task id of every later change.
+func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger, onChange func(taskID string)) (*ControlWatcher, error) {
+	v, err := WatchKV(ctx, js, BucketControl, func(b []byte) (Control, error) {
+		var c Control
+		err := json.Unmarshal(b, &c)
+		return c, err
+	}, log, onChange)
+	if err != nil {
+		return nil, err
+	}
+	return &ControlWatcher{view: v}, nil
+}
+
+// Get returns a task's control state; a task without one is running.
+func (w *ControlWatcher) Get(taskID string) Control {
+	c, _ := w.view.Get(taskID)
+	return c
+}
+
+// PutControl records a task's run state.
+func PutControl(ctx context.Context, kv jetstream.KeyValue, taskID string, c Control) error {
+	if c.At.IsZero() {
+		c.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, taskID, data); err != nil {
+		return fmt.Errorf("control state of %s: %w", taskID, err)
+	}
+	return nil
+}
