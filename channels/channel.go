@@ -17,7 +17,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Message is one recipient's send as an adapter sees it.
@@ -37,7 +37,7 @@ type Message struct {
 // Result is the outcome of one message. The zero Class means sent.
 type Result struct {
 	// Class is empty when the provider accepted the message.
-	Class shared.ErrorClass
+	Class contract.ErrorClass
 	// Code is the provider's answer: an HTTP status or a provider error code.
 	Code string
 	// Err describes the failure for people; never contains secrets.
@@ -62,7 +62,7 @@ type Channel interface {
 	CheckBody(body string) error
 	// NewSender builds a sender for one account. getenv resolves the
 	// account's secret_env. It is called again whenever the account changes.
-	NewSender(acct *shared.Account, getenv func(string) string) (Sender, error)
+	NewSender(acct *contract.Account, getenv func(string) string) (Sender, error)
 }
 
 // Sender delivers messages through one account.
@@ -74,13 +74,13 @@ type Sender interface {
 
 // HTMLChannel is a Channel some of whose accounts send the body as HTML
 // (smtp with "html":true, wxpusher with content_type 2). Render escapes the
-// recipient's variables for those accounts (shared.Template.RenderEscaped),
+// recipient's variables for those accounts (contract.Template.RenderEscaped),
 // so a variable cannot inject markup, links or scripts into the message;
 // the template's own text is the task author's HTML.
 type HTMLChannel interface {
 	Channel
 	// HTMLBody reports whether acct sends bodies as HTML.
-	HTMLBody(acct *shared.Account) bool
+	HTMLBody(acct *contract.Account) bool
 }
 
 // BatchChannel is a Channel whose provider takes several recipients with
@@ -97,7 +97,7 @@ type BatchChannel interface {
 // is not a BatchChannel (its Send would only loop over single sends, which
 // the account's rate, counted per call for batch accounts, would no longer
 // pace).
-func EffectiveMaxBatch(ch Channel, acct *shared.Account) int {
+func EffectiveMaxBatch(ch Channel, acct *contract.Account) int {
 	bc, ok := ch.(BatchChannel)
 	if !ok || acct.MaxBatch <= 1 {
 		return 1

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // MaxRetryAfter bounds what a provider may ask us to wait, so a garbage
@@ -46,16 +46,16 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // contract: 2xx sent (""), 429 rate limited, 408 and 5xx retryable, any other
 // 4xx permanent. A 3xx is permanent too: adapters do not follow redirects
 // (newHTTPClient), and retrying would get the same answer.
-func ClassifyHTTP(status int) shared.ErrorClass {
+func ClassifyHTTP(status int) contract.ErrorClass {
 	switch {
 	case status >= 200 && status < 300:
 		return ""
 	case status >= 300 && status < 400:
-		return shared.ClassPermanent
+		return contract.ClassPermanent
 	case status == http.StatusTooManyRequests:
-		return shared.ClassRateLimited
+		return contract.ClassRateLimited
 	case status == http.StatusRequestTimeout, status >= 500:
-		return shared.ClassRetryable
+		return contract.ClassRetryable
 	}
-	return shared.ClassPermanent
+	return contract.ClassPermanent
 }

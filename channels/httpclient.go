@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // NetPolicy says where an adapter may connect. Dispatch builds its channels
@@ -98,7 +98,7 @@ func (p NetPolicy) dialer(timeout time.Duration) *net.Dialer {
 // proxy unless p denies private addresses; and never follows a redirect:
 // a 307 re-sends the body, tokens included, to wherever the answer points,
 // so a 3xx comes back to the adapter as the answer (ClassifyHTTP: permanent).
-func newHTTPClient(acct *shared.Account, timeout time.Duration, p NetPolicy) *http.Client {
+func newHTTPClient(acct *contract.Account, timeout time.Duration, p NetPolicy) *http.Client {
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           p.dialer(30 * time.Second).DialContext,
@@ -203,10 +203,10 @@ func queryValues(raw string) []string {
 // account would be). The text has the URL redacted and secrets removed.
 func networkResult(err error, secrets ...string) Result {
 	code := "network"
-	class := shared.ClassRetryable
+	class := contract.ClassRetryable
 	switch {
 	case errors.Is(err, ErrDeniedAddress):
-		class, code = shared.ClassAccountFatal, "denied_address"
+		class, code = contract.ClassAccountFatal, "denied_address"
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		code = "timeout"
 	}

@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
 // TestTokenChannelsRequireHTTPS: WhatsApp and WxPusher send their token
@@ -82,7 +82,7 @@ func TestRedirectsNotFollowed(t *testing.T) {
 		}
 		res := s.Send(context.Background(), []Message{{ID: "j1", TaskID: "t", To: to, Body: "hi"}})
 		require.Len(t, res, 1)
-		require.Equal(t, shared.ClassPermanent, res[0].Class, name)
+		require.Equal(t, contract.ClassPermanent, res[0].Class, name)
 		require.Equal(t, "307", res[0].Code, name)
 		require.Contains(t, res[0].Err, "HTTP 307: redirect to "+thief.URL+" not followed", name)
 		require.NotContains(t, res[0].Err, "SECRETPATH", name)
@@ -108,7 +108,7 @@ func TestEndpointQueryNeverInResults(t *testing.T) {
 		require.NoError(t, err)
 		res := s.Send(context.Background(), []Message{{ID: "j1", TaskID: "t", To: "a", Body: "hi"}})
 		t.Logf("%s: %+v", RedactURL(endpoint), res[0])
-		require.Equal(t, shared.ClassRetryable, res[0].Class)
+		require.Equal(t, contract.ClassRetryable, res[0].Class)
 		require.NotContains(t, res[0].Err, "SECRET1234")
 		require.NotEmpty(t, res[0].Err)
 	}
@@ -140,7 +140,7 @@ func TestDenyPrivate(t *testing.T) {
 	}
 	for _, endpoint := range []string{srv.URL, byName} {
 		r := send(NetPolicy{DenyPrivate: true}, endpoint)
-		require.Equal(t, shared.ClassAccountFatal, r.Class, endpoint)
+		require.Equal(t, contract.ClassAccountFatal, r.Class, endpoint)
 		require.Equal(t, "denied_address", r.Code, endpoint)
 		require.Contains(t, r.Err, "is a loopback address (DISPATCH_DENY_PRIVATE)", endpoint)
 	}

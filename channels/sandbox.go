@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Sandbox is a simulated provider inside the dispatch process, for demos,
@@ -54,13 +54,13 @@ func (Sandbox) CheckBody(string) error { return nil }
 // SandboxOptions are the sandbox-specific account fields.
 type SandboxOptions struct {
 	// Latency of every call. Defaults to 0.
-	Latency shared.Duration `json:"latency"`
+	Latency contract.Duration `json:"latency"`
 	// FailRate is the share of calls answered with a retryable 503.
 	FailRate float64 `json:"fail_rate"`
 	// RateLimitedRate is the share of calls answered with 429.
 	RateLimitedRate float64 `json:"rate_limited_rate"`
 	// RetryAfter is sent with simulated 429s. Defaults to 1s.
-	RetryAfter shared.Duration `json:"retry_after"`
+	RetryAfter contract.Duration `json:"retry_after"`
 	// PermanentPrefix: recipients starting with it are rejected permanently.
 	PermanentPrefix string `json:"permanent_prefix"`
 	// FatalPrefix: recipients starting with it get an account-fatal answer.
@@ -68,7 +68,7 @@ type SandboxOptions struct {
 }
 
 // NewSender implements Channel.
-func (c Sandbox) NewSender(acct *shared.Account, _ func(string) string) (Sender, error) {
+func (c Sandbox) NewSender(acct *contract.Account, _ func(string) string) (Sender, error) {
 	var o SandboxOptions
 	if len(acct.Raw) > 0 {
 		if err := json.Unmarshal(acct.Raw, &o); err != nil {
@@ -81,7 +81,7 @@ func (c Sandbox) NewSender(acct *shared.Account, _ func(string) string) (Sender,
 		}
 	}
 	if o.RetryAfter == 0 {
-		o.RetryAfter = shared.Duration(time.Second)
+		o.RetryAfter = contract.Duration(time.Second)
 	}
 	return &sandboxSender{opts: o, stats: c.Stats}, nil
 }
@@ -102,7 +102,7 @@ func (s *sandboxSender) Send(ctx context.Context, msgs []Message) []Result {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Fail(len(msgs), Result{Class: shared.ClassRetryable, Code: "timeout", Err: ctx.Err().Error()})
+			return Fail(len(msgs), Result{Class: contract.ClassRetryable, Code: "timeout", Err: ctx.Err().Error()})
 		case <-t.C:
 		}
 	}
@@ -134,9 +134,9 @@ func (s *sandboxSender) byRecipient(m Message) (Result, bool) {
 	o := s.opts
 	switch {
 	case o.FatalPrefix != "" && strings.HasPrefix(m.To, o.FatalPrefix):
-		return Result{Class: shared.ClassAccountFatal, Code: "401", Err: "sandbox: account token revoked"}, true
+		return Result{Class: contract.ClassAccountFatal, Code: "401", Err: "sandbox: account token revoked"}, true
 	case o.PermanentPrefix != "" && strings.HasPrefix(m.To, o.PermanentPrefix):
-		return Result{Class: shared.ClassPermanent, Code: "400", Err: "sandbox: recipient rejected"}, true
+		return Result{Class: contract.ClassPermanent, Code: "400", Err: "sandbox: recipient rejected"}, true
 	}
 	return Result{}, false
 }
@@ -150,10 +150,10 @@ func (s *sandboxSender) draw() *Result {
 	}
 	x := rand.Float64()
 	if x < o.RateLimitedRate {
-		return &Result{Class: shared.ClassRateLimited, Code: "429", Err: "sandbox: rate limited", RetryAfter: o.RetryAfter.D()}
+		return &Result{Class: contract.ClassRateLimited, Code: "429", Err: "sandbox: rate limited", RetryAfter: o.RetryAfter.D()}
 	}
 	if x < o.RateLimitedRate+o.FailRate {
-		return &Result{Class: shared.ClassRetryable, Code: "503", Err: "sandbox: service unavailable"}
+		return &Result{Class: contract.ClassRetryable, Code: "503", Err: "sandbox: service unavailable"}
 	}
 	return nil
 }

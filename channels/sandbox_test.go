@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
 func sandboxMsgs(tos ...string) []Message {
@@ -28,9 +28,9 @@ func TestSandboxBatchIsOneCall(t *testing.T) {
 		extra string
 		want  []Result // per message, Err and RetryAfter ignored
 	}{
-		{name: "accepted", want: []Result{{ProviderID: "sbx-t.0"}, {Class: shared.ClassPermanent, Code: "400"}, {ProviderID: "sbx-t.2"}, {Class: shared.ClassAccountFatal, Code: "401"}}},
-		{name: "call fails", extra: `,"fail_rate":1`, want: []Result{{Class: shared.ClassRetryable, Code: "503"}, {Class: shared.ClassPermanent, Code: "400"}, {Class: shared.ClassRetryable, Code: "503"}, {Class: shared.ClassAccountFatal, Code: "401"}}},
-		{name: "call rate limited", extra: `,"rate_limited_rate":1,"retry_after":"3s"`, want: []Result{{Class: shared.ClassRateLimited, Code: "429"}, {Class: shared.ClassPermanent, Code: "400"}, {Class: shared.ClassRateLimited, Code: "429"}, {Class: shared.ClassAccountFatal, Code: "401"}}},
+		{name: "accepted", want: []Result{{ProviderID: "sbx-t.0"}, {Class: contract.ClassPermanent, Code: "400"}, {ProviderID: "sbx-t.2"}, {Class: contract.ClassAccountFatal, Code: "401"}}},
+		{name: "call fails", extra: `,"fail_rate":1`, want: []Result{{Class: contract.ClassRetryable, Code: "503"}, {Class: contract.ClassPermanent, Code: "400"}, {Class: contract.ClassRetryable, Code: "503"}, {Class: contract.ClassAccountFatal, Code: "401"}}},
+		{name: "call rate limited", extra: `,"rate_limited_rate":1,"retry_after":"3s"`, want: []Result{{Class: contract.ClassRateLimited, Code: "429"}, {Class: contract.ClassPermanent, Code: "400"}, {Class: contract.ClassRateLimited, Code: "429"}, {Class: contract.ClassAccountFatal, Code: "401"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,7 +47,7 @@ func TestSandboxBatchIsOneCall(t *testing.T) {
 				require.Equal(t, w.Class, got[i].Class, "message %d", i)
 				require.Equal(t, w.Code, got[i].Code, "message %d", i)
 				require.Equal(t, w.ProviderID, got[i].ProviderID, "message %d", i)
-				if w.Class == shared.ClassRateLimited {
+				if w.Class == contract.ClassRateLimited {
 					require.Equal(t, 3*time.Second, got[i].RetryAfter)
 				}
 			}
@@ -98,7 +98,7 @@ func TestEffectiveMaxBatch(t *testing.T) {
 		{SMTP{}, 100, 1},
 	}
 	for _, tt := range tests {
-		got := EffectiveMaxBatch(tt.ch, &shared.Account{Channel: tt.ch.Name(), MaxBatch: tt.maxBatch})
+		got := EffectiveMaxBatch(tt.ch, &contract.Account{Channel: tt.ch.Name(), MaxBatch: tt.maxBatch})
 		require.Equal(t, tt.want, got, "%s max_batch %d", tt.ch.Name(), tt.maxBatch)
 	}
 }

@@ -66,7 +66,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
+
 	gomail "github.com/wneessen/go-mail"
 	"github.com/wneessen/go-mail/smtp"
 )
@@ -117,7 +118,7 @@ func (SMTP) NormalizeRecipient(to string) (string, error) {
 }
 
 // HTMLBody implements HTMLChannel: an account with "html":true.
-func (SMTP) HTMLBody(acct *shared.Account) bool {
+func (SMTP) HTMLBody(acct *contract.Account) bool {
 	var o smtpOptions
 	return decodeOptions(acct, &o) == nil && o.HTML
 }
@@ -132,19 +133,19 @@ func (SMTP) CheckBody(body string) error {
 
 // smtpOptions are the SMTP-specific account fields.
 type smtpOptions struct {
-	Host     string          `json:"host"`
-	Port     int             `json:"port"`
-	Username string          `json:"username"`
-	Auth     string          `json:"auth"`
-	From     string          `json:"from"`
-	TLS      string          `json:"tls"`
-	Subject  string          `json:"subject"`
-	HTML     bool            `json:"html"`
-	Timeout  shared.Duration `json:"timeout"`
+	Host     string            `json:"host"`
+	Port     int               `json:"port"`
+	Username string            `json:"username"`
+	Auth     string            `json:"auth"`
+	From     string            `json:"from"`
+	TLS      string            `json:"tls"`
+	Subject  string            `json:"subject"`
+	HTML     bool              `json:"html"`
+	Timeout  contract.Duration `json:"timeout"`
 }
 
 // NewSender implements Channel.
-func (m SMTP) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (m SMTP) NewSender(acct *contract.Account, getenv func(string) string) (Sender, error) {
 	var o smtpOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return nil, err
@@ -259,14 +260,14 @@ func (s *smtpSender) Send(ctx context.Context, msgs []Message) []Result {
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
-		return Fail(len(msgs), Result{Class: shared.ClassRetryable, Code: "timeout", Err: "smtp: " + ctx.Err().Error()})
+		return Fail(len(msgs), Result{Class: contract.ClassRetryable, Code: "timeout", Err: "smtp: " + ctx.Err().Error()})
 	}
 	defer func() { <-s.slots }()
 	conn := s.take()
 	out := make([]Result, len(msgs))
 	for i, m := range msgs {
 		out[i], conn = s.deliver(ctx, conn, m)
-		if out[i].Class == shared.ClassAccountFatal {
+		if out[i].Class == contract.ClassAccountFatal {
 			for j := i + 1; j < len(msgs); j++ {
 				out[j] = out[i]
 				out[j].ProviderID = ""
@@ -358,7 +359,7 @@ func (s *smtpSender) dial(ctx context.Context) (*smtpConn, error) {
 func (s *smtpSender) deliver(ctx context.Context, conn *smtpConn, m Message) (Result, *smtpConn) {
 	msg, id, err := s.build(m)
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "message", Err: clip(err.Error())}, conn
+		return Result{Class: contract.ClassPermanent, Code: "message", Err: clip(err.Error())}, conn
 	}
 	pooled := conn != nil
 	if conn == nil {
@@ -379,7 +380,7 @@ func (s *smtpSender) deliver(ctx context.Context, conn *smtpConn, m Message) (Re
 	}
 	if ctx.Err() != nil {
 		s.unlessCancelled(ctx, conn)
-		return Result{Class: shared.ClassRetryable, Code: "timeout",
+		return Result{Class: contract.ClassRetryable, Code: "timeout",
 			Err: clip(redact("smtp: "+ctx.Err().Error()+": "+err.Error(), s.password))}, nil
 	}
 	r, keep := s.sendFailure(err)
@@ -481,7 +482,7 @@ func isAuthReply(code int) bool {
 // authenticating.
 func (s *smtpSender) dialFailure(err error) Result {
 	code := smtpReply(err)
-	r := Result{Class: shared.ClassRetryable, Code: "network", Err: "smtp connect: " + err.Error()}
+	r := Result{Class: contract.ClassRetryable, Code: "network", Err: "smtp connect: " + err.Error()}
 	var certErr *tls.CertificateVerificationError
 	var unknownCA x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
@@ -489,12 +490,12 @@ func (s *smtpSender) dialFailure(err error) Result {
 	case code >= 500:
 		// Authentication failures (535 ...) and servers refusing this
 		// client: nothing this account sends can get through.
-		r.Class, r.Code = shared.ClassAccountFatal, strconv.Itoa(code)
+		r.Class, r.Code = contract.ClassAccountFatal, strconv.Itoa(code)
 	case code >= 400:
 		r.Code = strconv.Itoa(code)
 	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr),
 		errors.Is(err, smtp.ErrUnencrypted), errors.Is(err, smtp.ErrWrongHostname):
-		r.Class, r.Code = shared.ClassAccountFatal, "tls"
+		r.Class, r.Code = contract.ClassAccountFatal, "tls"
 	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
 		r.Code = "timeout"
 	}
@@ -513,18 +514,18 @@ func (s *smtpSender) sendFailure(err error) (Result, bool) {
 	keep := code != 0 && code != 421 && reason != gomail.ErrSMTPData
 	switch {
 	case code == 0:
-		r.Class, r.Code = shared.ClassRetryable, "network"
+		r.Class, r.Code = contract.ClassRetryable, "network"
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 			r.Code = "timeout"
 		}
 	case isAuthReply(code):
-		r.Class, keep = shared.ClassAccountFatal, false
+		r.Class, keep = contract.ClassAccountFatal, false
 	case code >= 500 && reason == gomail.ErrSMTPMailFrom:
-		r.Class = shared.ClassAccountFatal
+		r.Class = contract.ClassAccountFatal
 	case code >= 500:
-		r.Class = shared.ClassPermanent
+		r.Class = contract.ClassPermanent
 	default:
-		r.Class = shared.ClassRetryable
+		r.Class = contract.ClassRetryable
 	}
 	return r, keep
 }

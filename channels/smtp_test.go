@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
 const smtpPassword = "s3cret-SMTP-pass"
@@ -205,13 +205,13 @@ func addrArg(arg string) string {
 	return arg[start+1 : end]
 }
 
-func smtpAccount(t *testing.T, srv *smtpServer, extra string) *shared.Account {
+func smtpAccount(t *testing.T, srv *smtpServer, extra string) *contract.Account {
 	js := fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none","from":"Shop <noreply@shop.example>",
 		"subject":"Your order","concurrency":2,"timeout":"5s"%s}`, srv.port, extra)
 	return testAccount(t, js)
 }
 
-func smtpSenderFor(t *testing.T, acct *shared.Account) Sender {
+func smtpSenderFor(t *testing.T, acct *contract.Account) Sender {
 	t.Helper()
 	s, err := SMTP{}.NewSender(acct, envWith("BROADCAST_SECRET_SMTP", smtpPassword))
 	require.NoError(t, err)
@@ -368,7 +368,7 @@ func TestSMTPAuth(t *testing.T) {
 	rs = bad.Send(context.Background(), []Message{mailTo("t1.1", "a@example.com", "hi"), mailTo("t1.2", "b@example.com", "hi")})
 	require.Len(t, rs, 2)
 	for _, r := range rs {
-		require.Equal(t, shared.ClassAccountFatal, r.Class)
+		require.Equal(t, contract.ClassAccountFatal, r.Class)
 		require.Equal(t, "535", r.Code)
 		require.Contains(t, r.Err, "Authentication credentials invalid")
 	}
@@ -449,13 +449,13 @@ func TestSMTPReplyClasses(t *testing.T) {
 		mailTo("t1.3", "full@example.com", "hi"),
 	})
 
-	require.Equal(t, shared.ClassRetryable, rs[0].Class)
+	require.Equal(t, contract.ClassRetryable, rs[0].Class)
 	require.Equal(t, "450", rs[0].Code)
-	require.Equal(t, shared.ClassPermanent, rs[1].Class)
+	require.Equal(t, contract.ClassPermanent, rs[1].Class)
 	require.Equal(t, "550", rs[1].Code)
 	require.Contains(t, rs[1].Err, "No such user")
 	require.Equal(t, Result{Code: "250", ProviderID: "t1.2@shop.example"}, rs[2])
-	require.Equal(t, shared.ClassRetryable, rs[3].Class)
+	require.Equal(t, contract.ClassRetryable, rs[3].Class)
 	require.Equal(t, "452", rs[3].Code)
 	require.Len(t, srv.received(), 1)
 	require.EqualValues(t, 1, srv.accepted.Load(), "rejected recipients do not cost the connection")
@@ -466,16 +466,16 @@ func TestSMTPTransactionFailures(t *testing.T) {
 	tests := []struct {
 		name  string
 		srv   *smtpServer
-		class shared.ErrorClass
+		class contract.ErrorClass
 		code  string
 	}{
-		{"data 554 rejected", &smtpServer{dataReply: "554 5.7.1 Message rejected as spam"}, shared.ClassPermanent, "554"},
-		{"data 451 later", &smtpServer{dataReply: "451 4.3.0 Temporary failure, try later"}, shared.ClassRetryable, "451"},
-		{"mail 553 sender refused", &smtpServer{mailReply: "553 5.7.1 Sender address rejected: not owned by user"}, shared.ClassAccountFatal, "553"},
-		{"mail 451 later", &smtpServer{mailReply: "451 4.3.2 System not accepting messages"}, shared.ClassRetryable, "451"},
-		{"mail 530 auth required", &smtpServer{mailReply: "530 5.7.0 Authentication required"}, shared.ClassAccountFatal, "530"},
-		{"greeting 421 busy", &smtpServer{greeting: "421 4.3.2 Too many connections"}, shared.ClassRetryable, "421"},
-		{"greeting 554 refused", &smtpServer{greeting: "554 5.7.1 Access denied"}, shared.ClassAccountFatal, "554"},
+		{"data 554 rejected", &smtpServer{dataReply: "554 5.7.1 Message rejected as spam"}, contract.ClassPermanent, "554"},
+		{"data 451 later", &smtpServer{dataReply: "451 4.3.0 Temporary failure, try later"}, contract.ClassRetryable, "451"},
+		{"mail 553 sender refused", &smtpServer{mailReply: "553 5.7.1 Sender address rejected: not owned by user"}, contract.ClassAccountFatal, "553"},
+		{"mail 451 later", &smtpServer{mailReply: "451 4.3.2 System not accepting messages"}, contract.ClassRetryable, "451"},
+		{"mail 530 auth required", &smtpServer{mailReply: "530 5.7.0 Authentication required"}, contract.ClassAccountFatal, "530"},
+		{"greeting 421 busy", &smtpServer{greeting: "421 4.3.2 Too many connections"}, contract.ClassRetryable, "421"},
+		{"greeting 554 refused", &smtpServer{greeting: "554 5.7.1 Access denied"}, contract.ClassAccountFatal, "554"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -499,7 +499,7 @@ func TestSMTPConnectionRefused(t *testing.T) {
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 	rs := s.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi"), mailTo("t1.1", "wang@example.com", "hi")})
 	for _, r := range rs {
-		require.Equal(t, shared.ClassRetryable, r.Class)
+		require.Equal(t, contract.ClassRetryable, r.Class)
 		require.Equal(t, "network", r.Code)
 	}
 }
@@ -511,7 +511,7 @@ func TestSMTPCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	rs := s.Send(ctx, []Message{mailTo("t1.0", "li@example.com", "hi")})
-	require.Equal(t, shared.ClassRetryable, rs[0].Class)
+	require.Equal(t, contract.ClassRetryable, rs[0].Class)
 	require.Empty(t, srv.received())
 }
 
@@ -526,7 +526,7 @@ func TestSMTPContextEndsStalledSend(t *testing.T) {
 		rs := s.Send(ctx, []Message{mailTo("t1."+strconv.Itoa(i), "li@example.com", "hi")})
 		cancel()
 		require.Less(t, time.Since(start), 2*time.Second, "the context, not the 5s timeout, ends the send")
-		require.Equal(t, shared.ClassRetryable, rs[0].Class)
+		require.Equal(t, contract.ClassRetryable, rs[0].Class)
 		require.Equal(t, "timeout", rs[0].Code)
 	}
 	require.EqualValues(t, 2, srv.accepted.Load(), "a connection cut by the context is not reused")

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Webhook posts each message to the account's endpoint, as the contract's
@@ -35,8 +35,8 @@ func (Webhook) NormalizeRecipient(to string) (string, error) {
 	if to == "" {
 		return "", errors.New("must not be empty")
 	}
-	if len(to) > shared.MaxRecipientBytes {
-		return "", fmt.Errorf("is %d bytes, limit is %d", len(to), shared.MaxRecipientBytes)
+	if len(to) > contract.MaxRecipientBytes {
+		return "", fmt.Errorf("is %d bytes, limit is %d", len(to), contract.MaxRecipientBytes)
 	}
 	return to, nil
 }
@@ -47,11 +47,11 @@ func (Webhook) CheckBody(string) error { return nil }
 // webhookOptions are the webhook-specific account fields.
 type webhookOptions struct {
 	// Timeout per request. Defaults to 10s.
-	Timeout shared.Duration `json:"timeout"`
+	Timeout contract.Duration `json:"timeout"`
 }
 
 // NewSender implements Channel.
-func (w Webhook) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (w Webhook) NewSender(acct *contract.Account, getenv func(string) string) (Sender, error) {
 	if acct.Endpoint == "" {
 		return nil, errors.New("endpoint: required for webhook accounts")
 	}
@@ -123,11 +123,11 @@ func Sign(secret, body []byte) string {
 func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
 	payload, err := json.Marshal(webhookBody{ID: m.ID, TaskID: m.TaskID, To: m.To, Body: m.Body, Account: s.account, Attempt: m.Attempt})
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "encode", Err: err.Error()}
+		return Result{Class: contract.ClassPermanent, Code: "encode", Err: err.Error()}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, bytes.NewReader(payload))
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.hidden...))}
+		return Result{Class: contract.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.hidden...))}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.ID)
@@ -142,7 +142,7 @@ func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return Result{Class: shared.ClassPermanent, Code: strconv.Itoa(resp.StatusCode), Err: redirected(resp)}
+		return Result{Class: contract.ClassPermanent, Code: strconv.Itoa(resp.StatusCode), Err: redirected(resp)}
 	}
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	class := ClassifyHTTP(resp.StatusCode)

@@ -68,7 +68,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nyaruka/phonenumbers"
 )
 
@@ -102,7 +103,7 @@ func (WhatsApp) NormalizeRecipient(to string) (string, error) { return Normalize
 
 // NormalizeRecipientFor is NormalizeRecipient with the account's
 // default_region applied, for callers that know the sending account.
-func (WhatsApp) NormalizeRecipientFor(acct *shared.Account, to string) (string, error) {
+func (WhatsApp) NormalizeRecipientFor(acct *contract.Account, to string) (string, error) {
 	var o whatsappOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return "", err
@@ -163,7 +164,7 @@ func WhatsAppTierCap(tier string) (int, error) {
 // EffectiveDailyCap is the account's daily_cap, or for a WhatsApp account
 // whose daily_cap is 0 the cap of its tier. It returns 0 (no cap) when
 // neither is set or the tier is invalid (NewSender reports that).
-func EffectiveDailyCap(acct *shared.Account) int {
+func EffectiveDailyCap(acct *contract.Account) int {
 	if acct.DailyCap > 0 || acct.Channel != (WhatsApp{}).Name() {
 		return acct.DailyCap
 	}
@@ -195,7 +196,7 @@ type whatsappOptions struct {
 	DefaultRegion string            `json:"default_region"`
 	Tier          string            `json:"tier"`
 	Template      *WhatsAppTemplate `json:"template"`
-	Timeout       shared.Duration   `json:"timeout"`
+	Timeout       contract.Duration `json:"timeout"`
 }
 
 var (
@@ -204,7 +205,7 @@ var (
 )
 
 // NewSender implements Channel.
-func (w WhatsApp) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (w WhatsApp) NewSender(acct *contract.Account, getenv func(string) string) (Sender, error) {
 	var o whatsappOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return nil, err
@@ -285,8 +286,8 @@ func (s *whatsappSender) Send(ctx context.Context, msgs []Message) []Result {
 
 // stopsAccount reports whether an outcome concerns every message of the
 // account, so sending the rest of a batch would only repeat it.
-func stopsAccount(c shared.ErrorClass) bool {
-	return c == shared.ClassRateLimited || c == shared.ClassAccountFatal
+func stopsAccount(c contract.ErrorClass) bool {
+	return c == contract.ClassRateLimited || c == contract.ClassAccountFatal
 }
 
 // Graph request bodies.
@@ -340,7 +341,7 @@ type graphAnswer struct {
 func (s *whatsappSender) request(m Message) (*waRequest, *Result) {
 	to, err := NormalizeE164(m.To, s.region)
 	if err != nil {
-		return nil, &Result{Class: shared.ClassPermanent, Code: "recipient", Err: "recipient " + err.Error()}
+		return nil, &Result{Class: contract.ClassPermanent, Code: "recipient", Err: "recipient " + err.Error()}
 	}
 	req := &waRequest{MessagingProduct: "whatsapp", RecipientType: "individual", To: to}
 	if s.template == nil {
@@ -354,7 +355,7 @@ func (s *whatsappSender) request(m Message) (*waRequest, *Result) {
 		for i, name := range s.template.BodyParams {
 			v, ok := varText(m.Vars[name])
 			if !ok {
-				return nil, &Result{Class: shared.ClassPermanent, Code: "template_param",
+				return nil, &Result{Class: contract.ClassPermanent, Code: "template_param",
 					Err: fmt.Sprintf("template parameter %q (body_params[%d]) is missing or empty in the recipient's vars", name, i)}
 			}
 			body.Parameters = append(body.Parameters, waParameter{Type: "text", Text: v})
@@ -371,11 +372,11 @@ func (s *whatsappSender) sendOne(ctx context.Context, m Message) Result {
 	}
 	payload, err := json.Marshal(body)
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "encode", Err: err.Error()}
+		return Result{Class: contract.ClassPermanent, Code: "encode", Err: err.Error()}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(payload))
 	if err != nil {
-		return Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))}
+		return Result{Class: contract.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))}
 	}
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	req.Header.Set("Content-Type", "application/json")
@@ -385,7 +386,7 @@ func (s *whatsappSender) sendOne(ctx context.Context, m Message) Result {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return Result{Class: shared.ClassPermanent, Code: strconv.Itoa(resp.StatusCode), Err: "whatsapp: " + redirected(resp)}
+		return Result{Class: contract.ClassPermanent, Code: strconv.Itoa(resp.StatusCode), Err: "whatsapp: " + redirected(resp)}
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var ans graphAnswer
@@ -419,7 +420,7 @@ func (s *whatsappSender) sendOne(ctx context.Context, m Message) Result {
 		r.Code = strconv.Itoa(resp.StatusCode)
 		r.Err = fmt.Sprintf("whatsapp: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
 	}
-	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok && r.Class == shared.ClassRateLimited {
+	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok && r.Class == contract.ClassRateLimited {
 		r.RetryAfter = max(r.RetryAfter, d)
 	}
 	r.Err = clip(redact(r.Err, s.token))
@@ -428,31 +429,31 @@ func (s *whatsappSender) sendOne(ctx context.Context, m Message) Result {
 
 // classifyGraph maps a Graph API error onto an error class (see the file
 // comment). code is 0 when the answer carried no Graph error.
-func classifyGraph(status, code, subcode int) (shared.ErrorClass, time.Duration) {
+func classifyGraph(status, code, subcode int) (contract.ErrorClass, time.Duration) {
 	switch {
 	case code == 130429, code == 4, code == 613, code == 80007:
-		return shared.ClassRateLimited, 0
+		return contract.ClassRateLimited, 0
 	case code == 131048:
-		return shared.ClassRateLimited, whatsappSpamRateWait
+		return contract.ClassRateLimited, whatsappSpamRateWait
 	case code == 131056:
-		return shared.ClassRecipientDelay, whatsappPairRateWait
+		return contract.ClassRecipientDelay, whatsappPairRateWait
 	case code == 131049:
-		return shared.ClassRecipientDelay, whatsappMarketingWait
+		return contract.ClassRecipientDelay, whatsappMarketingWait
 	case code == 190, code == 10, code >= 200 && code <= 299, code == 131031, code == 131005,
 		code == 131042, code == 131045, code == 133010, code == 368, code == 100 && subcode == 33:
-		return shared.ClassAccountFatal, 0
+		return contract.ClassAccountFatal, 0
 	case code == 1, code == 2, code == 131000, code == 131016, code == 131057, code == 133004:
-		return shared.ClassRetryable, 0
+		return contract.ClassRetryable, 0
 	case code == 100, code == 131021, code == 131026, code == 131047, code == 131051,
 		code >= 132000 && code <= 132016:
-		return shared.ClassPermanent, 0
+		return contract.ClassPermanent, 0
 	}
 	switch {
 	case status == http.StatusUnauthorized, status == http.StatusForbidden:
-		return shared.ClassAccountFatal, 0
+		return contract.ClassAccountFatal, 0
 	case status >= 200 && status < 300:
 		// A 2xx carrying an unknown error: treat it like a 400.
-		return shared.ClassPermanent, 0
+		return contract.ClassPermanent, 0
 	}
 	return ClassifyHTTP(status), 0
 }
@@ -485,7 +486,7 @@ const maxErrLen = 300
 
 // decodeOptions reads an adapter's own fields out of the account JSON,
 // naming the field when one has the wrong type.
-func decodeOptions(acct *shared.Account, v any) error {
+func decodeOptions(acct *contract.Account, v any) error {
 	if len(acct.Raw) == 0 {
 		return nil
 	}
@@ -495,14 +496,14 @@ func decodeOptions(acct *shared.Account, v any) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return &shared.FieldError{Field: typeErr.Field, Reason: fmt.Sprintf("must be %s, not JSON %s", typeErr.Type, typeErr.Value)}
+		return &contract.FieldError{Field: typeErr.Field, Reason: fmt.Sprintf("must be %s, not JSON %s", typeErr.Type, typeErr.Value)}
 	}
-	return &shared.FieldError{Field: "account", Reason: err.Error()}
+	return &contract.FieldError{Field: "account", Reason: err.Error()}
 }
 
 // secret reads the account's secret_env through getenv. A required secret
 // must be named and non-empty.
-func secret(acct *shared.Account, getenv func(string) string, required bool) (string, error) {
+func secret(acct *contract.Account, getenv func(string) string, required bool) (string, error) {
 	if acct.SecretEnv == "" {
 		if required {
 			return "", errors.New("secret_env: required, the environment variable holding the token")

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
 const waToken = "EAAGtestTOKENdoNotLeak123"
@@ -64,9 +64,9 @@ func answer(status int, body string) func(http.ResponseWriter, *http.Request, []
 	}
 }
 
-func testAccount(t *testing.T, js string) *shared.Account {
+func testAccount(t *testing.T, js string) *contract.Account {
 	t.Helper()
-	acct, err := shared.DecodeAccount("acct-1", []byte(js))
+	acct, err := contract.DecodeAccount("acct-1", []byte(js))
 	require.NoError(t, err)
 	return acct
 }
@@ -87,12 +87,12 @@ func requireNoSecret(t *testing.T, rs []Result, secret string) {
 	}
 }
 
-func waAccount(t *testing.T, endpoint, extra string) *shared.Account {
+func waAccount(t *testing.T, endpoint, extra string) *contract.Account {
 	js := fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1234567890"%s}`, endpoint, extra)
 	return testAccount(t, js)
 }
 
-func waSender(t *testing.T, acct *shared.Account) Sender {
+func waSender(t *testing.T, acct *contract.Account) Sender {
 	t.Helper()
 	s, err := WhatsApp{}.NewSender(acct, envWith("BROADCAST_SECRET_WA", waToken))
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ func TestWhatsAppSendDefaultsAndRegion(t *testing.T) {
 	rs := s.Send(context.Background(), []Message{{ID: "t1.0", To: "138 0000 0001", Body: "x"}, {ID: "t1.1", To: "12", Body: "x"}})
 
 	require.True(t, rs[0].OK())
-	require.Equal(t, shared.ClassPermanent, rs[1].Class)
+	require.Equal(t, contract.ClassPermanent, rs[1].Class)
 	require.Equal(t, "recipient", rs[1].Code)
 	reqs := fp.requests()
 	require.Len(t, reqs, 1, "an invalid number is never posted")
@@ -212,7 +212,7 @@ func TestWhatsAppSendTemplate(t *testing.T) {
 	})
 
 	require.True(t, rs[0].OK())
-	require.Equal(t, shared.ClassPermanent, rs[1].Class)
+	require.Equal(t, contract.ClassPermanent, rs[1].Class)
 	require.Equal(t, "template_param", rs[1].Code)
 	require.Contains(t, rs[1].Err, `"code" (body_params[1])`)
 	reqs := fp.requests()
@@ -240,42 +240,42 @@ func TestWhatsAppErrorClasses(t *testing.T) {
 		status     int
 		body       string
 		retryAfter string // Retry-After header
-		class      shared.ErrorClass
+		class      contract.ErrorClass
 		code       string
 		wait       time.Duration
 	}{
-		{"130429 throughput", 400, graphError(130429, 0, oauth, "(#130429) Rate limit hit"), "", shared.ClassRateLimited, "130429", 0},
-		{"130429 with Retry-After", 429, graphError(130429, 0, oauth, "(#130429) Rate limit hit"), "3", shared.ClassRateLimited, "130429", 3 * time.Second},
-		{"HTTP 429 without body", 429, "", "7", shared.ClassRateLimited, "429", 7 * time.Second},
-		{"4 app call rate", 400, graphError(4, 0, oauth, "(#4) Application request limit reached"), "", shared.ClassRateLimited, "4", 0},
-		{"613 call rate", 400, graphError(613, 0, oauth, "(#613) Calls to this api have exceeded the rate limit"), "", shared.ClassRateLimited, "613", 0},
-		{"80007 WABA rate", 400, graphError(80007, 0, oauth, "(#80007) Rate limit issues"), "", shared.ClassRateLimited, "80007", 0},
-		{"131048 spam rate", 400, graphError(131048, 0, oauth, "(#131048) Spam rate limit hit"), "", shared.ClassRateLimited, "131048", 10 * time.Minute},
-		{"131056 pair rate", 400, graphError(131056, 2494055, oauth, "(#131056) (Business Account, Consumer Account) pair rate limit hit"), "", shared.ClassRecipientDelay, "131056", 6 * time.Second},
-		{"131049 marketing limit", 400, graphError(131049, 0, oauth, "This message was not delivered to maintain healthy ecosystem engagement."), "", shared.ClassRecipientDelay, "131049", 24 * time.Hour},
-		{"131026 undeliverable", 400, graphError(131026, 0, oauth, "Message undeliverable"), "", shared.ClassPermanent, "131026", 0},
-		{"131021 recipient is sender", 400, graphError(131021, 0, oauth, "Recipient cannot be sender"), "", shared.ClassPermanent, "131021", 0},
-		{"131047 re-engagement", 400, graphError(131047, 0, oauth, "Re-engagement message"), "", shared.ClassPermanent, "131047", 0},
-		{"131051 unsupported type", 400, graphError(131051, 0, oauth, "Unsupported message type"), "", shared.ClassPermanent, "131051", 0},
-		{"132000 param count", 400, graphError(132000, 0, oauth, "Number of parameters does not match"), "", shared.ClassPermanent, "132000", 0},
-		{"132001 template missing", 404, graphError(132001, 0, oauth, "Template name does not exist in the translation"), "", shared.ClassPermanent, "132001", 0},
-		{"132015 template paused", 400, graphError(132015, 0, oauth, "Template is paused"), "", shared.ClassPermanent, "132015", 0},
-		{"100 invalid parameter", 400, graphError(100, 0, oauth, "(#100) Invalid parameter"), "", shared.ClassPermanent, "100", 0},
-		{"100/33 unknown phone number id", 400, graphError(100, 33, "GraphMethodException", "Unsupported post request. Object with ID '1234567890' does not exist"), "", shared.ClassAccountFatal, "100", 0},
-		{"190 token expired", 401, graphError(190, 463, oauth, "Error validating access token: Session has expired"), "", shared.ClassAccountFatal, "190", 0},
-		{"10 permission denied", 403, graphError(10, 0, oauth, "(#10) Application does not have permission for this action"), "", shared.ClassAccountFatal, "10", 0},
-		{"200 permission", 403, graphError(200, 0, oauth, "(#200) Permissions error"), "", shared.ClassAccountFatal, "200", 0},
-		{"299 permission", 400, graphError(299, 0, oauth, "(#299) Permission error"), "", shared.ClassAccountFatal, "299", 0},
-		{"131031 account locked", 400, graphError(131031, 0, oauth, "Business Account locked"), "", shared.ClassAccountFatal, "131031", 0},
-		{"1 unknown API error", 500, graphError(1, 0, oauth, "An unknown error occurred"), "", shared.ClassRetryable, "1", 0},
-		{"2 service error", 503, graphError(2, 0, oauth, "Service temporarily unavailable"), "", shared.ClassRetryable, "2", 0},
-		{"131000 something went wrong", 500, graphError(131000, 0, oauth, "Something went wrong"), "", shared.ClassRetryable, "131000", 0},
-		{"131016 service unavailable", 503, graphError(131016, 0, oauth, "Service unavailable"), "", shared.ClassRetryable, "131016", 0},
-		{"HTTP 500 HTML page", 500, "<html>oops</html>", "", shared.ClassRetryable, "500", 0},
-		{"unknown code on 4xx", 400, graphError(999999, 0, oauth, "Something new"), "", shared.ClassPermanent, "999999", 0},
-		{"unknown code on 5xx", 502, graphError(999999, 0, oauth, "Something new"), "", shared.ClassRetryable, "999999", 0},
-		{"unknown code on 401", 401, graphError(999999, 0, oauth, "Something new"), "", shared.ClassAccountFatal, "999999", 0},
-		{"token echoed in message", 401, graphError(190, 0, oauth, "Invalid OAuth access token - Cannot parse access token "+waToken), "", shared.ClassAccountFatal, "190", 0},
+		{"130429 throughput", 400, graphError(130429, 0, oauth, "(#130429) Rate limit hit"), "", contract.ClassRateLimited, "130429", 0},
+		{"130429 with Retry-After", 429, graphError(130429, 0, oauth, "(#130429) Rate limit hit"), "3", contract.ClassRateLimited, "130429", 3 * time.Second},
+		{"HTTP 429 without body", 429, "", "7", contract.ClassRateLimited, "429", 7 * time.Second},
+		{"4 app call rate", 400, graphError(4, 0, oauth, "(#4) Application request limit reached"), "", contract.ClassRateLimited, "4", 0},
+		{"613 call rate", 400, graphError(613, 0, oauth, "(#613) Calls to this api have exceeded the rate limit"), "", contract.ClassRateLimited, "613", 0},
+		{"80007 WABA rate", 400, graphError(80007, 0, oauth, "(#80007) Rate limit issues"), "", contract.ClassRateLimited, "80007", 0},
+		{"131048 spam rate", 400, graphError(131048, 0, oauth, "(#131048) Spam rate limit hit"), "", contract.ClassRateLimited, "131048", 10 * time.Minute},
+		{"131056 pair rate", 400, graphError(131056, 2494055, oauth, "(#131056) (Business Account, Consumer Account) pair rate limit hit"), "", contract.ClassRecipientDelay, "131056", 6 * time.Second},
+		{"131049 marketing limit", 400, graphError(131049, 0, oauth, "This message was not delivered to maintain healthy ecosystem engagement."), "", contract.ClassRecipientDelay, "131049", 24 * time.Hour},
+		{"131026 undeliverable", 400, graphError(131026, 0, oauth, "Message undeliverable"), "", contract.ClassPermanent, "131026", 0},
+		{"131021 recipient is sender", 400, graphError(131021, 0, oauth, "Recipient cannot be sender"), "", contract.ClassPermanent, "131021", 0},
+		{"131047 re-engagement", 400, graphError(131047, 0, oauth, "Re-engagement message"), "", contract.ClassPermanent, "131047", 0},
+		{"131051 unsupported type", 400, graphError(131051, 0, oauth, "Unsupported message type"), "", contract.ClassPermanent, "131051", 0},
+		{"132000 param count", 400, graphError(132000, 0, oauth, "Number of parameters does not match"), "", contract.ClassPermanent, "132000", 0},
+		{"132001 template missing", 404, graphError(132001, 0, oauth, "Template name does not exist in the translation"), "", contract.ClassPermanent, "132001", 0},
+		{"132015 template paused", 400, graphError(132015, 0, oauth, "Template is paused"), "", contract.ClassPermanent, "132015", 0},
+		{"100 invalid parameter", 400, graphError(100, 0, oauth, "(#100) Invalid parameter"), "", contract.ClassPermanent, "100", 0},
+		{"100/33 unknown phone number id", 400, graphError(100, 33, "GraphMethodException", "Unsupported post request. Object with ID '1234567890' does not exist"), "", contract.ClassAccountFatal, "100", 0},
+		{"190 token expired", 401, graphError(190, 463, oauth, "Error validating access token: Session has expired"), "", contract.ClassAccountFatal, "190", 0},
+		{"10 permission denied", 403, graphError(10, 0, oauth, "(#10) Application does not have permission for this action"), "", contract.ClassAccountFatal, "10", 0},
+		{"200 permission", 403, graphError(200, 0, oauth, "(#200) Permissions error"), "", contract.ClassAccountFatal, "200", 0},
+		{"299 permission", 400, graphError(299, 0, oauth, "(#299) Permission error"), "", contract.ClassAccountFatal, "299", 0},
+		{"131031 account locked", 400, graphError(131031, 0, oauth, "Business Account locked"), "", contract.ClassAccountFatal, "131031", 0},
+		{"1 unknown API error", 500, graphError(1, 0, oauth, "An unknown error occurred"), "", contract.ClassRetryable, "1", 0},
+		{"2 service error", 503, graphError(2, 0, oauth, "Service temporarily unavailable"), "", contract.ClassRetryable, "2", 0},
+		{"131000 something went wrong", 500, graphError(131000, 0, oauth, "Something went wrong"), "", contract.ClassRetryable, "131000", 0},
+		{"131016 service unavailable", 503, graphError(131016, 0, oauth, "Service unavailable"), "", contract.ClassRetryable, "131016", 0},
+		{"HTTP 500 HTML page", 500, "<html>oops</html>", "", contract.ClassRetryable, "500", 0},
+		{"unknown code on 4xx", 400, graphError(999999, 0, oauth, "Something new"), "", contract.ClassPermanent, "999999", 0},
+		{"unknown code on 5xx", 502, graphError(999999, 0, oauth, "Something new"), "", contract.ClassRetryable, "999999", 0},
+		{"unknown code on 401", 401, graphError(999999, 0, oauth, "Something new"), "", contract.ClassAccountFatal, "999999", 0},
+		{"token echoed in message", 401, graphError(190, 0, oauth, "Invalid OAuth access token - Cannot parse access token "+waToken), "", contract.ClassAccountFatal, "190", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -310,7 +310,7 @@ func TestWhatsAppBatchStopsOnAccountAnswers(t *testing.T) {
 	rs := waSender(t, waAccount(t, fatal.URL, "")).Send(context.Background(), msgs)
 	require.Len(t, rs, 3)
 	for _, r := range rs {
-		require.Equal(t, shared.ClassAccountFatal, r.Class)
+		require.Equal(t, contract.ClassAccountFatal, r.Class)
 	}
 	require.Len(t, fatal.requests(), 1, "a revoked token is not tried again within the batch")
 
@@ -319,7 +319,7 @@ func TestWhatsAppBatchStopsOnAccountAnswers(t *testing.T) {
 	rs = waSender(t, waAccount(t, pair.URL, "")).Send(context.Background(), msgs)
 	require.Len(t, pair.requests(), 3)
 	for _, r := range rs {
-		require.Equal(t, shared.ClassRecipientDelay, r.Class)
+		require.Equal(t, contract.ClassRecipientDelay, r.Class)
 	}
 }
 
@@ -329,7 +329,7 @@ func TestWhatsAppNetworkError(t *testing.T) {
 	url := fp.URL
 	fp.Close()
 	rs := waSender(t, waAccount(t, url, "")).Send(context.Background(), []Message{{ID: "t.0", To: "+8613800000001", Body: "x"}})
-	require.Equal(t, shared.ClassRetryable, rs[0].Class)
+	require.Equal(t, contract.ClassRetryable, rs[0].Class)
 	require.Equal(t, "network", rs[0].Code)
 	requireNoSecret(t, rs, waToken)
 }

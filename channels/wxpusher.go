@@ -62,7 +62,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // WxPusher limits.
@@ -109,7 +109,7 @@ func (WxPusher) NormalizeRecipient(to string) (string, error) {
 }
 
 // HTMLBody implements HTMLChannel: an account with content_type 2.
-func (WxPusher) HTMLBody(acct *shared.Account) bool {
+func (WxPusher) HTMLBody(acct *contract.Account) bool {
 	var o wxpusherOptions
 	if decodeOptions(acct, &o) != nil {
 		return false
@@ -132,13 +132,13 @@ func (WxPusher) CheckBody(body string) error {
 type wxpusherOptions struct {
 	ContentType int `json:"content_type"`
 	// ContentTypeAlt is WxPusher's own spelling, accepted as well.
-	ContentTypeAlt int             `json:"contentType"`
-	URL            string          `json:"url"`
-	Timeout        shared.Duration `json:"timeout"`
+	ContentTypeAlt int               `json:"contentType"`
+	URL            string            `json:"url"`
+	Timeout        contract.Duration `json:"timeout"`
 }
 
 // NewSender implements Channel.
-func (w WxPusher) NewSender(acct *shared.Account, getenv func(string) string) (Sender, error) {
+func (w WxPusher) NewSender(acct *contract.Account, getenv func(string) string) (Sender, error) {
 	var o wxpusherOptions
 	if err := decodeOptions(acct, &o); err != nil {
 		return nil, err
@@ -256,11 +256,11 @@ func (s *wxpusherSender) call(ctx context.Context, msgs []Message) []Result {
 		ContentType: s.contentType, UIDs: uids, URL: s.link,
 	})
 	if err != nil {
-		return Fail(len(msgs), Result{Class: shared.ClassPermanent, Code: "encode", Err: err.Error()})
+		return Fail(len(msgs), Result{Class: contract.ClassPermanent, Code: "encode", Err: err.Error()})
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(payload))
 	if err != nil {
-		return Fail(len(msgs), Result{Class: shared.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))})
+		return Fail(len(msgs), Result{Class: contract.ClassPermanent, Code: "request", Err: clip(redact(errorText(err), s.token))})
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.client.Do(req)
@@ -287,16 +287,16 @@ func (s *wxpusherSender) call(ctx context.Context, msgs []Message) []Result {
 func (s *wxpusherSender) httpFailure(resp *http.Response, raw []byte, parsed bool, ans wxpusherAnswer) Result {
 	r := Result{Code: strconv.Itoa(resp.StatusCode)}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		r.Class, r.Err = shared.ClassPermanent, "wxpusher: "+redirected(resp)
+		r.Class, r.Err = contract.ClassPermanent, "wxpusher: "+redirected(resp)
 		return r
 	}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		// Accepted or not, we cannot tell; retrying may duplicate but
 		// silently dropping loses.
-		r.Class = shared.ClassRetryable
+		r.Class = contract.ClassRetryable
 	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
-		r.Class = shared.ClassAccountFatal
+		r.Class = contract.ClassAccountFatal
 	default:
 		r.Class = ClassifyHTTP(resp.StatusCode)
 	}
@@ -306,7 +306,7 @@ func (s *wxpusherSender) httpFailure(resp *http.Response, raw []byte, parsed boo
 		r.Err = fmt.Sprintf("wxpusher: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
 	}
 	r.Err = clip(redact(r.Err, s.token))
-	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok && r.Class == shared.ClassRateLimited {
+	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok && r.Class == contract.ClassRateLimited {
 		r.RetryAfter = d
 	}
 	return r
@@ -324,7 +324,7 @@ func (s *wxpusherSender) perUID(msgs []Message, ans wxpusherAnswer) []Result {
 	for i, m := range msgs {
 		idx := byUID[m.To]
 		if len(idx) == 0 {
-			out[i] = Result{Class: shared.ClassRetryable, Code: "missing",
+			out[i] = Result{Class: contract.ClassRetryable, Code: "missing",
 				Err: "wxpusher: uid missing from the answer; delivery unknown"}
 			continue
 		}
@@ -335,9 +335,9 @@ func (s *wxpusherSender) perUID(msgs []Message, ans wxpusherAnswer) []Result {
 		case wxpusherOK:
 			r.ProviderID = firstID(d.SendRecordID, d.MessageID)
 		case 1005, 1006, 1007, 1009:
-			r.Class = shared.ClassRetryable
+			r.Class = contract.ClassRetryable
 		default:
-			r.Class = shared.ClassPermanent
+			r.Class = contract.ClassPermanent
 		}
 		if r.Class != "" {
 			r.Err = clip(redact(fmt.Sprintf("wxpusher %d: %s", d.Code, d.Status), s.token))
@@ -358,15 +358,15 @@ func firstID(ids ...json.Number) string {
 }
 
 // classifyWxPusherCall maps a top-level WxPusher code other than 1000.
-func classifyWxPusherCall(code int, msg string) shared.ErrorClass {
+func classifyWxPusherCall(code int, msg string) contract.ErrorClass {
 	lower := strings.ToLower(msg)
 	switch {
 	case code == 1008 || containsAny(lower, "频率", "频繁", "限流", "太快", "too frequent", "too many", "rate limit"):
-		return shared.ClassRateLimited
+		return contract.ClassRateLimited
 	case code == 1001 || code == 1002 || code == 1010 || strings.Contains(lower, "token"):
-		return shared.ClassAccountFatal
+		return contract.ClassAccountFatal
 	}
-	return shared.ClassRetryable
+	return contract.ClassRetryable
 }
 
 func containsAny(s string, subs ...string) bool {

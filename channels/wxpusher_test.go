@@ -11,19 +11,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
 const wxToken = "AT_secretAppToken0123456789"
 
-func wxAccount(t *testing.T, endpoint, extra string) *shared.Account {
+func wxAccount(t *testing.T, endpoint, extra string) *contract.Account {
 	js := fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX","max_batch":2000%s}`, endpoint, extra)
 	return testAccount(t, js)
 }
 
-func wxSender(t *testing.T, acct *shared.Account) Sender {
+func wxSender(t *testing.T, acct *contract.Account) Sender {
 	t.Helper()
 	s, err := WxPusher{}.NewSender(acct, envWith("BROADCAST_SECRET_WX", wxToken))
 	require.NoError(t, err)
@@ -203,12 +203,12 @@ func TestWxPusherPerUIDResults(t *testing.T) {
 
 	require.Len(t, rs, 5)
 	require.Equal(t, Result{Code: "1000", ProviderID: "700"}, rs[0])
-	require.Equal(t, shared.ClassPermanent, rs[1].Class)
+	require.Equal(t, contract.ClassPermanent, rs[1].Class)
 	require.Equal(t, "1001", rs[1].Code)
 	require.Contains(t, rs[1].Err, "用户不存在或者已取消关注")
-	require.Equal(t, shared.ClassRetryable, rs[2].Class)
+	require.Equal(t, contract.ClassRetryable, rs[2].Class)
 	require.Equal(t, "1006", rs[2].Code)
-	require.Equal(t, shared.ClassRetryable, rs[3].Class)
+	require.Equal(t, contract.ClassRetryable, rs[3].Class)
 	require.Equal(t, "missing", rs[3].Code)
 	require.Equal(t, Result{Code: "1000", ProviderID: "124"}, rs[4], "messageId stands in when there is no sendRecordId")
 }
@@ -220,22 +220,22 @@ func TestWxPusherCallErrors(t *testing.T) {
 		status     int
 		body       string
 		retryAfter string
-		class      shared.ErrorClass
+		class      contract.ErrorClass
 		code       string
 		wait       time.Duration
 	}{
-		{"1001 appToken wrong", 200, `{"code":1001,"msg":"appToken不正确","data":null,"success":false}`, "", shared.ClassAccountFatal, "1001", 0},
-		{"1002 unauthorised", 200, `{"code":1002,"msg":"未认证","data":null,"success":false}`, "", shared.ClassAccountFatal, "1002", 0},
-		{"1002 about the call rate", 200, `{"code":1002,"msg":"发送频率过高，请稍后再试","data":null,"success":false}`, "", shared.ClassRateLimited, "1002", 0},
-		{"1008 frequency", 200, `{"code":1008,"msg":"The API call frequency is too high","data":null,"success":false}`, "", shared.ClassRateLimited, "1008", 0},
-		{"1010 IP not allowed", 200, `{"code":1010,"msg":"IP不在白名单","data":null,"success":false}`, "", shared.ClassAccountFatal, "1010", 0},
-		{"token echoed", 200, `{"code":1001,"msg":"appToken ` + wxToken + ` 无效","data":null,"success":false}`, "", shared.ClassAccountFatal, "1001", 0},
-		{"1005 server exception", 200, `{"code":1005,"msg":"接口 [/api/send/message] 出现异常","data":null,"success":false}`, "", shared.ClassRetryable, "1005", 0},
-		{"HTTP 429", 429, `{"code":1008,"msg":"too many requests"}`, "2", shared.ClassRateLimited, "429", 2 * time.Second},
-		{"HTTP 502", 502, `<html>Bad Gateway</html>`, "", shared.ClassRetryable, "502", 0},
-		{"HTTP 401", 401, ``, "", shared.ClassAccountFatal, "401", 0},
-		{"HTTP 400", 400, `{"code":1003,"msg":"bad request"}`, "", shared.ClassPermanent, "400", 0},
-		{"HTTP 200 not JSON", 200, `<html>maintenance</html>`, "", shared.ClassRetryable, "200", 0},
+		{"1001 appToken wrong", 200, `{"code":1001,"msg":"appToken不正确","data":null,"success":false}`, "", contract.ClassAccountFatal, "1001", 0},
+		{"1002 unauthorised", 200, `{"code":1002,"msg":"未认证","data":null,"success":false}`, "", contract.ClassAccountFatal, "1002", 0},
+		{"1002 about the call rate", 200, `{"code":1002,"msg":"发送频率过高，请稍后再试","data":null,"success":false}`, "", contract.ClassRateLimited, "1002", 0},
+		{"1008 frequency", 200, `{"code":1008,"msg":"The API call frequency is too high","data":null,"success":false}`, "", contract.ClassRateLimited, "1008", 0},
+		{"1010 IP not allowed", 200, `{"code":1010,"msg":"IP不在白名单","data":null,"success":false}`, "", contract.ClassAccountFatal, "1010", 0},
+		{"token echoed", 200, `{"code":1001,"msg":"appToken ` + wxToken + ` 无效","data":null,"success":false}`, "", contract.ClassAccountFatal, "1001", 0},
+		{"1005 server exception", 200, `{"code":1005,"msg":"接口 [/api/send/message] 出现异常","data":null,"success":false}`, "", contract.ClassRetryable, "1005", 0},
+		{"HTTP 429", 429, `{"code":1008,"msg":"too many requests"}`, "2", contract.ClassRateLimited, "429", 2 * time.Second},
+		{"HTTP 502", 502, `<html>Bad Gateway</html>`, "", contract.ClassRetryable, "502", 0},
+		{"HTTP 401", 401, ``, "", contract.ClassAccountFatal, "401", 0},
+		{"HTTP 400", 400, `{"code":1003,"msg":"bad request"}`, "", contract.ClassPermanent, "400", 0},
+		{"HTTP 200 not JSON", 200, `<html>maintenance</html>`, "", contract.ClassRetryable, "200", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -267,7 +267,7 @@ func TestWxPusherBatchStopsOnAccountAnswer(t *testing.T) {
 	require.Len(t, fp.requests(), 1, "the second call would get the same answer")
 	require.Len(t, rs, 2500)
 	for _, r := range rs {
-		require.Equal(t, shared.ClassAccountFatal, r.Class)
+		require.Equal(t, contract.ClassAccountFatal, r.Class)
 	}
 }
 
@@ -278,7 +278,7 @@ func TestWxPusherNetworkError(t *testing.T) {
 	fp.Close()
 	rs := wxSender(t, wxAccount(t, url, "")).Send(context.Background(), wxMsgs(2, "x"))
 	for _, r := range rs {
-		require.Equal(t, shared.ClassRetryable, r.Class)
+		require.Equal(t, contract.ClassRetryable, r.Class)
 		require.Equal(t, "network", r.Code)
 	}
 	requireNoSecret(t, rs, wxToken)

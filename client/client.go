@@ -12,10 +12,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // Submit publishes a task on broadcast.tasks. When the task has an id it is
@@ -24,7 +24,7 @@ import (
 // assigns a ULID).
 func Submit(ctx context.Context, js jetstream.JetStream, task []byte) (string, error) {
 	id := taskID(task)
-	msg := nats.NewMsg(shared.SubjectTasks)
+	msg := nats.NewMsg(contract.SubjectTasks)
 	msg.Data = task
 	if id != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, id)
@@ -68,8 +68,8 @@ func taskID(task []byte) string {
 var ErrNoProgress = errors.New("no progress for this task yet")
 
 // Get reads a task's progress.
-func Get(ctx context.Context, js jetstream.JetStream, taskID string) (*shared.Progress, error) {
-	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+func Get(ctx context.Context, js jetstream.JetStream, taskID string) (*contract.Progress, error) {
+	kv, err := js.KeyValue(ctx, contract.BucketProgress)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func Get(ctx context.Context, js jetstream.JetStream, taskID string) (*shared.Pr
 	if err != nil {
 		return nil, err
 	}
-	var p shared.Progress
+	var p contract.Progress
 	if err := json.Unmarshal(e.Value(), &p); err != nil {
 		return nil, fmt.Errorf("progress of %s: %w", taskID, err)
 	}
@@ -89,8 +89,8 @@ func Get(ctx context.Context, js jetstream.JetStream, taskID string) (*shared.Pr
 
 // Follow calls fn with every progress update of the task until the task is
 // final (returning its last progress) or ctx ends.
-func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(*shared.Progress)) (*shared.Progress, error) {
-	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(*contract.Progress)) (*contract.Progress, error) {
+	kv, err := js.KeyValue(ctx, contract.BucketProgress)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(
 		return nil, err
 	}
 	defer w.Stop()
-	var last *shared.Progress
+	var last *contract.Progress
 	for {
 		select {
 		case <-ctx.Done():
@@ -111,7 +111,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			var p shared.Progress
+			var p contract.Progress
 			if err := json.Unmarshal(e.Value(), &p); err != nil {
 				continue
 			}
@@ -129,13 +129,13 @@ func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(
 // Control sends a control request (pause, resume, cancel, retry-dead) for a
 // task and returns the reply. A refused request returns the reply and an
 // error carrying its message.
-func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*shared.ControlReply, error) {
-	req, _ := json.Marshal(shared.ControlRequest{Action: action})
-	msg, err := nc.RequestWithContext(ctx, shared.ControlSubject(taskID), req)
+func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*contract.ControlReply, error) {
+	req, _ := json.Marshal(contract.ControlRequest{Action: action})
+	msg, err := nc.RequestWithContext(ctx, contract.ControlSubject(taskID), req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, taskID, err)
 	}
-	var reply shared.ControlReply
+	var reply contract.ControlReply
 	if err := json.Unmarshal(msg.Data, &reply); err != nil {
 		return nil, fmt.Errorf("%s %s: bad reply: %w", action, taskID, err)
 	}
@@ -146,8 +146,8 @@ func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*shared
 }
 
 // List returns the progress of every task, most recently created first.
-func List(ctx context.Context, js jetstream.JetStream) ([]*shared.Progress, error) {
-	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+func List(ctx context.Context, js jetstream.JetStream) ([]*contract.Progress, error) {
+	kv, err := js.KeyValue(ctx, contract.BucketProgress)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func List(ctx context.Context, js jetstream.JetStream) ([]*shared.Progress, erro
 	if err != nil {
 		return nil, err
 	}
-	var out []*shared.Progress
+	var out []*contract.Progress
 	for key := range lister.Keys() {
 		if p, err := Get(ctx, js, key); err == nil {
 			out = append(out, p)

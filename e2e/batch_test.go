@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // fakeWxPusher is a WxPusher API that records every call. fail answers a
@@ -91,12 +92,12 @@ func TestWxPusherBatchesIdenticalTexts(t *testing.T) {
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
 	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
-	task := shared.Task{ID: "wx-batch", Channel: "wxpusher", Template: "Your {{.tier}} coupon is ready"}
+	task := contract.Task{ID: "wx-batch", Channel: "wxpusher", Template: "Your {{.tier}} coupon is ready"}
 	want := map[string]string{} // uid -> text
 	for i := range n {
 		tier := []string{"gold", "silver", "bronze"}[i%3]
 		uid := fmt.Sprintf("UID_%05d", i)
-		task.Recipients = append(task.Recipients, shared.Recipient{To: uid, Vars: map[string]any{"tier": tier}})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: uid, Vars: map[string]any{"tier": tier}})
 		want[uid] = "Your " + tier + " coupon is ready"
 	}
 	start := time.Now()
@@ -104,7 +105,7 @@ func TestWxPusherBatchesIdenticalTexts(t *testing.T) {
 	p := ts.WaitFinal(t, "wx-batch", 3*time.Minute)
 	took := time.Since(start)
 
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Total)
 	require.Equal(t, n, p.Sent)
 	require.Zero(t, p.Failed+p.Skipped+p.Retrying)
@@ -142,13 +143,13 @@ func TestWxPusherBatchRetriesOnlyFailedUIDs(t *testing.T) {
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
 	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
-	task := shared.Task{ID: "wx-partial", Channel: "wxpusher", Template: "Same for everyone"}
+	task := contract.Task{ID: "wx-partial", Channel: "wxpusher", Template: "Same for everyone"}
 	for i := range n {
-		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("UID_p%02d", i)})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("UID_p%02d", i)})
 	}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, "wx-partial", time.Minute)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Zero(t, p.Failed)
 
@@ -195,12 +196,12 @@ func TestWxPusherBatchRetriesOnlyFailedUIDs(t *testing.T) {
 
 	var retrying int
 	for _, ev := range ts.Events(t, "wx-partial") {
-		if ev.Kind == shared.EventRetrying {
+		if ev.Kind == contract.EventRetrying {
 			retrying++
 			require.Contains(t, failed, ev.To)
 			require.Equal(t, fmt.Sprint(failed[ev.To]), ev.Code)
 		}
-		if ev.Kind == shared.EventSent {
+		if ev.Kind == contract.EventSent {
 			if _, ok := failed[ev.To]; ok {
 				require.Equal(t, 2, ev.Attempt, "%s sent on its second attempt", ev.To)
 			}
@@ -223,16 +224,16 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 		"rate_per_sec":2,"min_rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":100}`, fake.URL))
 	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
-	task := shared.Task{ID: "wx-ctl", Channel: "wxpusher", Template: "Sale starts now"}
+	task := contract.Task{ID: "wx-ctl", Channel: "wxpusher", Template: "Sale starts now"}
 	for i := range n {
-		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("UID_c%04d", i)})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("UID_c%04d", i)})
 	}
 	submit(t, ts, task)
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(fake.snapshot()) >= 3 })
 
-	control(t, ts, "wx-ctl", shared.ActionPause)
+	control(t, ts, "wx-ctl", contract.ActionPause)
 	pausedAt := time.Now()
-	waitProgress(t, ts, "wx-ctl", 3*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	waitProgress(t, ts, "wx-ctl", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond)
 	atPause := fake.snapshot()
 	lastCall := time.Time{}
@@ -248,11 +249,11 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 	time.Sleep(time.Second)
 	require.Len(t, fake.snapshot(), len(atPause), "nothing is sent while paused")
 
-	control(t, ts, "wx-ctl", shared.ActionResume)
+	control(t, ts, "wx-ctl", contract.ActionResume)
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(fake.snapshot()) >= len(atPause)+3 })
-	control(t, ts, "wx-ctl", shared.ActionCancel)
+	control(t, ts, "wx-ctl", contract.ActionCancel)
 	final := ts.WaitFinal(t, "wx-ctl", 30*time.Second)
-	require.Equal(t, shared.StateCancelled, final.State)
+	require.Equal(t, contract.StateCancelled, final.State)
 	require.Equal(t, n, final.Sent+final.Cancelled)
 	require.Positive(t, final.Cancelled)
 	fake.mu.Lock()
@@ -283,13 +284,13 @@ func TestSandboxBatchCallFailures(t *testing.T) {
 	cfg.Ingest.Channels, cfg.Render.Channels, cfg.Dispatch.Channels = reg, reg, reg
 	natstest.StartPipeline(t, ts, cfg)
 
-	task := shared.Task{ID: "sbx-batch", Channel: "sandbox", Template: "{{.a}} news", MaxAttempts: 20}
+	task := contract.Task{ID: "sbx-batch", Channel: "sandbox", Template: "{{.a}} news", MaxAttempts: 20}
 	for i := range n {
 		to := fmt.Sprintf("r%04d", i)
 		if i%500 == 7 {
 			to = "gone-" + to
 		}
-		task.Recipients = append(task.Recipients, shared.Recipient{To: to, Vars: map[string]any{"a": []string{"Good", "Bad"}[i%2]}})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: to, Vars: map[string]any{"a": []string{"Good", "Bad"}[i%2]}})
 	}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, "sbx-batch", 2*time.Minute)
@@ -299,7 +300,7 @@ func TestSandboxBatchCallFailures(t *testing.T) {
 	calls, msgs := stats.Calls.Load(), stats.Messages.Load()
 	var retrying int
 	for _, ev := range ts.Events(t, "sbx-batch") {
-		if ev.Kind == shared.EventRetrying {
+		if ev.Kind == contract.EventRetrying {
 			retrying++
 			require.Equal(t, "503", ev.Code)
 		}

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // withSecrets makes dispatch read secrets from a map instead of the
@@ -60,11 +61,11 @@ func TestWhatsAppBroadcast(t *testing.T) {
 	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
 	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
 
-	task := shared.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
+	task := contract.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
 	for i := 1; i <= 9; i++ {
-		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("+86 138 0000 000%d", i), Vars: map[string]any{"name": fmt.Sprint("N", i)}})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("+86 138 0000 000%d", i), Vars: map[string]any{"name": fmt.Sprint("N", i)}})
 	}
-	task.Recipients = append(task.Recipients, shared.Recipient{To: "12345", Vars: map[string]any{"name": "x"}})
+	task.Recipients = append(task.Recipients, contract.Recipient{To: "12345", Vars: map[string]any{"name": "x"}})
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, "wa-1", 30*time.Second)
 	require.Equal(t, 10, p.Total)
@@ -76,11 +77,11 @@ func TestWhatsAppBroadcast(t *testing.T) {
 	mu.Unlock()
 	var withID int
 	for _, ev := range ts.Events(t, "wa-1") {
-		if ev.Kind == shared.EventSent && strings.HasPrefix(ev.ProviderID, "wamid.") {
+		if ev.Kind == contract.EventSent && strings.HasPrefix(ev.ProviderID, "wamid.") {
 			withID++
 		}
-		if ev.Kind == shared.EventFailed {
-			require.Equal(t, shared.ClassPermanent, ev.Class)
+		if ev.Kind == contract.EventFailed {
+			require.Equal(t, contract.ClassPermanent, ev.Class)
 			require.Equal(t, "131026", ev.Code)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -41,7 +43,7 @@ func (c *chaosClient) putAccount(name, account string) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := c.js.KeyValue(ctx, shared.BucketAccounts)
+	kv, err := c.js.KeyValue(ctx, contract.BucketAccounts)
 	require.NoError(c.t, err)
 	_, err = kv.Put(ctx, name, []byte(account))
 	require.NoError(c.t, err)
@@ -58,19 +60,19 @@ func (c *chaosClient) submit(task []byte) {
 
 // progress reads a task's progress; a task without one yet (or a read that
 // failed while the server was busy) reads as the zero Progress.
-func (c *chaosClient) progress(taskID string) *shared.Progress {
+func (c *chaosClient) progress(taskID string) *contract.Progress {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	p, err := client.Get(ctx, c.js, taskID)
 	if err != nil {
-		return &shared.Progress{}
+		return &contract.Progress{}
 	}
 	return p
 }
 
 // waitProgress polls a task's progress every 50ms until cond holds or the
 // deadline passes, and returns the last progress read.
-func (c *chaosClient) waitProgress(taskID string, deadline time.Time, cond func(*shared.Progress) bool) *shared.Progress {
+func (c *chaosClient) waitProgress(taskID string, deadline time.Time, cond func(*contract.Progress) bool) *contract.Progress {
 	for {
 		p := c.progress(taskID)
 		if cond(p) || !time.Now().Before(deadline) {

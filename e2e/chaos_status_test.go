@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/proctest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestChaosKillStatus kills the status service with SIGKILL again and again
@@ -47,7 +48,7 @@ func TestChaosKillStatus(t *testing.T) {
 	}
 	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":150,"min_rate_per_sec":150,"burst":10,"concurrency":8}`, gw.URL))
 
-	task := shared.Task{ID: "chaos-kill-status", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
+	task := contract.Task{ID: "chaos-kill-status", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	bad := 0
 	for i := range n {
 		to := fmt.Sprintf("user-%04d", i)
@@ -55,17 +56,17 @@ func TestChaosKillStatus(t *testing.T) {
 			to = fmt.Sprintf("bad-%04d", i)
 			bad++
 		}
-		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
 	}
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	c.submit(data)
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
-	final := func(p *shared.Progress) bool { return p.State.Final() }
+	final := func(p *contract.Progress) bool { return p.State.Final() }
 
 	kills := 0
-	var last shared.Progress
+	var last contract.Progress
 	for kills < wantKills {
 		killAt := time.Now().Add(time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
 		p := c.waitProgress(task.ID, killAt, final)
@@ -94,7 +95,7 @@ func TestChaosKillStatus(t *testing.T) {
 
 	require.True(t, final(got), "task not final: %+v", *got)
 	require.GreaterOrEqual(t, kills, 3, "status was killed during the broadcast")
-	require.Equal(t, shared.StatePartial, got.State)
+	require.Equal(t, contract.StatePartial, got.State)
 	require.Equal(t, n, got.Total)
 	require.Equal(t, l.AcceptedKeys(), got.Sent, "progress.sent equals what the gateway accepted")
 	require.Equal(t, n-bad, got.Sent)

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/proctest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestChaosKillDispatch runs every service as its own OS process and kills
@@ -61,7 +62,7 @@ func TestChaosKillDispatch(t *testing.T) {
 	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":150,"min_rate_per_sec":150,"burst":10,"concurrency":%d}`, gw.URL, concurrency))
 	dispatch.WaitLog("account started", 10*time.Second)
 
-	task := shared.Task{ID: "chaos-kill-dispatch", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
+	task := contract.Task{ID: "chaos-kill-dispatch", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	bad := 0
 	for i := range n {
 		to := fmt.Sprintf("user-%04d", i)
@@ -69,14 +70,14 @@ func TestChaosKillDispatch(t *testing.T) {
 			to = fmt.Sprintf("bad-%04d", i)
 			bad++
 		}
-		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
 	}
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	c.submit(data)
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
-	final := func(p *shared.Progress) bool { return p.State.Final() }
+	final := func(p *contract.Progress) bool { return p.State.Final() }
 
 	// Kill dispatch at a random moment 2-4 s after it (re)started sending, so
 	// every kill hits a dispatch with sends in flight. The gateway's request
@@ -151,7 +152,7 @@ func TestChaosKillDispatch(t *testing.T) {
 	// and never accepted.
 	var missing, wrong []string
 	for i, r := range task.Recipients {
-		key := shared.JobID(task.ID, i, false)
+		key := contract.JobID(task.ID, i, false)
 		switch {
 		case strings.HasPrefix(r.To, "bad-"):
 			if l.RequestsByKey[key] == 0 || l.AcceptedByKey[key] != 0 {
@@ -168,7 +169,7 @@ func TestChaosKillDispatch(t *testing.T) {
 	require.Equal(t, n-bad, l.AcceptedKeys(), "distinct recipients accepted")
 
 	// Progress agrees with the gateway.
-	require.Equal(t, shared.StatePartial, last.State)
+	require.Equal(t, contract.StatePartial, last.State)
 	require.Equal(t, n, last.Total)
 	require.Equal(t, l.AcceptedKeys(), last.Sent, "progress.sent vs keys the gateway accepted")
 	require.Equal(t, bad, last.Failed)

@@ -4,10 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestPausedTaskIsNotCheckpointedEverySecond: a paused task's progress is
@@ -20,11 +21,11 @@ func TestPausedTaskIsNotCheckpointedEverySecond(t *testing.T) {
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "ck", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
 	p := natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
-	task := shared.Task{ID: "ckpt", Channel: "webhook", Template: "hi", Recipients: recipients("k", 200)}
+	task := contract.Task{ID: "ckpt", Channel: "webhook", Template: "hi", Recipients: recipients("k", 200)}
 	submit(t, ts, task)
 	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
-	require.True(t, control(t, ts, task.ID, shared.ActionPause).OK)
-	waitProgress(t, ts, task.ID, 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	require.True(t, control(t, ts, task.ID, contract.ActionPause).OK)
+	waitProgress(t, ts, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // in-flight outcomes land and are saved
 
 	before, first := p.Status.CheckpointsSaved(), ts.Progress(t, task.ID)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
@@ -46,7 +48,7 @@ func TestChurnMemoryIsFlat(t *testing.T) {
 	progressKeys := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		kv, err := ts.JS.KeyValue(ctx, shared.BucketProgress)
+		kv, err := ts.JS.KeyValue(ctx, contract.BucketProgress)
 		require.NoError(t, err)
 		keys, err := kv.ListKeys(ctx)
 		require.NoError(t, err)
@@ -62,7 +64,7 @@ func TestChurnMemoryIsFlat(t *testing.T) {
 		ts.PutAccount(t, acct, `{"channel":"sandbox","rate_per_sec":5000,"burst":100,"concurrency":64}`)
 		if w > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			kv, err := ts.JS.KeyValue(ctx, shared.BucketAccounts)
+			kv, err := ts.JS.KeyValue(ctx, contract.BucketAccounts)
 			require.NoError(t, err)
 			require.NoError(t, kv.Delete(ctx, fmt.Sprintf("churn-%d", w-1)))
 			cancel()
@@ -70,7 +72,7 @@ func TestChurnMemoryIsFlat(t *testing.T) {
 		ids := make([]string, perWave)
 		for i := range perWave {
 			ids[i] = fmt.Sprintf("w%02d-%03d", w, i)
-			submit(t, ts, shared.Task{ID: ids[i], Channel: "sandbox", Accounts: []string{acct}, Template: "hi {{.to}}", Recipients: recipients(ids[i]+"-", recipientsEach)})
+			submit(t, ts, contract.Task{ID: ids[i], Channel: "sandbox", Accounts: []string{acct}, Template: "hi {{.to}}", Recipients: recipients(ids[i]+"-", recipientsEach)})
 		}
 		for _, id := range ids {
 			ts.WaitFinal(t, id, 60*time.Second)

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pki"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 var clusterConfs = []string{"../deploy/cluster/n1.conf", "../deploy/cluster/n2.conf", "../deploy/cluster/n3.conf"}
@@ -62,7 +63,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	t.Parallel()
 	svc, op := devCredentials(t)
 	c := natstest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfigs(t), EnsureAs: svc["ingest"], ClientAs: op})
-	for _, name := range []string{shared.StreamTasks, shared.StreamJobs, shared.StreamEvents, "KV_" + shared.BucketLedger, "OBJ_" + shared.BucketStatus} {
+	for _, name := range []string{contract.StreamTasks, contract.StreamJobs, contract.StreamEvents, "KV_" + contract.BucketLedger, "OBJ_" + contract.BucketStatus} {
 		st, err := c.JS.Stream(context.Background(), name)
 		require.NoError(t, err)
 		require.Equal(t, 3, st.CachedInfo().Config.Replicas, "stream %s replicas", name)
@@ -79,20 +80,20 @@ func TestClusterLeaderFailover(t *testing.T) {
 	cfg.Users = svc
 	natstest.StartPipeline(t, c.Server, cfg)
 
-	task := shared.Task{ID: "cluster-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
+	task := contract.Task{ID: "cluster-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
 	for i := range n {
 		to := fmt.Sprintf("user-%04d", i)
 		if i%100 == 50 {
 			to = fmt.Sprintf("bad-%04d", i)
 		}
-		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
 	}
 	start := time.Now()
 	submitAsOperator(t, c.Server, task)
 
 	// Kill the JOBS leader a third of the way through.
 	natstest.Eventually(t, 60*time.Second, func() bool { return gw.Ledger().AcceptedKeys() >= n/3 }, "a third sent")
-	leader := c.Nodes.StreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs)
+	leader := c.Nodes.StreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, contract.StreamJobs)
 	require.GreaterOrEqual(t, leader, 0, "JOBS has a leader")
 	atKill := gw.Ledger()
 	killedAt := time.Now()
@@ -107,7 +108,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	})
 	newLeader := -1
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		newLeader = c.Nodes.StreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs)
+		newLeader = c.Nodes.StreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, contract.StreamJobs)
 		return newLeader >= 0
 	}, "JOBS elects a new leader")
 	election := time.Since(killedAt)
@@ -125,7 +126,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	// Nobody lost: every good recipient accepted, under its own key and text.
 	var missing []string
 	for i, r := range task.Recipients {
-		key := shared.JobID(task.ID, i, false)
+		key := contract.JobID(task.ID, i, false)
 		if r.To[:4] != "bad-" && l.AcceptedByKey[key] == 0 {
 			missing = append(missing, r.To)
 		}
@@ -133,7 +134,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	require.Empty(t, missing, "recipients the gateway never accepted")
 	require.Equal(t, n-bad, l.AcceptedKeys())
 	// Progress exact, and equal to the gateway's ledger.
-	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, n, p.Total)
 	require.Equal(t, l.AcceptedKeys(), p.Sent, "progress.sent vs keys the gateway accepted")
 	require.Equal(t, bad, p.Failed)
@@ -147,8 +148,8 @@ func TestClusterLeaderFailover(t *testing.T) {
 	require.NoError(t, c.Nodes.Restart(leader))
 	natstest.Eventually(t, 60*time.Second, func() bool {
 		s := c.Nodes.Servers[leader]
-		return s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamJobs) &&
-			s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, shared.StreamEvents)
+		return s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, contract.StreamJobs) &&
+			s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, contract.StreamEvents)
 	}, "n%d catches up", leader+1)
 }
 

@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/ingest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestControlPauseWhileRetryDeadRuns: a retry-dead that takes 4 s (here a
@@ -31,49 +32,49 @@ func TestControlPauseWhileRetryDeadRuns(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	const slow = 4 * time.Second
-	sub, err := ts.NC.QueueSubscribe(shared.SubjectRequeuePrefix+"*", "dispatch", func(m *nats.Msg) {
-		var req shared.RequeueRequest
+	sub, err := ts.NC.QueueSubscribe(contract.SubjectRequeuePrefix+"*", "dispatch", func(m *nats.Msg) {
+		var req contract.RequeueRequest
 		_ = json.Unmarshal(m.Data, &req)
-		if req.Action == shared.RequeueDead {
+		if req.Action == contract.RequeueDead {
 			go func() {
 				time.Sleep(slow)
-				data, _ := json.Marshal(shared.RequeueReply{OK: true, Requeued: 7})
+				data, _ := json.Marshal(contract.RequeueReply{OK: true, Requeued: 7})
 				_ = m.Respond(data)
 			}()
 			return
 		}
-		data, _ := json.Marshal(shared.RequeueReply{OK: true})
+		data, _ := json.Marshal(contract.RequeueReply{OK: true})
 		_ = m.Respond(data)
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	task := shared.Task{ID: "ctlconc", Channel: "sandbox", Template: "hi", Recipients: recipients("c", 3)}
+	task := contract.Task{ID: "ctlconc", Channel: "sandbox", Template: "hi", Recipients: recipients("c", 3)}
 	submit(t, ts, task)
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := kvGet(t, ts, shared.BucketTasks, task.ID)
+		_, err := kvGet(t, ts, contract.BucketTasks, task.ID)
 		return err == nil
 	}, "task recorded")
 
-	retried := make(chan *shared.ControlReply, 1)
+	retried := make(chan *contract.ControlReply, 1)
 	go func() {
 		rctx, rcancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer rcancel()
-		r, err := client.Control(rctx, ts.NC, task.ID, shared.ActionRetryDead)
+		r, err := client.Control(rctx, ts.NC, task.ID, contract.ActionRetryDead)
 		if err != nil {
-			r = &shared.ControlReply{Error: err.Error()}
+			r = &contract.ControlReply{Error: err.Error()}
 		}
 		retried <- r
 	}()
 	time.Sleep(200 * time.Millisecond) // the retry-dead is under way
 	start := time.Now()
-	r := control(t, ts, task.ID, shared.ActionPause)
+	r := control(t, ts, task.ID, contract.ActionPause)
 	pauseTook := time.Since(start)
 	rd := <-retried
 	t.Logf("pause answered %s after it was sent, while a %s retry-dead ran (retry-dead: ok=%v requeued=%d, %s after the pause)",
 		pauseTook.Round(time.Millisecond), slow, rd.OK, rd.Requeued, time.Since(start).Round(time.Millisecond))
 	require.True(t, r.OK, r.Error)
-	require.Equal(t, shared.StatePaused, r.State)
+	require.Equal(t, contract.StatePaused, r.State)
 	require.Less(t, pauseTook, time.Second, "pause within a second while a retry-dead runs")
 	require.True(t, rd.OK, rd.Error)
 	require.Equal(t, 7, rd.Requeued)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/client"
@@ -20,7 +22,7 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-func control(t *testing.T, ts *natstest.Server, taskID, action string) *shared.ControlReply {
+func control(t *testing.T, ts *natstest.Server, taskID, action string) *contract.ControlReply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -29,17 +31,17 @@ func control(t *testing.T, ts *natstest.Server, taskID, action string) *shared.C
 	return r
 }
 
-func ctlRecipients(n int, prefix string) []shared.Recipient {
-	out := make([]shared.Recipient, n)
+func ctlRecipients(n int, prefix string) []contract.Recipient {
+	out := make([]contract.Recipient, n)
 	for i := range out {
-		out[i] = shared.Recipient{To: fmt.Sprintf("%s%04d", prefix, i)}
+		out[i] = contract.Recipient{To: fmt.Sprintf("%s%04d", prefix, i)}
 	}
 	return out
 }
 
-func waitProgress(t *testing.T, ts *natstest.Server, id string, timeout time.Duration, cond func(p *shared.Progress) bool) *shared.Progress {
+func waitProgress(t *testing.T, ts *natstest.Server, id string, timeout time.Duration, cond func(p *contract.Progress) bool) *contract.Progress {
 	t.Helper()
-	var p *shared.Progress
+	var p *contract.Progress
 	natstest.Eventually(t, timeout, func() bool {
 		p = ts.Progress(t, id)
 		return p != nil && cond(p)
@@ -57,12 +59,12 @@ func TestPauseResumeCancel(t *testing.T) {
 	natstest.StartPipeline(t, ts, fastRetries())
 
 	const n = 600
-	submit(t, ts, shared.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: ctlRecipients(n, "u")})
+	submit(t, ts, contract.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: ctlRecipients(n, "u")})
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= 100 })
 
-	control(t, ts, "prc", shared.ActionPause)
+	control(t, ts, "prc", contract.ActionPause)
 	pausedAt := time.Now()
-	p := waitProgress(t, ts, "prc", 3*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	p := waitProgress(t, ts, "prc", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(2 * time.Second)
 	last := gw.lastArrival()
 	atPause := gw.Ledger().Accepted
@@ -70,25 +72,25 @@ func TestPauseResumeCancel(t *testing.T) {
 	require.Less(t, last.Sub(pausedAt), time.Second, "no new send starts more than 1 s after pause")
 	time.Sleep(time.Second)
 	require.Equal(t, atPause, gw.Ledger().Accepted, "nothing is sent while paused")
-	require.Equal(t, shared.StatePaused, ts.Progress(t, "prc").State)
+	require.Equal(t, contract.StatePaused, ts.Progress(t, "prc").State)
 	require.Less(t, p.Sent, n)
 
-	control(t, ts, "prc", shared.ActionResume)
-	waitProgress(t, ts, "prc", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateProcessing })
+	control(t, ts, "prc", contract.ActionResume)
+	waitProgress(t, ts, "prc", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateProcessing })
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= atPause+100 })
 
-	control(t, ts, "prc", shared.ActionCancel)
+	control(t, ts, "prc", contract.ActionCancel)
 	final := ts.WaitFinal(t, "prc", 30*time.Second)
 	l := gw.Ledger()
 	t.Logf("cancel: sent %d, cancelled %d", final.Sent, final.Cancelled)
-	require.Equal(t, shared.StateCancelled, final.State)
+	require.Equal(t, contract.StateCancelled, final.State)
 	require.Equal(t, n, final.Sent+final.Cancelled)
 	require.Positive(t, final.Cancelled)
 	require.Equal(t, l.AcceptedKeys(), final.Sent, "progress equals what the gateway accepted")
 	require.Zero(t, l.Duplicates)
 
 	// A finished task refuses further control.
-	_, err := client.Control(context.Background(), ts.NC, "prc", shared.ActionResume)
+	_, err := client.Control(context.Background(), ts.NC, "prc", contract.ActionResume)
 	require.ErrorContains(t, err, "already cancelled")
 }
 
@@ -101,11 +103,11 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
 	natstest.StartPipeline(t, ts, fastRetries())
 
-	task := shared.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(50, "c"),
-		TestRecipients: []shared.Recipient{{To: "qa-1"}, {To: "qa-2"}}}
+	task := contract.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(50, "c"),
+		TestRecipients: []contract.Recipient{{To: "qa-1"}, {To: "qa-2"}}}
 	submit(t, ts, task)
 	natstest.Eventually(t, 10*time.Second, func() bool { return gw.Ledger().Accepted == 2 })
-	p := waitProgress(t, ts, "approve", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateAwaitingApproval })
+	p := waitProgress(t, ts, "approve", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
 	require.Equal(t, 50, p.Total)
 	require.Zero(t, p.Sent)
 	time.Sleep(time.Second)
@@ -113,19 +115,19 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 	require.Equal(t, 2, l.Accepted, "only the test recipients before approval")
 	require.Equal(t, "hello qa-1", l.Bodies["approve.t0"])
 
-	control(t, ts, "approve", shared.ActionResume)
+	control(t, ts, "approve", contract.ActionResume)
 	final := ts.WaitFinal(t, "approve", 20*time.Second)
-	require.Equal(t, shared.StateSucceeded, final.State)
+	require.Equal(t, contract.StateSucceeded, final.State)
 	require.Equal(t, 50, final.Sent)
 	require.Equal(t, 52, gw.Ledger().AcceptedKeys())
 
 	// Cancelling instead of approving cancels every recipient.
 	task.ID = "reject-approval"
 	submit(t, ts, task)
-	waitProgress(t, ts, task.ID, 10*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateAwaitingApproval })
-	control(t, ts, task.ID, shared.ActionCancel)
+	waitProgress(t, ts, task.ID, 10*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
+	control(t, ts, task.ID, contract.ActionCancel)
 	final = ts.WaitFinal(t, task.ID, 10*time.Second)
-	require.Equal(t, shared.StateCancelled, final.State)
+	require.Equal(t, contract.StateCancelled, final.State)
 	require.Equal(t, 50, final.Cancelled)
 	require.Zero(t, final.Sent)
 }
@@ -139,10 +141,10 @@ func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 	natstest.StartPipeline(t, ts, fastRetries())
 
 	expires := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
-	submit(t, ts, shared.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: ctlRecipients(200, "e"), ExpiresAt: expires})
+	submit(t, ts, contract.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: ctlRecipients(200, "e"), ExpiresAt: expires})
 	final := ts.WaitFinal(t, "exp", 30*time.Second)
 	t.Logf("expiry: sent %d, expired %d", final.Sent, final.Expired)
-	require.Equal(t, shared.StatePartial, final.State)
+	require.Equal(t, contract.StatePartial, final.State)
 	require.Equal(t, 200, final.Sent+final.Expired)
 	require.Positive(t, final.Expired)
 	require.Positive(t, final.Sent)
@@ -168,17 +170,17 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
 	natstest.StartPipeline(t, ts, fastRetries())
 
-	submit(t, ts, shared.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: ctlRecipients(30, "d")})
+	submit(t, ts, contract.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: ctlRecipients(30, "d")})
 	first := ts.WaitFinal(t, "rd", 20*time.Second)
 	// Keys rd.1 and rd.10..rd.19 were refused: 11 recipients.
 	require.Equal(t, 11, first.Failed)
-	require.Equal(t, shared.StatePartial, first.State)
+	require.Equal(t, contract.StatePartial, first.State)
 	require.Len(t, deadLetters(t, ts, "rd"), 11)
 
 	fixed.Store(true)
-	reply := control(t, ts, "rd", shared.ActionRetryDead)
+	reply := control(t, ts, "rd", contract.ActionRetryDead)
 	require.Equal(t, 11, reply.Requeued)
-	final := waitProgress(t, ts, "rd", 20*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateSucceeded })
+	final := waitProgress(t, ts, "rd", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateSucceeded })
 	require.Equal(t, 30, final.Sent)
 	require.Zero(t, final.Failed)
 	require.Empty(t, deadLetters(t, ts, "rd"), "re-queued dead letters are purged")
@@ -197,8 +199,8 @@ func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
 	cfg.Status = status.Config{CircuitWindow: 40, CircuitThreshold: 0.5}
 	natstest.StartPipeline(t, ts, cfg)
 
-	submit(t, ts, shared.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: ctlRecipients(500, "f"), MaxAttempts: 50})
-	p := waitProgress(t, ts, "cb", 20*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	submit(t, ts, contract.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: ctlRecipients(500, "f"), MaxAttempts: 50})
+	p := waitProgress(t, ts, "cb", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	require.Contains(t, p.Error, "circuit breaker: 100% of the last 40 attempts failed")
 	time.Sleep(1500 * time.Millisecond)
 	before := gw.Ledger().Requests
@@ -218,8 +220,8 @@ func TestScheduledTaskStartsOnTime(t *testing.T) {
 	natstest.StartPipeline(t, ts, fastRetries())
 
 	sendAt := time.Now().Add(4 * time.Second).Truncate(time.Second)
-	submit(t, ts, shared.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "s"), SendAt: sendAt.UTC().Format(time.RFC3339)})
-	p := waitProgress(t, ts, "sched", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateScheduled })
+	submit(t, ts, contract.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "s"), SendAt: sendAt.UTC().Format(time.RFC3339)})
+	p := waitProgress(t, ts, "sched", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	require.Equal(t, 20, p.Total)
 	final := ts.WaitFinal(t, "sched", 20*time.Second)
 	first := gw.firstArrival()
@@ -243,30 +245,30 @@ func TestScheduledStartFinishesAnInterruptedRelease(t *testing.T) {
 	// Scheduled an hour ahead, then left as a release cut short leaves it:
 	// released and processing, nothing published.
 	sendAt := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	submit(t, ts, shared.Task{ID: "cut", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "c"), SendAt: sendAt.Format(time.RFC3339)})
-	waitProgress(t, ts, "cut", 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateScheduled })
+	submit(t, ts, contract.Task{ID: "cut", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "c"), SendAt: sendAt.Format(time.RFC3339)})
+	waitProgress(t, ts, "cut", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tasks, err := ts.JS.KeyValue(ctx, shared.BucketTasks)
+	tasks, err := ts.JS.KeyValue(ctx, contract.BucketTasks)
 	require.NoError(t, err)
 	e, err := tasks.Get(ctx, "cut")
 	require.NoError(t, err)
-	var rec shared.TaskRecord
+	var rec contract.TaskRecord
 	require.NoError(t, json.Unmarshal(e.Value(), &rec))
 	rec.Released = true
 	data, err := json.Marshal(rec)
 	require.NoError(t, err)
 	_, err = tasks.Put(ctx, "cut", data)
 	require.NoError(t, err)
-	controls, err := ts.JS.KeyValue(ctx, shared.BucketControl)
+	controls, err := ts.JS.KeyValue(ctx, contract.BucketControl)
 	require.NoError(t, err)
-	require.NoError(t, shared.PutControl(ctx, controls, "cut", shared.Control{State: shared.StateProcessing}))
+	require.NoError(t, shared.PutControl(ctx, controls, "cut", contract.Control{State: contract.StateProcessing}))
 
 	// The start message, as its redelivery brings it.
-	_, err = ts.JS.Publish(ctx, shared.SubjectStartPrefix+"cut", []byte("cut"))
+	_, err = ts.JS.Publish(ctx, contract.SubjectStartPrefix+"cut", []byte("cut"))
 	require.NoError(t, err)
 	final := ts.WaitFinal(t, "cut", 20*time.Second)
-	require.Equal(t, shared.StateSucceeded, final.State)
+	require.Equal(t, contract.StateSucceeded, final.State)
 	require.Equal(t, 20, final.Sent)
 	require.Equal(t, 20, gw.Ledger().AcceptedKeys())
 }

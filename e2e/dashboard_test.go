@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // chromiumPath finds the browser the dashboard test drives. Where it is
@@ -201,7 +202,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// A rejected task whose error quotes markup: the page must show it as text.
 	submit(t, ts, `{"id":"xss","channel":"<img id=pwned src=x onerror=alert(1)>","template":"x","recipients":[{"to":"a"}]}`)
 	const n = 400
-	submit(t, ts, shared.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(n, "b")})
+	submit(t, ts, contract.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(n, "b")})
 
 	ctx, cancel := context.WithTimeout(browser, 30*time.Second)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`tr[data-task="dash"]`))))
@@ -241,7 +242,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	requests := gw.Ledger().Requests
 	time.Sleep(2 * time.Second)
 	still := ts.Progress(t, "dash")
-	require.Equal(t, shared.StatePaused, still.State)
+	require.Equal(t, contract.StatePaused, still.State)
 	require.Equal(t, atPause.Sent, still.Sent, "progress in KV shows nothing sent while paused")
 	require.Equal(t, requests, gw.Ledger().Requests, "the gateway got nothing while paused")
 	require.Less(t, still.Sent, n)

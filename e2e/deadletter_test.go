@@ -6,28 +6,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // deadLetters reads every dead letter of a task.
-func deadLetters(t *testing.T, ts *natstest.Server, taskID string) []shared.DeadLetter {
+func deadLetters(t *testing.T, ts *natstest.Server, taskID string) []contract.DeadLetter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := ts.JS.OrderedConsumer(ctx, shared.StreamDead, jetstream.OrderedConsumerConfig{FilterSubjects: []string{shared.DeadSubject(taskID)}})
+	c, err := ts.JS.OrderedConsumer(ctx, contract.StreamDead, jetstream.OrderedConsumerConfig{FilterSubjects: []string{contract.DeadSubject(taskID)}})
 	require.NoError(t, err)
 	info, err := c.Info(ctx)
 	require.NoError(t, err)
-	var out []shared.DeadLetter
+	var out []contract.DeadLetter
 	for uint64(len(out)) < info.NumPending {
 		b, err := c.Fetch(int(min(100, info.NumPending-uint64(len(out)))), jetstream.FetchMaxWait(2*time.Second))
 		require.NoError(t, err)
 		for m := range b.Messages() {
-			var d shared.DeadLetter
+			var d contract.DeadLetter
 			require.NoError(t, json.Unmarshal(m.Data(), &d))
 			out = append(out, d)
 		}

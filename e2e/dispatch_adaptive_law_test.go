@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // The adaptive pacing law (services/dispatch/adapt.go) measured end to end
@@ -58,7 +59,7 @@ func startLawRun(t *testing.T, h http.Handler, n int) *lawRun {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	kv, err := ts.JS.KeyValue(ctx, shared.BucketHealth)
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketHealth)
 	require.NoError(t, err)
 	go func() {
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -73,7 +74,7 @@ func startLawRun(t *testing.T, h http.Handler, n int) *lawRun {
 			if err != nil {
 				continue
 			}
-			var hl shared.AccountHealth
+			var hl contract.AccountHealth
 			if json.Unmarshal(e.Value(), &hl) == nil {
 				run.mu.Lock()
 				run.rates = append(run.rates, rateSample{at: time.Now(), rate: hl.RatePerSec})
@@ -81,7 +82,7 @@ func startLawRun(t *testing.T, h http.Handler, n int) *lawRun {
 			}
 		}
 	}()
-	submit(t, ts, shared.Task{ID: run.task, Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("l", n), MaxAttempts: 100})
+	submit(t, ts, contract.Task{ID: run.task, Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("l", n), MaxAttempts: 100})
 	waitCount(t, 15*time.Second, 1, func() int { return len(run.rec.all()) }, "first request")
 	run.start = run.rec.all()[0].at
 	return run
@@ -296,7 +297,7 @@ func TestDispatchAdaptiveRetryAfterPause(t *testing.T) {
 	rec := startRecorder(t, h, 0)
 	e.ts.PutAccount(t, "pause", webhookAccount(rec.URL, lawAccount))
 	e.startReplica()
-	submit(t, e.ts, shared.Task{ID: "pause", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("p", 300)})
+	submit(t, e.ts, contract.Task{ID: "pause", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("p", 300)})
 	waitCount(t, 30*time.Second, nth+40, func() int { return len(e.sendLog()) }, "sends after the 429")
 	answered := time.Unix(0, answeredAt.Load())
 	// A send that starts within race of the answer being written may have

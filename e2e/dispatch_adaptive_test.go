@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // adaptiveRun is what one run against the throttling gateway measured in
@@ -20,7 +21,7 @@ import (
 type adaptiveRun struct {
 	refused  int
 	accepted int
-	events   []shared.Event // sent and retrying, by time
+	events   []contract.Event // sent and retrying, by time
 }
 
 // adaptiveWindow is how long each run is measured.
@@ -41,7 +42,7 @@ func runAgainstThrottlingGateway(t *testing.T, extra string, circuitWindow int) 
 		Dispatch: dispatch.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
 		Status:   status.Config{CircuitWindow: circuitWindow},
 	})
-	task := shared.Task{ID: "adaptive", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("a", 400), MaxAttempts: 100}
+	task := contract.Task{ID: "adaptive", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("a", 400), MaxAttempts: 100}
 	submit(t, ts, task)
 	waitCount(t, 10*time.Second, 1, func() int { return len(rec.all()) }, "first request")
 	start := rec.all()[0].at
@@ -60,7 +61,7 @@ func runAgainstThrottlingGateway(t *testing.T, extra string, circuitWindow int) 
 		}
 	}
 	for _, e := range ts.Events(t, task.ID) {
-		if (e.Kind == shared.EventSent || e.Kind == shared.EventRetrying) && e.At.Sub(start) < adaptiveWindow {
+		if (e.Kind == contract.EventSent || e.Kind == contract.EventRetrying) && e.At.Sub(start) < adaptiveWindow {
 			run.events = append(run.events, e)
 		}
 	}
@@ -99,7 +100,7 @@ func TestDispatchAdaptiveRate(t *testing.T) {
 	for i, e := range evs {
 		require.Positive(t, e.RatePerSec, "every sent/retrying event carries the effective rate")
 		require.LessOrEqual(t, e.RatePerSec, ceiling, "the effective rate never exceeds the configured rate")
-		if first429 < 0 && e.Kind == shared.EventRetrying && e.Class == shared.ClassRateLimited {
+		if first429 < 0 && e.Kind == contract.EventRetrying && e.Class == contract.ClassRateLimited {
 			first429 = i
 		}
 	}
@@ -110,7 +111,7 @@ func TestDispatchAdaptiveRate(t *testing.T) {
 	// already returning when the 429 came.
 	var firstSentAfter float64
 	for _, e := range evs[first429+1:] {
-		if e.Kind == shared.EventSent && e.At.Sub(evs[first429].At) > 100*time.Millisecond {
+		if e.Kind == contract.EventSent && e.At.Sub(evs[first429].At) > 100*time.Millisecond {
 			firstSentAfter = e.RatePerSec
 			break
 		}

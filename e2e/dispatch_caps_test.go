@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // distinctAccepted returns the distinct recipients the provider accepted.
@@ -24,9 +25,9 @@ func distinctAccepted(rec *recorder) map[string]bool {
 }
 
 // capWaits returns the distinct jobs of a task with a daily_cap retrying event.
-func capWaits(t *testing.T, ts *natstest.Server, taskID string) map[string]shared.Event {
-	out := map[string]shared.Event{}
-	for _, e := range eventsOf(ts.Events(t, taskID), shared.EventRetrying) {
+func capWaits(t *testing.T, ts *natstest.Server, taskID string) map[string]contract.Event {
+	out := map[string]contract.Event{}
+	for _, e := range eventsOf(ts.Events(t, taskID), contract.EventRetrying) {
 		if e.Code == "daily_cap" {
 			out[e.JobID] = e
 		}
@@ -47,9 +48,9 @@ func TestDispatchDailyCap(t *testing.T) {
 	first := e.startReplica()
 
 	// (a) 50 distinct recipients: 30 sent, 20 wait.
-	t1 := shared.Task{ID: "cap-1", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("c", 50)}
+	t1 := contract.Task{ID: "cap-1", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("c", 50)}
 	submit(t, e.ts, t1)
-	var p1 *shared.Progress
+	var p1 *contract.Progress
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		p1 = e.ts.Progress(t, t1.ID)
 		return p1 != nil && p1.Sent+p1.Retrying == 50 && len(capWaits(t, e.ts, t1.ID)) == 20
@@ -58,7 +59,7 @@ func TestDispatchDailyCap(t *testing.T) {
 	sent := distinctAccepted(rec)
 	waits := capWaits(t, e.ts, t1.ID)
 	p1 = e.ts.Progress(t, t1.ID)
-	var sample shared.Event
+	var sample contract.Event
 	for _, ev := range waits {
 		sample = ev
 		break
@@ -70,25 +71,25 @@ func TestDispatchDailyCap(t *testing.T) {
 	require.Equal(t, dailyCap, p1.Sent)
 	require.Equal(t, 50-dailyCap, p1.Retrying)
 	require.Zero(t, p1.Failed)
-	require.Empty(t, eventsOf(e.ts.Events(t, t1.ID), shared.EventFailed))
-	require.Equal(t, shared.StateProcessing, p1.State, "a reached cap delays, never finishes the task")
+	require.Empty(t, eventsOf(e.ts.Events(t, t1.ID), contract.EventFailed))
+	require.Equal(t, contract.StateProcessing, p1.State, "a reached cap delays, never finishes the task")
 	require.Contains(t, sample.Error, "daily_cap 30 reached")
 	for _, ev := range waits {
 		require.False(t, sent[ev.To], "a waiting recipient was not sent")
 	}
 
 	// (a') 10 of the recipients already counted: sent, the cap is not used up further.
-	var again []shared.Recipient
+	var again []contract.Recipient
 	for to := range sent {
 		if len(again) < 10 {
-			again = append(again, shared.Recipient{To: to})
+			again = append(again, contract.Recipient{To: to})
 		}
 	}
-	t2 := shared.Task{ID: "cap-2", Channel: "webhook", Template: "again {{.to}}", Recipients: again}
+	t2 := contract.Task{ID: "cap-2", Channel: "webhook", Template: "again {{.to}}", Recipients: again}
 	submit(t, e.ts, t2)
 	p2 := e.ts.WaitFinal(t, t2.ID, 20*time.Second)
 	t.Logf("(a') 10 already-counted recipients: state %s, sent %d; distinct accepted now %d", p2.State, p2.Sent, len(distinctAccepted(rec)))
-	require.Equal(t, shared.StateSucceeded, p2.State)
+	require.Equal(t, contract.StateSucceeded, p2.State)
 	require.Equal(t, 10, p2.Sent)
 	require.Len(t, distinctAccepted(rec), dailyCap)
 
@@ -96,14 +97,14 @@ func TestDispatchDailyCap(t *testing.T) {
 	// still capped: 5 counted recipients go, 10 new ones wait.
 	first.stop()
 	e.startReplica()
-	var mixed []shared.Recipient
+	var mixed []contract.Recipient
 	for _, r := range again[:5] {
 		mixed = append(mixed, r)
 	}
 	mixed = append(mixed, recipients("new", 10)...)
-	t3 := shared.Task{ID: "cap-3", Channel: "webhook", Template: "third {{.to}}", Recipients: mixed}
+	t3 := contract.Task{ID: "cap-3", Channel: "webhook", Template: "third {{.to}}", Recipients: mixed}
 	submit(t, e.ts, t3)
-	var p3 *shared.Progress
+	var p3 *contract.Progress
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		p3 = e.ts.Progress(t, t3.ID)
 		return p3 != nil && p3.Sent == 5 && p3.Retrying == 10 && len(capWaits(t, e.ts, t3.ID)) == 10
@@ -135,13 +136,13 @@ func TestDispatchPerRecipientInterval(t *testing.T) {
 	ts.PutAccount(t, "gap", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"per_recipient_interval":"2s"`))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
 	for i := range 2 {
-		task := shared.Task{ID: fmt.Sprintf("gap-%d", i), Channel: "webhook", Template: "n{{.n}} {{.to}}",
-			Defaults: map[string]any{"n": i}, Recipients: append([]shared.Recipient{{To: "r1"}}, recipients(fmt.Sprintf("other%d", i), 5)...)}
+		task := contract.Task{ID: fmt.Sprintf("gap-%d", i), Channel: "webhook", Template: "n{{.n}} {{.to}}",
+			Defaults: map[string]any{"n": i}, Recipients: append([]contract.Recipient{{To: "r1"}}, recipients(fmt.Sprintf("other%d", i), 5)...)}
 		submit(t, ts, task)
 	}
 	for i := range 2 {
 		p := ts.WaitFinal(t, fmt.Sprintf("gap-%d", i), 20*time.Second)
-		require.Equal(t, shared.StateSucceeded, p.State)
+		require.Equal(t, contract.StateSucceeded, p.State)
 	}
 	r1 := filterHits(rec.accepted(), func(h hit) bool { return h.to == "r1" })
 	require.Len(t, r1, 2)

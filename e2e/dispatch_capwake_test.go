@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // capReachedAt is the time of the first daily_cap retrying event of a task.
@@ -36,10 +37,10 @@ func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 	fields := `"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":%d`
 	ts.PutAccount(t, "cap-a", webhookAccount(rec.URL, fmt.Sprintf(fields, 40)))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
-	task := shared.Task{ID: "capwake", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("w", 100)}
+	task := contract.Task{ID: "capwake", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("w", 100)}
 	submit(t, ts, task)
 
-	var p *shared.Progress
+	var p *contract.Progress
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		p = ts.Progress(t, task.ID)
 		return p != nil && strings.Contains(p.Error, "daily_cap 40 reached")
@@ -62,7 +63,7 @@ func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 	last := acc[len(acc)-1].at
 	t.Logf("cap raised to 200: the remaining 60 sent %s after the edit; state %s sent %d, error %q",
 		last.Sub(edited).Round(time.Millisecond), p.State, p.Sent, p.Error)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 100, p.Sent)
 	require.Empty(t, p.Error)
 	require.Less(t, last.Sub(edited), 5*time.Second, "waiting recipients come back within 5 s")
@@ -84,13 +85,13 @@ func TestDispatchDailyCapMovesToCapacity(t *testing.T) {
 	ts.PutAccount(t, "cm-a", webhookAccount(recA.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
 	ts.PutAccount(t, "cm-b", webhookAccount(recB.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
-	task := shared.Task{ID: "capmove", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"cm-a", "cm-b"}, Recipients: recipients("m", 120)}
+	task := contract.Task{ID: "capmove", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"cm-a", "cm-b"}, Recipients: recipients("m", 120)}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 	la, lb := gwA.Ledger(), gwB.Ledger()
 	t.Logf("pool of two capped accounts: cm-a sent %d, cm-b sent %d (caps 60 each); %d daily_cap waits; state %s",
 		la.AcceptedKeys(), lb.AcceptedKeys(), len(capWaits(t, ts, task.ID)), p.State)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 120, p.Sent)
 	require.Equal(t, 60, la.AcceptedKeys())
 	require.Equal(t, 60, lb.AcceptedKeys())
@@ -109,9 +110,9 @@ func TestDispatchHeldJobsWakeWhenAccountEnabled(t *testing.T) {
 	off := `"rate_per_sec":100,"burst":10,"concurrency":4,"enabled":false`
 	ts.PutAccount(t, "en-b", webhookAccount(recB.URL, off))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
-	task := shared.Task{ID: "enwake", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"en-a", "en-b"}, Recipients: recipients("e", 60)}
+	task := contract.Task{ID: "enwake", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"en-a", "en-b"}, Recipients: recipients("e", 60)}
 	submit(t, ts, task)
-	var p *shared.Progress
+	var p *contract.Progress
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		p = ts.Progress(t, task.ID)
 		return p != nil && p.Sent == 20 && p.Retrying == 40 && strings.Contains(p.Error, "daily_cap")
@@ -124,7 +125,7 @@ func TestDispatchHeldJobsWakeWhenAccountEnabled(t *testing.T) {
 	last := acc[len(acc)-1].at
 	t.Logf("second account enabled: %d sent through it, the last %s after the edit; state %s",
 		len(acc), last.Sub(enabled).Round(time.Millisecond), p.State)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 40, gwB.Ledger().AcceptedKeys())
 	require.Less(t, last.Sub(enabled), 5*time.Second)
 }

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestDispatchFailover runs three replicas, stops the one holding the
@@ -27,7 +28,7 @@ func TestDispatchFailover(t *testing.T) {
 	for range 3 {
 		rs = append(rs, e.startReplica())
 	}
-	task := shared.Task{ID: "failover", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("f", n)}
+	task := contract.Task{ID: "failover", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("f", n)}
 	submit(t, e.ts, task)
 
 	waitCount(t, 20*time.Second, 300, func() int { return len(e.sendLog()) }, "sends before the stop")
@@ -70,7 +71,7 @@ func TestDispatchFailover(t *testing.T) {
 		active, next, gap.Round(time.Millisecond), maxPause.Round(time.Millisecond), e.sendsBy(), l.AcceptedKeys(), l.Duplicates, f, rec.refusedByWindow(), issued)
 
 	require.Less(t, gap, 5*time.Second, "traffic gap while another replica takes the account over")
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Equal(t, n, l.AcceptedKeys(), "every recipient accepted")
 	require.Zero(t, l.Duplicates, "a graceful stop repeats nothing")
@@ -106,10 +107,10 @@ func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 	for range 2 {
 		e.startReplica()
 	}
-	task := shared.Task{ID: "lease-wait", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("q", 30)}
+	task := contract.Task{ID: "lease-wait", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("q", 30)}
 	submit(t, e.ts, task)
 	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 
 	all := rec.all()
 	owner := e.sendLog()[0].replica
@@ -125,7 +126,7 @@ func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 		}
 	}
 	maxRate := 0.0 // in the sent events of the 3 s after the wait
-	for _, ev := range eventsOf(e.ts.Events(t, task.ID), shared.EventSent) {
+	for _, ev := range eventsOf(e.ts.Events(t, task.ID), contract.EventSent) {
 		if !ev.At.Before(resumedAt) && ev.At.Sub(resumedAt) < 3*time.Second {
 			maxRate = max(maxRate, ev.RatePerSec)
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -21,7 +23,6 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // hit is one send request as a recording provider saw it.
@@ -334,7 +335,7 @@ type notingChannel struct {
 	note func(to string)
 }
 
-func (c notingChannel) NewSender(a *shared.Account, getenv func(string) string) (channels.Sender, error) {
+func (c notingChannel) NewSender(a *contract.Account, getenv func(string) string) (channels.Sender, error) {
 	s, err := c.Channel.NewSender(a, getenv)
 	if err != nil {
 		return nil, err
@@ -363,10 +364,10 @@ func webhookAccount(endpoint string, fields string) string {
 }
 
 // recipients builds n recipients named prefix-0000, prefix-0001, ...
-func recipients(prefix string, n int) []shared.Recipient {
-	out := make([]shared.Recipient, n)
+func recipients(prefix string, n int) []contract.Recipient {
+	out := make([]contract.Recipient, n)
 	for i := range out {
-		out[i] = shared.Recipient{To: fmt.Sprintf("%s-%04d", prefix, i)}
+		out[i] = contract.Recipient{To: fmt.Sprintf("%s-%04d", prefix, i)}
 	}
 	return out
 }
@@ -386,8 +387,8 @@ func waitCount(t *testing.T, timeout time.Duration, want int, count func() int, 
 }
 
 // eventsOf filters events by kind.
-func eventsOf(evs []shared.Event, kind shared.EventKind) []shared.Event {
-	var out []shared.Event
+func eventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
+	var out []contract.Event
 	for _, e := range evs {
 		if e.Kind == kind {
 			out = append(out, e)
@@ -407,13 +408,13 @@ func kvGet(t *testing.T, ts *natstest.Server, bucket, key string) (jetstream.Key
 }
 
 // accountHealth reads an account's health value, or nil.
-func accountHealth(t *testing.T, ts *natstest.Server, name string) *shared.AccountHealth {
+func accountHealth(t *testing.T, ts *natstest.Server, name string) *contract.AccountHealth {
 	t.Helper()
-	e, err := kvGet(t, ts, shared.BucketHealth, name)
+	e, err := kvGet(t, ts, contract.BucketHealth, name)
 	if err != nil {
 		return nil
 	}
-	var h shared.AccountHealth
+	var h contract.AccountHealth
 	require.NoError(t, json.Unmarshal(e.Value(), &h))
 	return &h
 }

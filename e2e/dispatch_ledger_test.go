@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -33,41 +35,41 @@ func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ledger, err := ts.JS.KeyValue(ctx, shared.BucketLedger)
+	ledger, err := ts.JS.KeyValue(ctx, contract.BucketLedger)
 	require.NoError(t, err)
 	const taskID = "idem-task"
-	jobs := make([]shared.Job, 3)
+	jobs := make([]contract.Job, 3)
 	for i := range jobs {
-		jobs[i] = shared.Job{ID: shared.JobID(taskID, i, false), TaskID: taskID, Index: i, To: "r" + string(rune('0'+i)), Body: "hello",
-			Channel: "webhook", Account: "idem", Priority: shared.PriorityNormal, MaxAttempts: 5, EnqueuedAt: time.Now().UTC(),
+		jobs[i] = contract.Job{ID: contract.JobID(taskID, i, false), TaskID: taskID, Index: i, To: "r" + string(rune('0'+i)), Body: "hello",
+			Channel: "webhook", Account: "idem", Priority: contract.PriorityNormal, MaxAttempts: 5, EnqueuedAt: time.Now().UTC(),
 			Recheck: i < 2}
 	}
 	_, err = ledger.Put(ctx, jobs[0].LedgerKey(), []byte(`{"state":"sent","account":"x","attempt":1}`))
 	require.NoError(t, err)
-	require.NoError(t, shared.PublishEvent(ctx, ts.JS, &shared.Event{TaskID: taskID, JobID: jobs[1].ID, To: jobs[1].To,
-		Account: "y", Kind: shared.EventSent, Attempt: 1, Index: 1}))
+	require.NoError(t, shared.PublishEvent(ctx, ts.JS, &contract.Event{TaskID: taskID, JobID: jobs[1].ID, To: jobs[1].To,
+		Account: "y", Kind: contract.EventSent, Attempt: 1, Index: 1}))
 	for _, j := range jobs {
 		data, err := json.Marshal(j)
 		require.NoError(t, err)
-		_, err = ts.JS.Publish(ctx, shared.JobSubject("idem", shared.PriorityNormal), data)
+		_, err = ts.JS.Publish(ctx, contract.JobSubject("idem", contract.PriorityNormal), data)
 		require.NoError(t, err)
 	}
 
-	var sent []shared.Event
+	var sent []contract.Event
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		sent = eventsOf(ts.Events(t, taskID), shared.EventSent)
+		sent = eventsOf(ts.Events(t, taskID), contract.EventSent)
 		return len(sent) >= 3
 	}, "a sent event for each job")
-	cons, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("idem", shared.PriorityNormal))
+	cons, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("idem", contract.PriorityNormal))
 	require.NoError(t, err)
 	natstest.Eventually(t, 5*time.Second, func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	}, "every job acknowledged")
 	time.Sleep(200 * time.Millisecond)
-	sent = eventsOf(ts.Events(t, taskID), shared.EventSent)
+	sent = eventsOf(ts.Events(t, taskID), contract.EventSent)
 	l := gw.Ledger()
-	byJob := map[string][]shared.Event{}
+	byJob := map[string][]contract.Event{}
 	for _, e := range sent {
 		byJob[e.JobID] = append(byJob[e.JobID], e)
 	}
@@ -112,11 +114,11 @@ func TestDispatchDeadLetterHistory(t *testing.T) {
 	}), 0)
 	ts.PutAccount(t, "dl", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
-	task := shared.Task{ID: "deadhist", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
-		Recipients: []shared.Recipient{{To: "fine"}, {To: "doomed"}}}
+	task := contract.Task{ID: "deadhist", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
+		Recipients: []contract.Recipient{{To: "fine"}, {To: "doomed"}}}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 20*time.Second)
-	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, 1, p.Sent)
 	require.Equal(t, 1, p.Failed)
 
@@ -130,7 +132,7 @@ func TestDispatchDeadLetterHistory(t *testing.T) {
 	require.Equal(t, 5, d.Job.MaxAttempts)
 	require.Equal(t, "dl", d.Account)
 	require.Equal(t, 3, d.Attempts)
-	require.Equal(t, shared.ClassPermanent, d.Class)
+	require.Equal(t, contract.ClassPermanent, d.Class)
 	require.Equal(t, "400", d.Code)
 	require.Contains(t, d.Error, "no such user")
 	require.Len(t, d.History, 3, "every attempt's error")
@@ -140,11 +142,11 @@ func TestDispatchDeadLetterHistory(t *testing.T) {
 		require.False(t, h.At.IsZero())
 	}
 	for _, h := range d.History[:2] {
-		require.Equal(t, shared.ClassRetryable, h.Class)
+		require.Equal(t, contract.ClassRetryable, h.Class)
 		require.Equal(t, "503", h.Code)
 		require.Contains(t, h.Error, "overloaded")
 	}
-	require.Equal(t, shared.ClassPermanent, d.History[2].Class)
+	require.Equal(t, contract.ClassPermanent, d.History[2].Class)
 	require.Equal(t, "400", d.History[2].Code)
 	require.Contains(t, d.History[2].Error, "no such user")
 	require.Equal(t, 3, attempts["doomed"])

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // failPrefixHandler answers 503 to recipients starting with "fail-" and 200
@@ -46,7 +47,7 @@ func longWaitRun(t *testing.T, cfg dispatch.Config) (*natstest.Server, *recorder
 	// Half of the first 200 attempts fail, which would trip status's circuit
 	// breaker and pause the task; this test is about slots, so it is off.
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: cfg, Status: status.Config{CircuitWindow: -1}})
-	task := shared.Task{ID: "longwait", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
+	task := contract.Task{ID: "longwait", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
 		Recipients: append(recipients("fail", 100), recipients("ok", 400)...)}
 	submit(t, ts, task)
 	return ts, rec, task.ID
@@ -76,13 +77,13 @@ func TestDispatchLongWaitsHoldNoSlot(t *testing.T) {
 			// The failed jobs wait in JOBS as scheduled messages, one each.
 			var delayed int
 			natstest.Eventually(t, 10*time.Second, func() bool {
-				delayed = countSubjects(t, ts, shared.SubjectDelayPrefix+">")
+				delayed = countSubjects(t, ts, contract.SubjectDelayPrefix+">")
 				p := ts.Progress(t, taskID)
 				return delayed == 100 && p != nil && p.Retrying == 100 && p.Sent == 400
 			}, "scheduled retries and progress")
 			p := ts.Progress(t, taskID)
 			t.Logf("with 100 of 500 recipients in a 30-60 s backoff: healthy %s (%.0f%% of %v/s); all requests %s; fail- requests %d; scheduled messages on %s> %d; progress sent %d retrying %d failed %d",
-				fh, 100*fh.rate/rate, rate, fa, fails, shared.SubjectDelayPrefix, delayed, p.Sent, p.Retrying, p.Failed)
+				fh, 100*fh.rate/rate, rate, fa, fails, contract.SubjectDelayPrefix, delayed, p.Sent, p.Retrying, p.Failed)
 			require.Equal(t, 100, fails, "each failing recipient was tried once and is waiting")
 			require.GreaterOrEqual(t, fh.rate, 0.9*rate, "healthy recipients flow at the account rate")
 			require.Zero(t, p.Failed)
@@ -112,7 +113,7 @@ func countSubjects(t *testing.T, ts *natstest.Server, filter string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := ts.JS.Stream(ctx, shared.StreamJobs)
+	s, err := ts.JS.Stream(ctx, contract.StreamJobs)
 	require.NoError(t, err)
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 	require.NoError(t, err)

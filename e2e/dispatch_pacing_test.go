@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // The pacing tests are timing-sensitive, so they run serially (no
@@ -33,7 +34,7 @@ func testPacing(t *testing.T, replicas int) {
 	for range replicas {
 		e.startReplica()
 	}
-	task := shared.Task{ID: fmt.Sprintf("pace-%d", replicas), Channel: "webhook", Template: "hi {{.to}}",
+	task := contract.Task{ID: fmt.Sprintf("pace-%d", replicas), Channel: "webhook", Template: "hi {{.to}}",
 		Recipients: recipients("p", n)}
 	submit(t, e.ts, task)
 	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
@@ -46,7 +47,7 @@ func testPacing(t *testing.T, replicas int) {
 	t.Logf("%d replica(s): configured %d/s burst %d; achieved %.1f/s (%.1f%%); at the gateway %s; window refusals %d; send starts in dispatch: %s; sends per replica %v",
 		replicas, rate, burst, f.rate, 100*f.rate/rate, f, rec.refusedByWindow(), issued, e.sendsBy())
 
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Len(t, acc, n, "every recipient accepted once")
 	require.LessOrEqual(t, issued.maxInSecond, rate+burst, "send starts in any one-second window")

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // unauthorized answers 401 to everything, like a provider whose token was
@@ -34,7 +35,7 @@ func queueDrained(t *testing.T, ts *natstest.Server, account string) func() time
 		defer close(done)
 		busy := false
 		for ctx.Err() == nil {
-			c, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName(account, shared.PriorityNormal))
+			c, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, contract.PriorityNormal))
 			if err == nil {
 				if info, err := c.Info(ctx); err == nil {
 					n := info.NumPending + uint64(info.NumAckPending)
@@ -75,7 +76,7 @@ func TestDispatchPoolFailover(t *testing.T) {
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond}})
 	drainedA := queueDrained(t, ts, "hook-a")
 
-	task := shared.Task{ID: "pool", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-a", "hook-b"}, Recipients: recipients("u", n)}
+	task := contract.Task{ID: "pool", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-a", "hook-b"}, Recipients: recipients("u", n)}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 
@@ -96,9 +97,9 @@ func TestDispatchPoolFailover(t *testing.T) {
 	t.Logf("time to move work off the failed account: pause -> hook-a's queue empty %s, pause -> last send at hook-b %s",
 		drainedA().Sub(h.Since).Round(time.Millisecond), lastSend.Sub(h.Since).Round(time.Millisecond))
 
-	require.Equal(t, shared.HealthPaused, h.State)
+	require.Equal(t, contract.HealthPaused, h.State)
 	require.Contains(t, h.Reason, "3 auth failures in a row")
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent, "every recipient sent, the ones hook-a refused included")
 	require.Zero(t, p.Failed, "an account's 401 never fails a recipient")
 	require.Empty(t, dead)
@@ -122,7 +123,7 @@ func TestDispatchPoolDisable(t *testing.T) {
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
 	drainedC := queueDrained(t, ts, "hook-c")
 
-	task := shared.Task{ID: "disable", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-c", "hook-d"}, Recipients: recipients("d", n)}
+	task := contract.Task{ID: "disable", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-c", "hook-d"}, Recipients: recipients("d", n)}
 	submit(t, ts, task)
 	waitCount(t, 15*time.Second, 20, func() int { return len(recC.accepted()) }, "hook-c sends before it is disabled")
 	disabledAt := time.Now()
@@ -140,7 +141,7 @@ func TestDispatchPoolDisable(t *testing.T) {
 	}
 	t.Logf("disable: hook-c sent %d (last request %s after the disable), hook-d sent %d; hook-c's queue empty %s after the disable; progress sent %d; keys at both %d",
 		lc.Accepted, lastC.Sub(disabledAt).Round(time.Millisecond), ld.Accepted, drainedC().Sub(disabledAt).Round(time.Millisecond), p.Sent, both)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Equal(t, n, lc.AcceptedKeys()+ld.AcceptedKeys(), "every recipient accepted by one of the two")
 	require.Zero(t, both, "no recipient accepted by both")
@@ -161,25 +162,25 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 	ts.PutAccount(t, "hook-e", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	ts.PutAccount(t, "hook-f", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
-	task := shared.Task{ID: "nohealthy", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-e", "hook-f"}, Recipients: recipients("h", n)}
+	task := contract.Task{ID: "nohealthy", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-e", "hook-f"}, Recipients: recipients("h", n)}
 	submit(t, ts, task)
 
-	waiting := func() map[string]shared.Event {
-		out := map[string]shared.Event{}
-		for _, e := range eventsOf(ts.Events(t, task.ID), shared.EventRetrying) {
+	waiting := func() map[string]contract.Event {
+		out := map[string]contract.Event{}
+		for _, e := range eventsOf(ts.Events(t, task.ID), contract.EventRetrying) {
 			if e.Code == "no_healthy_account" {
 				out[e.JobID] = e
 			}
 		}
 		return out
 	}
-	var p *shared.Progress
+	var p *contract.Progress
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		p = ts.Progress(t, task.ID)
 		return p != nil && p.Retrying == n && len(waiting()) == n
 	}, "every recipient waiting for a healthy account")
 	w := waiting()
-	var sample shared.Event
+	var sample contract.Event
 	for _, e := range w {
 		sample = e
 		break
@@ -187,15 +188,15 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 	he, hf := accountHealth(t, ts, "hook-e"), accountHealth(t, ts, "hook-f")
 	t.Logf("no healthy account: %d requests (all 401), progress failed %d retrying %d state %s error %q; %d jobs waiting, e.g. %q",
 		len(bad.all()), p.Failed, p.Retrying, p.State, p.Error, len(w), sample.Error)
-	require.Equal(t, shared.HealthPaused, he.State)
-	require.Equal(t, shared.HealthPaused, hf.State)
+	require.Equal(t, contract.HealthPaused, he.State)
+	require.Equal(t, contract.HealthPaused, hf.State)
 	require.Zero(t, p.Failed, "an account's 401 never fails a recipient")
 	require.Empty(t, deadLetters(t, ts, task.ID))
 	require.LessOrEqual(t, len(bad.all()), 2*(3+concurrency), "only the requests before the pauses")
 	require.False(t, p.State.Final(), "the task waits, it does not fail")
 	require.Contains(t, p.Error, "no healthy webhook account", "progress says why it waits")
 	require.True(t, strings.Contains(sample.Error, "no healthy webhook account"), sample.Error)
-	require.Equal(t, shared.ClassAccountFatal, sample.Class)
+	require.Equal(t, contract.ClassAccountFatal, sample.Class)
 }
 
 // TestDeletedAccountIsReaped: an account deleted mid-task has its queued
@@ -211,29 +212,29 @@ func TestDeletedAccountIsReaped(t *testing.T) {
 	ts.PutAccount(t, "rp-a", webhookAccount(recA.URL, `"rate_per_sec":60,"burst":5,"concurrency":4`))
 	ts.PutAccount(t, "rp-b", webhookAccount(recB.URL, `"rate_per_sec":30,"burst":5,"concurrency":4`))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{ReapInterval: 300 * time.Millisecond}})
-	task := shared.Task{ID: "reap", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"rp-a", "rp-b"}, Recipients: recipients("r", n)}
+	task := contract.Task{ID: "reap", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"rp-a", "rp-b"}, Recipients: recipients("r", n)}
 	submit(t, ts, task)
 	waitCount(t, 15*time.Second, 10, func() int { return len(recB.accepted()) }, "rp-b sends before it is deleted")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, shared.BucketAccounts)
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketAccounts)
 	require.NoError(t, err)
 	require.NoError(t, kv.Delete(ctx, "rp-b"))
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, gwA.Ledger().AcceptedKeys()+gwB.Ledger().AcceptedKeys())
 	require.Zero(t, gwA.Ledger().Duplicates+gwB.Ledger().Duplicates)
 
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		for _, pr := range shared.Priorities {
-			if _, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("rp-b", pr)); err == nil {
+		for _, pr := range contract.Priorities {
+			if _, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("rp-b", pr)); err == nil {
 				return false
 			}
 		}
 		return true
 	}, "the deleted account's consumers are gone")
-	for _, pr := range shared.Priorities {
-		_, err := ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName("rp-a", pr))
+	for _, pr := range contract.Priorities {
+		_, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("rp-a", pr))
 		require.NoError(t, err, "the live account keeps its consumers")
 	}
 	t.Logf("deleted account: rp-a sent %d, rp-b %d; rp-b's runner and consumers removed after the task", gwA.Ledger().AcceptedKeys(), gwB.Ledger().AcceptedKeys())

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // The priority tests are timing-sensitive, so they run serially (no
@@ -63,25 +64,25 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	// Only normal jobs are sent so far.
 	waitCount(t, 3*time.Minute, queued, func() int {
 		time.Sleep(100 * time.Millisecond)
-		pending, inFlight := e.laneDepth("prio", shared.PriorityNormal)
+		pending, inFlight := e.laneDepth("prio", contract.PriorityNormal)
 		return pending + inFlight + e.sendCount()
 	}, "normal jobs enqueued")
-	pendingAtSubmit, _ := e.laneDepth("prio", shared.PriorityNormal)
+	pendingAtSubmit, _ := e.laneDepth("prio", contract.PriorityNormal)
 	t.Logf("%d normal jobs enqueued after %s; %d still queued, %d sent", queued, time.Since(bulkAt).Round(time.Millisecond), pendingAtSubmit, e.sendCount())
 	require.Greater(t, pendingAtSubmit, queued/2, "the normal queue is deep when the high task arrives")
 
-	low := shared.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: shared.PriorityLow, Recipients: recipients("l", nLow)}
+	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: recipients("l", nLow)}
 	submit(t, e.ts, low)
-	high := shared.Task{ID: "high", Channel: "sandbox", Template: "high", Priority: shared.PriorityHigh, Recipients: recipients("h", nHigh)}
+	high := contract.Task{ID: "high", Channel: "sandbox", Template: "high", Priority: contract.PriorityHigh, Recipients: recipients("h", nHigh)}
 	submitAt := time.Now()
 	submit(t, e.ts, high)
 	ph := e.ts.WaitFinal(t, high.ID, 30*time.Second)
-	require.Equal(t, shared.StateSucceeded, ph.State)
+	require.Equal(t, contract.StateSucceeded, ph.State)
 	require.Equal(t, nHigh, ph.Sent)
 
 	// Normal work goes on after the high task; the low task waits behind it.
 	time.Sleep(2 * time.Second)
-	pendingAtEnd, _ := e.laneDepth("prio", shared.PriorityNormal)
+	pendingAtEnd, _ := e.laneDepth("prio", contract.PriorityNormal)
 	log := e.sendLog()
 	var highs, lows, normals []time.Time
 	for _, s := range log {
@@ -135,15 +136,15 @@ func TestDispatchPriorityLowLast(t *testing.T) {
 	e.ts.PutAccount(t, "prio", prioAccount)
 	e.startReplica()
 
-	normal := shared.Task{ID: "normal", Channel: "sandbox", Template: "normal", Recipients: recipients("n", nNormal)}
+	normal := contract.Task{ID: "normal", Channel: "sandbox", Template: "normal", Recipients: recipients("n", nNormal)}
 	submit(t, e.ts, normal)
 	waitCount(t, 20*time.Second, 1, func() int { return len(e.sendLog()) }, "normal sends")
-	low := shared.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: shared.PriorityLow, Recipients: recipients("l", nLow)}
+	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: recipients("l", nLow)}
 	submit(t, e.ts, low)
 	pl := e.ts.WaitFinal(t, low.ID, 30*time.Second)
 	pn := e.ts.WaitFinal(t, normal.ID, 5*time.Second)
-	require.Equal(t, shared.StateSucceeded, pl.State)
-	require.Equal(t, shared.StateSucceeded, pn.State)
+	require.Equal(t, contract.StateSucceeded, pl.State)
+	require.Equal(t, contract.StateSucceeded, pn.State)
 
 	log := e.sendLog()
 	sort.Slice(log, func(i, j int) bool { return log[i].at.Before(log[j].at) })
@@ -182,10 +183,10 @@ func (e *dispatchEnv) sendCount() int {
 
 // laneDepth returns the jobs waiting in one lane of an account (not yet
 // delivered) and those delivered but not acknowledged.
-func (e *dispatchEnv) laneDepth(account string, p shared.Priority) (pending, inFlight int) {
+func (e *dispatchEnv) laneDepth(account string, p contract.Priority) (pending, inFlight int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := e.ts.JS.Consumer(ctx, shared.StreamJobs, dispatch.ConsumerName(account, p))
+	c, err := e.ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, p))
 	if err != nil {
 		return 0, 0
 	}

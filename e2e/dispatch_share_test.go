@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestDispatchReplicasShareAccounts: one replica takes all six accounts;
@@ -36,10 +37,10 @@ func TestDispatchReplicasShareAccounts(t *testing.T) {
 	owners := waitShares(t, e.ts, pool, []int{3, 3}, 20*time.Second)
 	t.Logf("after the second replica joined, accounts per replica %v within %s", owners, time.Since(start).Round(time.Millisecond))
 
-	task := shared.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("s", n)}
+	task := contract.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("s", n)}
 	submit(t, e.ts, task)
 	p := e.ts.WaitFinal(t, task.ID, 60*time.Second)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	log := e.sendLog()
 	byTo := map[string]int{}
@@ -51,7 +52,7 @@ func TestDispatchReplicasShareAccounts(t *testing.T) {
 		require.Equal(t, 1, c, "recipient %s sent once", to)
 	}
 	perAccount := map[string]int{}
-	for _, ev := range eventsOf(e.ts.Events(t, task.ID), shared.EventSent) {
+	for _, ev := range eventsOf(e.ts.Events(t, task.ID), contract.EventSent) {
 		perAccount[ev.Account]++
 	}
 	by := e.sendsBy()
@@ -88,7 +89,7 @@ func waitShares(t *testing.T, ts *natstest.Server, accounts []string, want []int
 func leaseShares(t *testing.T, ts *natstest.Server, accounts []string) []int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, shared.BucketLeases)
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketLeases)
 	require.NoError(t, err)
 	per := map[string]int{}
 	for _, a := range accounts {

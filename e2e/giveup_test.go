@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestEveryGiveUpHasAnEventAndADeadLetter: the give-ups that used to leave
@@ -30,18 +31,18 @@ func TestEveryGiveUpHasAnEventAndADeadLetter(t *testing.T) {
 		_, err := ts.JS.Publish(ctx, subject, []byte(data))
 		require.NoError(t, err)
 	}
-	kinds := func(task string) map[shared.EventKind]int { return countByKind(ts.Events(t, task)) }
+	kinds := func(task string) map[contract.EventKind]int { return countByKind(ts.Events(t, task)) }
 
 	// A render batch of a task without a record.
-	b, _ := json.Marshal(shared.RenderBatch{TaskID: "ghost", First: 0, Recipients: []shared.BatchRecipient{{To: "a"}, {To: "b"}}})
-	publish(shared.RenderSubject("ghost"), string(b))
+	b, _ := json.Marshal(contract.RenderBatch{TaskID: "ghost", First: 0, Recipients: []contract.BatchRecipient{{To: "a"}, {To: "b"}}})
+	publish(contract.RenderSubject("ghost"), string(b))
 	// A job with a field of the wrong type.
-	publish(shared.JobSubject("gu", shared.PriorityNormal), `{"id":"ghost2.0","task_id":"ghost2","index":0,"to":"x","max_attempts":"five"}`)
+	publish(contract.JobSubject("gu", contract.PriorityNormal), `{"id":"ghost2.0","task_id":"ghost2","index":0,"to":"x","max_attempts":"five"}`)
 	// A parked job likewise, then unparked.
-	publish(shared.ParkedSubject("ghost3", "gu"), `{"id":"ghost3.0","task_id":"ghost3","index":0,"to":"y","attempts":"x"}`)
+	publish(contract.ParkedSubject("ghost3", "gu"), `{"id":"ghost3.0","task_id":"ghost3","index":0,"to":"y","attempts":"x"}`)
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		data, _ := json.Marshal(shared.RequeueRequest{Action: shared.RequeueParked})
-		_, err := ts.NC.Request(shared.RequeueSubject("ghost3"), data, 2*time.Second)
+		data, _ := json.Marshal(contract.RequeueRequest{Action: contract.RequeueParked})
+		_, err := ts.NC.Request(contract.RequeueSubject("ghost3"), data, 2*time.Second)
 		return err == nil && len(deadLetters(t, ts, "ghost3")) == 1
 	}, "the parked job is dead-lettered")
 
@@ -53,8 +54,8 @@ func TestEveryGiveUpHasAnEventAndADeadLetter(t *testing.T) {
 		}
 	}()
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		return kinds("ghost")[shared.EventSkipped] == 2 && kinds("ghost2")[shared.EventFailed] == 1 &&
-			kinds("ghost3")[shared.EventFailed] == 1 && len(deadLetters(t, ts, "ghost")) == 1 && len(deadLetters(t, ts, "ghost2")) == 1
+		return kinds("ghost")[contract.EventSkipped] == 2 && kinds("ghost2")[contract.EventFailed] == 1 &&
+			kinds("ghost3")[contract.EventFailed] == 1 && len(deadLetters(t, ts, "ghost")) == 1 && len(deadLetters(t, ts, "ghost2")) == 1
 	}, "every give-up has its events and its dead letter")
 	for _, task := range []string{"ghost", "ghost2", "ghost3"} {
 		d := deadLetters(t, ts, task)
@@ -62,10 +63,10 @@ func TestEveryGiveUpHasAnEventAndADeadLetter(t *testing.T) {
 	}
 
 	// retry-dead has nothing to re-send in those letters and keeps them.
-	data, _ := json.Marshal(shared.RequeueRequest{Action: shared.RequeueDead})
-	m, err := ts.NC.Request(shared.RequeueSubject("ghost"), data, 10*time.Second)
+	data, _ := json.Marshal(contract.RequeueRequest{Action: contract.RequeueDead})
+	m, err := ts.NC.Request(contract.RequeueSubject("ghost"), data, 10*time.Second)
 	require.NoError(t, err)
-	var reply shared.RequeueReply
+	var reply contract.RequeueReply
 	require.NoError(t, json.Unmarshal(m.Data, &reply))
 	require.True(t, reply.OK, reply.Error)
 	require.Zero(t, reply.Requeued)

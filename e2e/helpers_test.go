@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // recordingGateway is the fault-injecting gateway behind an httptest server,
@@ -80,7 +81,7 @@ func submit(t *testing.T, ts *natstest.Server, task any) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := ts.JS.Publish(ctx, shared.SubjectTasks, data)
+	_, err := ts.JS.Publish(ctx, contract.SubjectTasks, data)
 	require.NoError(t, err)
 }
 
@@ -89,7 +90,7 @@ func submitWithMsgID(t *testing.T, ts *natstest.Server, data []byte, msgID strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	m := nats.NewMsg(shared.SubjectTasks)
+	m := nats.NewMsg(contract.SubjectTasks)
 	m.Data = data
 	if msgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, msgID)
@@ -99,8 +100,8 @@ func submitWithMsgID(t *testing.T, ts *natstest.Server, data []byte, msgID strin
 }
 
 // countByKind tallies events per kind.
-func countByKind(evs []shared.Event) map[shared.EventKind]int {
-	out := map[shared.EventKind]int{}
+func countByKind(evs []contract.Event) map[contract.EventKind]int {
+	out := map[contract.EventKind]int{}
 	for _, e := range evs {
 		out[e.Kind]++
 	}

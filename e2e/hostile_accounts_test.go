@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestAbsurdAccountValues writes accounts whose numbers overflowed the
@@ -37,16 +38,16 @@ func TestAbsurdAccountValues(t *testing.T) {
 		"abs-burst": {"webhook", "huge-burst", `accounts[0]: account "huge-burst" is misconfigured: burst: must be between 1 and 1000000, got 9223372036854775807`},
 		"abs-batch": {"sandbox", "huge-batch", `accounts[0]: account "huge-batch" is misconfigured: rate_per_sec: must be above 0`},
 	} {
-		submit(t, ts, shared.Task{ID: id, Channel: c.channel, Template: "hi", Accounts: []string{c.account}, Recipients: []shared.Recipient{{To: "a"}}})
+		submit(t, ts, contract.Task{ID: id, Channel: c.channel, Template: "hi", Accounts: []string{c.account}, Recipients: []contract.Recipient{{To: "a"}}})
 		p := ts.WaitFinal(t, id, 15*time.Second)
-		require.Equal(t, shared.StateRejected, p.State, id)
+		require.Equal(t, contract.StateRejected, p.State, id)
 		require.Contains(t, p.Error, c.want, id)
 	}
 
-	task := shared.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: ctlRecipients(50, "u")}
+	task := contract.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: ctlRecipients(50, "u")}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 50, p.Sent)
 	require.Equal(t, 50, gw.Ledger().AcceptedKeys(), "only the valid account sent")
 }
@@ -86,21 +87,21 @@ func TestAccountCannotReadDispatchSecrets(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	natstest.StartPipeline(t, ts, cfg)
 
-	task := func(id, account string) shared.Task {
-		return shared.Task{ID: id, Channel: "whatsapp", Template: "hi", Accounts: []string{account},
-			Recipients: []shared.Recipient{{To: "+8613800000001"}, {To: "+8613800000002"}}}
+	task := func(id, account string) contract.Task {
+		return contract.Task{ID: id, Channel: "whatsapp", Template: "hi", Accounts: []string{account},
+			Recipients: []contract.Recipient{{To: "+8613800000001"}, {To: "+8613800000002"}}}
 	}
 	// Every service refuses the reserved name: the task is rejected.
 	submit(t, ts, task("s-steal", "steal"))
 	p := ts.WaitFinal(t, "s-steal", 15*time.Second)
-	require.Equal(t, shared.StateRejected, p.State)
+	require.Equal(t, contract.StateRejected, p.State)
 	require.Contains(t, p.Error, `accounts[0]: account "steal" is misconfigured: secret_env: NATS_PASSWORD may not be read by accounts: name a variable starting with BROADCAST_SECRET_, or one listed in dispatch's DISPATCH_SECRET_ENVS (NATS_* and other well-known variables are never allowed)`)
 
 	// The allowed ones send with their own tokens.
 	for id, acct := range map[string]string{"s-listed": "listed", "s-ok": "ok"} {
 		submit(t, ts, task(id, acct))
 		p := ts.WaitFinal(t, id, 30*time.Second)
-		require.Equal(t, shared.StateSucceeded, p.State, id)
+		require.Equal(t, contract.StateSucceeded, p.State, id)
 	}
 	// Dispatch refuses the unlisted name and the plain-http endpoint: the
 	// accounts never start, and say why.
@@ -144,10 +145,10 @@ func TestEndpointTokenNeverLeaks(t *testing.T) {
 
 	for _, acct := range []string{"closed", "echo"} {
 		id := "leak-" + acct
-		submit(t, ts, shared.Task{ID: id, Channel: "webhook", Template: "hi", Accounts: []string{acct}, MaxAttempts: 2,
-			Recipients: []shared.Recipient{{To: "a"}, {To: "b"}}})
+		submit(t, ts, contract.Task{ID: id, Channel: "webhook", Template: "hi", Accounts: []string{acct}, MaxAttempts: 2,
+			Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
 		p := ts.WaitFinal(t, id, 30*time.Second)
-		require.Equal(t, shared.StateFailed, p.State, id)
+		require.Equal(t, contract.StateFailed, p.State, id)
 		require.Equal(t, 2, p.Failed, id)
 		dead := deadLetters(t, ts, id)
 		require.Len(t, dead, 2, id)
@@ -162,7 +163,7 @@ func TestEndpointTokenNeverLeaks(t *testing.T) {
 		}
 		t.Logf("%s: dead letter error %q", acct, dead[0].Error)
 	}
-	for _, stream := range []string{shared.StreamEvents, shared.StreamDead, "KV_" + shared.BucketProgress, "KV_" + shared.BucketLedger} {
+	for _, stream := range []string{contract.StreamEvents, contract.StreamDead, "KV_" + contract.BucketProgress, "KV_" + contract.BucketLedger} {
 		for _, m := range streamMessages(t, ts, stream) {
 			requireNoSecret(t, "stream "+stream, m, token)
 		}
@@ -187,14 +188,14 @@ func TestDenyPrivateDestinations(t *testing.T) {
 			cfg := fastRetries()
 			cfg.Dispatch.DenyPrivate, cfg.Dispatch.AllowLoopback = true, allowLoopback
 			natstest.StartPipeline(t, ts, cfg)
-			submit(t, ts, shared.Task{ID: "dp", Channel: "webhook", Template: "hi", Recipients: []shared.Recipient{{To: "a"}, {To: "b"}}})
+			submit(t, ts, contract.Task{ID: "dp", Channel: "webhook", Template: "hi", Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
 			if allowLoopback {
 				p := ts.WaitFinal(t, "dp", 30*time.Second)
-				require.Equal(t, shared.StateSucceeded, p.State)
+				require.Equal(t, contract.StateSucceeded, p.State)
 				require.Equal(t, 2, gw.Ledger().AcceptedKeys())
 				return
 			}
-			var last shared.Event
+			var last contract.Event
 			natstest.Eventually(t, 15*time.Second, func() bool {
 				for _, e := range ts.Events(t, "dp") {
 					if e.Code == "denied_address" {

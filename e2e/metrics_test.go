@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestMetricsMatchWhatWasSent runs a small broadcast through a faulty
@@ -31,9 +32,9 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 	p := natstest.StartPipeline(t, ts, cfg)
 
 	const n, bad, noName = 80, 5, 3
-	task := shared.Task{ID: "metrics", Channel: "webhook", Template: "Hi {{.name}}", MaxAttempts: 20}
+	task := contract.Task{ID: "metrics", Channel: "webhook", Template: "Hi {{.name}}", MaxAttempts: 20}
 	for i := range n {
-		r := shared.Recipient{To: fmt.Sprintf("m-%03d", i), Vars: map[string]any{"name": "x"}}
+		r := contract.Recipient{To: fmt.Sprintf("m-%03d", i), Vars: map[string]any{"name": "x"}}
 		switch {
 		case i < bad:
 			r.To = fmt.Sprintf("bad-%03d", i)
@@ -46,7 +47,7 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 	submit(t, ts, task) // the same id again: ignored
 	submit(t, ts, `{"id":"broken","channel":"webhook","template":"x"}`)
 	final := ts.WaitFinal(t, "metrics", 60*time.Second)
-	require.Equal(t, shared.StatePartial, final.State)
+	require.Equal(t, contract.StatePartial, final.State)
 	require.Equal(t, n-bad-noName, final.Sent)
 	require.Equal(t, bad, final.Failed)
 	require.Equal(t, noName, final.Skipped)
@@ -57,10 +58,10 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 	events := ts.AllEvents(t)
 	var retrying, rateLimited int
 	for _, ev := range events {
-		if ev.Kind == shared.EventRetrying {
+		if ev.Kind == contract.EventRetrying {
 			retrying++
 		}
-		if ev.Class == shared.ClassRateLimited {
+		if ev.Class == contract.ClassRateLimited {
 			rateLimited++
 		}
 	}

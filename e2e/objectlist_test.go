@@ -8,18 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 func putObject(t *testing.T, ts *natstest.Server, name, data string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	obs, err := ts.JS.ObjectStore(ctx, shared.BucketRecipients)
+	obs, err := ts.JS.ObjectStore(ctx, contract.BucketRecipients)
 	require.NoError(t, err)
 	_, err = obs.PutString(ctx, name, data)
 	require.NoError(t, err)
@@ -48,20 +49,20 @@ func TestRecipientsFromObjectStore(t *testing.T) {
 	require.Equal(t, 1, p.Duplicates)
 	require.Equal(t, 3000, p.Sent)
 	require.Equal(t, 2, p.Skipped, "the unusable line and the recipient lacking a variable")
-	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, "Hi N1", gw.Ledger().Bodies["obj-jsonl.1"], "the first occurrence wins")
 
 	putObject(t, ts, "lists/small.csv", "to,name,code\nc1,Li,A\nc2,Wang,B\nc1,Li,A\n")
 	submit(t, ts, `{"id":"obj-csv","channel":"webhook","template":"{{.name}}:{{.code}}","recipients_object":"lists/small.csv"}`)
 	p = ts.WaitFinal(t, "obj-csv", 20*time.Second)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 2, p.Total)
 	require.Equal(t, 1, p.Duplicates)
 	require.Equal(t, "Wang:B", gw.Ledger().Bodies["obj-csv.1"])
 
 	submit(t, ts, `{"id":"obj-missing","channel":"webhook","template":"x","recipients_object":"lists/nope.jsonl"}`)
 	p = ts.WaitFinal(t, "obj-missing", 10*time.Second)
-	require.Equal(t, shared.StateRejected, p.State)
+	require.Equal(t, contract.StateRejected, p.State)
 	require.Contains(t, p.Error, `recipients_object: no object "lists/nope.jsonl"`)
 
 	putObject(t, ts, "lists/bad.csv", "phone,name\n1,a\n")
@@ -85,16 +86,16 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 
 	ctx := context.Background()
 	task := `{"id":"resume","channel":"sandbox","template":"x","recipients_object":"lists/resume.jsonl"}`
-	m := nats.NewMsg(shared.SubjectTasks)
+	m := nats.NewMsg(contract.SubjectTasks)
 	m.Data = []byte(task)
 	ack, err := ts.JS.PublishMsg(ctx, m)
 	require.NoError(t, err)
-	parsed, err := shared.DecodeTask([]byte(task))
+	parsed, err := contract.DecodeTask([]byte(task))
 	require.NoError(t, err)
 	parsed.Normalize()
-	rec := shared.TaskRecord{Task: *parsed, Seq: ack.Sequence, Total: 5000, Checkpoint: 2000, AcceptedAt: time.Now()}
+	rec := contract.TaskRecord{Task: *parsed, Seq: ack.Sequence, Total: 5000, Checkpoint: 2000, AcceptedAt: time.Now()}
 	data, _ := json.Marshal(rec)
-	kv, err := ts.JS.KeyValue(ctx, shared.BucketTasks)
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketTasks)
 	require.NoError(t, err)
 	_, err = kv.Create(ctx, "resume", data)
 	require.NoError(t, err)
@@ -106,17 +107,17 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	require.Equal(t, int64(30), pl.Ingest.Stats.BatchesPublished.Load(), "only the 3,000 recipients after the checkpoint")
 	// The 2,000 planted as published never were (this test made them up),
 	// so the task stays open with exactly the other 3,000 sent.
-	waitProgress(t, ts, "resume", 60*time.Second, func(p *shared.Progress) bool { return p.Sent == 3000 })
+	waitProgress(t, ts, "resume", 60*time.Second, func(p *contract.Progress) bool { return p.Sent == 3000 })
 	lowest := 5000
 	for _, ev := range ts.Events(t, "resume") {
-		if ev.Kind == shared.EventSent {
+		if ev.Kind == contract.EventSent {
 			lowest = min(lowest, ev.Index)
 		}
 	}
 	require.Equal(t, 2000, lowest, "nothing before the checkpoint was enqueued again")
 	p := ts.Progress(t, "resume")
 	require.Equal(t, 5000, p.Total)
-	require.Equal(t, shared.StateProcessing, p.State)
+	require.Equal(t, contract.StateProcessing, p.State)
 }
 
 // TestScheduledListReplacedIsNotSent: a scheduled task's list is pinned by
@@ -139,15 +140,15 @@ func TestScheduledListReplacedIsNotSent(t *testing.T) {
 	}
 	putObject(t, ts, "lists/pinned.jsonl", line("a", 10))
 	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
-	task := shared.Task{ID: "pinned", Channel: "webhook", Template: "hi", RecipientsObject: "lists/pinned.jsonl", SendAt: sendAt.UTC().Format(time.RFC3339)}
+	task := contract.Task{ID: "pinned", Channel: "webhook", Template: "hi", RecipientsObject: "lists/pinned.jsonl", SendAt: sendAt.UTC().Format(time.RFC3339)}
 	submit(t, ts, task)
-	waitProgress(t, ts, task.ID, 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StateScheduled })
+	waitProgress(t, ts, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	putObject(t, ts, "lists/pinned.jsonl", line("b", 25)) // replaced before the start
 
 	p := ts.WaitFinal(t, task.ID, 15*time.Second)
 	t.Logf("list replaced before its scheduled start: state %s total %d cancelled %d sent %d; gateway got %d; error %q",
 		p.State, p.Total, p.Cancelled, p.Sent, gw.Ledger().Requests, p.Error)
-	require.Equal(t, shared.StateCancelled, p.State)
+	require.Equal(t, contract.StateCancelled, p.State)
 	require.Equal(t, 10, p.Total)
 	require.Equal(t, 10, p.Cancelled)
 	require.Zero(t, p.Sent)

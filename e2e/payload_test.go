@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestLargeVariablesFitMaxPayload: a list of 300 recipients with 40 KiB of
@@ -28,15 +29,15 @@ func TestLargeVariablesFitMaxPayload(t *testing.T) {
 	blob := strings.Repeat("v", 40<<10)
 	var b strings.Builder
 	for i := range 300 {
-		line, _ := json.Marshal(shared.Recipient{To: fmt.Sprintf("L%03d", i), Vars: map[string]any{"blob": blob}})
+		line, _ := json.Marshal(contract.Recipient{To: fmt.Sprintf("L%03d", i), Vars: map[string]any{"blob": blob}})
 		b.Write(line)
 		b.WriteByte('\n')
 	}
 	putObject(t, ts, "lists/big.jsonl", b.String())
-	listTask := shared.Task{ID: "bigvars", Channel: "webhook", Template: "hi {{.to}} {{len .blob}}", RecipientsObject: "lists/big.jsonl"}
+	listTask := contract.Task{ID: "bigvars", Channel: "webhook", Template: "hi {{.to}} {{len .blob}}", RecipientsObject: "lists/big.jsonl"}
 	submit(t, ts, listTask)
 
-	inline := shared.Task{ID: "hugevar", Channel: "webhook", Template: "hi {{.to}}", Recipients: []shared.Recipient{
+	inline := contract.Task{ID: "hugevar", Channel: "webhook", Template: "hi {{.to}}", Recipients: []contract.Recipient{
 		{To: "small"}, {To: "huge", Vars: map[string]any{"blob": strings.Repeat("h", 300<<10)}},
 	}}
 	submit(t, ts, inline)
@@ -44,14 +45,14 @@ func TestLargeVariablesFitMaxPayload(t *testing.T) {
 	p := ts.WaitFinal(t, listTask.ID, 60*time.Second)
 	q := ts.WaitFinal(t, inline.ID, 30*time.Second)
 	var reason string
-	for _, e := range eventsOf(ts.Events(t, inline.ID), shared.EventSkipped) {
+	for _, e := range eventsOf(ts.Events(t, inline.ID), contract.EventSkipped) {
 		reason = e.Error
 	}
 	t.Logf("300 recipients x 40 KiB vars from the object store: %s, sent %d; inline 300 KiB vars: %s sent %d skipped %d (%q)",
 		p.State, p.Sent, q.State, q.Sent, q.Skipped, reason)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 300, p.Sent)
-	require.Equal(t, shared.StatePartial, q.State)
+	require.Equal(t, contract.StatePartial, q.State)
 	require.Equal(t, 1, q.Sent)
 	require.Equal(t, 1, q.Skipped)
 	require.Contains(t, reason, "vars: more than")

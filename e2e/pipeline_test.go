@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 func fastRetries() natstest.PipelineConfig {
@@ -38,11 +39,11 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	}
 	natstest.StartPipeline(t, ts, cfg)
 
-	task := shared.Task{ID: "e2e-1000", Channel: "webhook", Template: "Hi {{.name}}, code {{.code}}", Defaults: map[string]any{"code": "C-9"}, MaxAttempts: 10}
+	task := contract.Task{ID: "e2e-1000", Channel: "webhook", Template: "Hi {{.name}}, code {{.code}}", Defaults: map[string]any{"code": "C-9"}, MaxAttempts: 10}
 	const n = 1000
 	wantFailed, wantSkipped := 0, 0
 	for i := range n {
-		r := shared.Recipient{To: fmt.Sprintf("user-%04d", i), Vars: map[string]any{"name": fmt.Sprintf("N%d", i)}}
+		r := contract.Recipient{To: fmt.Sprintf("user-%04d", i), Vars: map[string]any{"name": fmt.Sprintf("N%d", i)}}
 		switch {
 		case i%50 == 0:
 			r.To = fmt.Sprintf("reject-%04d", i)
@@ -60,7 +61,7 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	l := gw.Ledger()
 	wantSent := n - wantFailed - wantSkipped
 
-	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, n, p.Total)
 	require.Equal(t, 2, p.Duplicates)
 	require.Equal(t, wantSent, p.Sent)
@@ -91,15 +92,15 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	require.Len(t, dead, wantFailed)
 	for _, d := range dead {
 		require.True(t, strings.HasPrefix(d.Job.To, "reject-"), d.Job.To)
-		require.Equal(t, shared.ClassPermanent, d.Class)
+		require.Equal(t, contract.ClassPermanent, d.Class)
 		require.Equal(t, "400", d.Code)
 	}
 
 	evs := countByKind(ts.Events(t, task.ID))
-	require.Equal(t, wantSent, evs[shared.EventSent])
-	require.Equal(t, wantFailed, evs[shared.EventFailed])
-	require.Equal(t, wantSkipped, evs[shared.EventSkipped])
-	require.Equal(t, l.Injected["503"]+l.Injected["429"], evs[shared.EventRetrying], "a retrying event per retryable answer")
+	require.Equal(t, wantSent, evs[contract.EventSent])
+	require.Equal(t, wantFailed, evs[contract.EventFailed])
+	require.Equal(t, wantSkipped, evs[contract.EventSkipped])
+	require.Equal(t, l.Injected["503"]+l.Injected["429"], evs[contract.EventRetrying], "a retrying event per retryable answer")
 }
 
 // TestDuplicateTaskIDIgnored resubmits a finished task's id without a
@@ -112,13 +113,13 @@ func TestDuplicateTaskIDIgnored(t *testing.T) {
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":500,"burst":50,"concurrency":8}`, gw.URL))
 	pl := natstest.StartPipeline(t, ts, fastRetries())
 
-	task := shared.Task{ID: "dup-task", Channel: "webhook", Template: "x {{.to}}"}
+	task := contract.Task{ID: "dup-task", Channel: "webhook", Template: "x {{.to}}"}
 	for i := range 20 {
-		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("r%d", i)})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("r%d", i)})
 	}
 	submit(t, ts, task)
 	first := ts.WaitFinal(t, task.ID, 30*time.Second)
-	require.Equal(t, shared.StateSucceeded, first.State)
+	require.Equal(t, contract.StateSucceeded, first.State)
 	require.Equal(t, 20, gw.Ledger().Accepted)
 
 	task.Template = "changed {{.to}}"

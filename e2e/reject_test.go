@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestMalformedTasksRejected submits every kind of bad task and checks each
@@ -68,7 +69,7 @@ func TestMalformedTasksRejected(t *testing.T) {
 
 	for _, c := range cases {
 		p := ts.WaitFinal(t, c.id, 15*time.Second)
-		require.Equal(t, shared.StateRejected, p.State, c.id)
+		require.Equal(t, contract.StateRejected, p.State, c.id)
 		require.Contains(t, p.Error, c.want, c.id)
 		require.NotNil(t, p.FinishedAt, c.id)
 	}
@@ -83,7 +84,7 @@ func TestMalformedTasksRejected(t *testing.T) {
 	var generated []string
 	all := ts.AllEvents(t)
 	for _, ev := range all {
-		require.Equal(t, shared.EventRejected, ev.Kind)
+		require.Equal(t, contract.EventRejected, ev.Kind)
 		if !strings.HasPrefix(ev.TaskID, "r-") {
 			generated = append(generated, ev.Error)
 		}
@@ -145,12 +146,12 @@ func TestHostileTemplatesRejected(t *testing.T) {
 		}
 	}()
 	for _, c := range cases {
-		submit(t, ts, shared.Task{ID: c.id, Channel: "webhook", Template: c.template, Defaults: map[string]any{"big": big},
-			Recipients: []shared.Recipient{{To: "a"}, {To: "b"}}})
+		submit(t, ts, contract.Task{ID: c.id, Channel: "webhook", Template: c.template, Defaults: map[string]any{"big": big},
+			Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
 	}
 	for _, c := range cases {
 		p := ts.WaitFinal(t, c.id, 15*time.Second)
-		require.Equal(t, shared.StateRejected, p.State, c.id)
+		require.Equal(t, contract.StateRejected, p.State, c.id)
 		require.Equal(t, c.want, p.Error, c.id)
 	}
 	close(stop)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -17,7 +19,6 @@ import (
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/proctest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestNATSServerRestart runs nats-server (from nats.conf, so with its users)
@@ -55,15 +56,15 @@ func TestNATSServerRestart(t *testing.T) {
 	require.NoError(t, err)
 	gw := startGateway(t, gateway.Config{FailRate: 0.03, RetryAfter: time.Second, Latency: 5 * time.Millisecond, Seed: 17})
 	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, shared.BucketAccounts)
+	kv, err := js.KeyValue(ctx, contract.BucketAccounts)
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, "hook", fmt.Appendf(nil, `{"channel":"webhook","endpoint":%q,"rate_per_sec":300,"burst":10,"concurrency":%d}`, gw.URL, concurrency))
 	require.NoError(t, err)
 	procs[2].WaitLog("account started", 30*time.Second)
 
-	task := shared.Task{ID: "restart-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
+	task := contract.Task{ID: "restart-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
 	for i := range n {
-		task.Recipients = append(task.Recipients, shared.Recipient{To: fmt.Sprintf("user-%04d", i)})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("user-%04d", i)})
 	}
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
@@ -71,12 +72,12 @@ func TestNATSServerRestart(t *testing.T) {
 	_, err = client.Submit(ctx, js, data)
 	require.NoError(t, err)
 
-	progress := func() *shared.Progress {
+	progress := func() *contract.Progress {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		p, err := client.Get(cctx, js, task.ID)
 		if err != nil {
-			return &shared.Progress{}
+			return &contract.Progress{}
 		}
 		return p
 	}
@@ -97,7 +98,7 @@ func TestNATSServerRestart(t *testing.T) {
 	restart("SIGTERM", n/4)
 	restart("SIGKILL", n/2)
 
-	var p *shared.Progress
+	var p *contract.Progress
 	last := time.Now()
 	waitFor(t, 3*time.Minute, func() bool {
 		p = progress()
@@ -121,12 +122,12 @@ func TestNATSServerRestart(t *testing.T) {
 
 	var missing []string
 	for i, r := range task.Recipients {
-		if l.AcceptedByKey[shared.JobID(task.ID, i, false)] == 0 {
+		if l.AcceptedByKey[contract.JobID(task.ID, i, false)] == 0 {
 			missing = append(missing, r.To)
 		}
 	}
 	require.Empty(t, missing, "recipients lost")
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Total)
 	require.Equal(t, l.AcceptedKeys(), p.Sent, "progress.sent vs the gateway's ledger")
 	require.Zero(t, p.Retrying)

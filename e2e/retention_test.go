@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -29,11 +31,11 @@ func TestLiveTasksOutliveRetention(t *testing.T) {
 	ts.PutAccount(t, "ret", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Ingest: ingest.Config{KeepAliveEvery: 500 * time.Millisecond}})
 
-	paused := shared.Task{ID: "ret-paused", Channel: "webhook", Template: "hi", Recipients: recipients("p", 60)}
+	paused := contract.Task{ID: "ret-paused", Channel: "webhook", Template: "hi", Recipients: recipients("p", 60)}
 	submit(t, ts, paused)
 	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
-	require.True(t, control(t, ts, paused.ID, shared.ActionPause).OK)
-	approval := shared.Task{ID: "ret-approval", Channel: "webhook", Template: "hi", Recipients: recipients("a", 5),
+	require.True(t, control(t, ts, paused.ID, contract.ActionPause).OK)
+	approval := contract.Task{ID: "ret-approval", Channel: "webhook", Template: "hi", Recipients: recipients("a", 5),
 		TestRecipients: recipients("qa", 1)}
 	submit(t, ts, approval)
 
@@ -41,24 +43,24 @@ func TestLiveTasksOutliveRetention(t *testing.T) {
 	before := gw.Ledger().Accepted
 	time.Sleep(2 * retention)
 	during := gw.Ledger().Accepted - before
-	e, err := kvGet(t, ts, shared.BucketControl, paused.ID)
+	e, err := kvGet(t, ts, contract.BucketControl, paused.ID)
 	require.NoError(t, err, "the paused task's run state outlived the retention")
-	var ctl shared.Control
+	var ctl contract.Control
 	require.NoError(t, json.Unmarshal(e.Value(), &ctl))
-	_, err = kvGet(t, ts, shared.BucketTasks, paused.ID)
+	_, err = kvGet(t, ts, contract.BucketTasks, paused.ID)
 	require.NoError(t, err, "its record too")
 	a := ts.Progress(t, approval.ID)
 	t.Logf("paused %s (twice the retention): %d sends meanwhile, state %s; awaiting approval: %s, error %q",
 		2*retention, during, ctl.State, a.State, a.Error)
 	require.Zero(t, during, "a paused task stays paused")
-	require.Equal(t, shared.StatePaused, ctl.State)
-	require.Equal(t, shared.StateCancelled, a.State)
+	require.Equal(t, contract.StatePaused, ctl.State)
+	require.Equal(t, contract.StateCancelled, a.State)
 	require.Equal(t, 5, a.Cancelled)
 	require.Contains(t, a.Error, "not approved within")
 
-	require.True(t, control(t, ts, paused.ID, shared.ActionResume).OK)
+	require.True(t, control(t, ts, paused.ID, contract.ActionResume).OK)
 	p := ts.WaitFinal(t, paused.ID, 20*time.Second)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 60, p.Sent)
 }
 
@@ -71,19 +73,19 @@ func TestFinishedTasksAreForgotten(t *testing.T) {
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "fg", webhookAccount(gw.URL, `"rate_per_sec":50,"burst":5,"concurrency":4`))
 	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Status: status.Config{Retention: 2 * time.Second}})
-	done := shared.Task{ID: "fg-done", Channel: "webhook", Template: "hi", Recipients: recipients("d", 5)}
+	done := contract.Task{ID: "fg-done", Channel: "webhook", Template: "hi", Recipients: recipients("d", 5)}
 	submit(t, ts, done)
 	ts.WaitFinal(t, done.ID, 10*time.Second)
-	live := shared.Task{ID: "fg-live", Channel: "webhook", Template: "hi", Recipients: recipients("l", 500)}
+	live := contract.Task{ID: "fg-live", Channel: "webhook", Template: "hi", Recipients: recipients("l", 500)}
 	submit(t, ts, live)
 	waitCount(t, 10*time.Second, 10, func() int { return gw.Ledger().Accepted }, "first sends of the live task")
-	require.True(t, control(t, ts, live.ID, shared.ActionPause).OK)
+	require.True(t, control(t, ts, live.ID, contract.ActionPause).OK)
 	finished := time.Now()
 
-	obs, err := ts.JS.ObjectStore(context.Background(), shared.BucketStatus)
+	obs, err := ts.JS.ObjectStore(context.Background(), contract.BucketStatus)
 	require.NoError(t, err)
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := kvGet(t, ts, shared.BucketProgress, done.ID)
+		_, err := kvGet(t, ts, contract.BucketProgress, done.ID)
 		return err != nil
 	}, "the finished task's progress is removed")
 	gone := time.Since(finished)
@@ -91,6 +93,6 @@ func TestFinishedTasksAreForgotten(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrObjectNotFound, "and its checkpoint")
 	p := ts.Progress(t, live.ID)
 	t.Logf("finished task removed %s after it finished (retention 2 s); the paused one kept: %s", gone.Round(100*time.Millisecond), p.State)
-	require.Equal(t, shared.StatePaused, p.State)
+	require.Equal(t, contract.StatePaused, p.State)
 	require.Greater(t, gone, 1500*time.Millisecond, "not before its retention")
 }

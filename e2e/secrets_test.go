@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
@@ -83,7 +85,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_TEST_HOOK","rate_per_sec":500,"burst":20,"concurrency":8}`, srv.URL))
 	natstest.StartPipeline(t, ts, cfg)
 
-	task := shared.Task{ID: "secret-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 5}
+	task := contract.Task{ID: "secret-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 5}
 	const n, echo, refuse = 200, 20, 5
 	for i := range n {
 		to := fmt.Sprintf("user-%03d", i)
@@ -93,7 +95,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		case i < echo+refuse:
 			to = fmt.Sprintf("refuse-%03d", i)
 		}
-		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
 	}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 60*time.Second)

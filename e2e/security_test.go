@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,7 +20,6 @@ import (
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestLeastPrivilegePipeline runs the four services under their own users
@@ -47,19 +48,19 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	start := time.Now()
 	stage := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
 	// 1. A broadcast with faults.
-	task := shared.Task{ID: "lp-1", Channel: "webhook", Template: "Hi {{.to}}", MaxAttempts: 10}
+	task := contract.Task{ID: "lp-1", Channel: "webhook", Template: "Hi {{.to}}", MaxAttempts: 10}
 	const n, bad = 300, 6
 	for i := range n {
 		to := fmt.Sprintf("u-%03d", i)
 		if i%50 == 7 {
 			to = fmt.Sprintf("bad-%03d", i)
 		}
-		task.Recipients = append(task.Recipients, shared.Recipient{To: to})
+		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
 	}
 	submitAsOperator(t, cs.Server, task)
 	p := cs.WaitFinal(t, task.ID, 60*time.Second)
 	t.Logf("lp-1: %s total=%d sent=%d failed=%d", p.State, p.Total, p.Sent, p.Failed)
-	require.Equal(t, shared.StatePartial, p.State)
+	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, n-bad, p.Sent)
 	require.Equal(t, bad, p.Failed)
 	require.Equal(t, n-bad, gw.Ledger().AcceptedKeys())
@@ -67,7 +68,7 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	stage("lp-1 final")
 	// 2. Retry-dead: dispatch reads DEAD and re-queues; the bad ones fail again.
 	require.Len(t, deadLetters(t, cs.Server, task.ID), bad, "dead letters of lp-1")
-	r := control(t, cs.Server, task.ID, shared.ActionRetryDead)
+	r := control(t, cs.Server, task.ID, contract.ActionRetryDead)
 	require.Equal(t, bad, r.Requeued)
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Injected["400"] == 2*bad }, "re-queued dead letters tried again")
 	p = cs.WaitFinal(t, task.ID, 30*time.Second)
@@ -75,21 +76,21 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 
 	stage("retry-dead done")
 	// 3. Pause and resume: parked jobs come back.
-	slow := shared.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: ctlRecipients(400, "p")}
+	slow := contract.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: ctlRecipients(400, "p")}
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":80}`, gw.URL))
 	before := gw.Ledger().AcceptedKeys()
 	submitAsOperator(t, cs.Server, slow)
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().AcceptedKeys() >= before+50 })
 	stage("lp-2 sending")
-	control(t, cs.Server, slow.ID, shared.ActionPause)
-	waitProgress(t, cs.Server, slow.ID, 5*time.Second, func(p *shared.Progress) bool { return p.State == shared.StatePaused })
+	control(t, cs.Server, slow.ID, contract.ActionPause)
+	waitProgress(t, cs.Server, slow.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // jobs get parked
 	stage("lp-2 paused")
-	control(t, cs.Server, slow.ID, shared.ActionResume)
+	control(t, cs.Server, slow.ID, contract.ActionResume)
 	stage("lp-2 resumed")
 	p = cs.WaitFinal(t, slow.ID, 60*time.Second)
 	t.Logf("lp-2 after pause/resume: %s sent=%d", p.State, p.Sent)
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 400, p.Sent)
 	require.Equal(t, before+400, gw.Ledger().AcceptedKeys())
 	require.Zero(t, gw.Ledger().Duplicates)
@@ -103,10 +104,10 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	}
 	putObject(t, cs.Server, "lists/lp.csv", list.String())
 	before = gw.Ledger().AcceptedKeys()
-	submitAsOperator(t, cs.Server, shared.Task{ID: "lp-3", Channel: "webhook", Template: "Hi {{.name}}", RecipientsObject: "lists/lp.csv"})
+	submitAsOperator(t, cs.Server, contract.Task{ID: "lp-3", Channel: "webhook", Template: "Hi {{.name}}", RecipientsObject: "lists/lp.csv"})
 	p = cs.WaitFinal(t, "lp-3", 30*time.Second)
 	stage("lp-3 (object list) final")
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 50, p.Sent)
 	require.Equal(t, before+50, gw.Ledger().AcceptedKeys())
 
@@ -114,7 +115,7 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 }
 
 // submitAsOperator publishes task with the Server's own client.
-func submitAsOperator(t *testing.T, ts *natstest.Server, task shared.Task) {
+func submitAsOperator(t *testing.T, ts *natstest.Server, task contract.Task) {
 	t.Helper()
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
@@ -306,7 +307,7 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 
 	// The viewer reads progress through JetStream as `nats kv get` does.
 	vctx, vcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	kv, err := probes["viewer"].js.KeyValue(vctx, shared.BucketProgress)
+	kv, err := probes["viewer"].js.KeyValue(vctx, contract.BucketProgress)
 	require.NoError(t, err, "viewer opens broadcast_progress")
 	_, err = kv.Get(vctx, "no-such-task")
 	vcancel()
@@ -315,7 +316,7 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	// A job published by ingest through JetStream gets no ack and is not
 	// stored.
 	jobs := func() uint64 {
-		st, err := cs.JS.Stream(context.Background(), shared.StreamJobs)
+		st, err := cs.JS.Stream(context.Background(), contract.StreamJobs)
 		require.NoError(t, err)
 		return st.CachedInfo().State.Msgs
 	}

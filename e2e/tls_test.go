@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
@@ -119,10 +121,10 @@ func TestTLSWithLeastPrivilege(t *testing.T) {
 	pcfg := fastRetries()
 	pcfg.Users = users
 	natstest.StartPipeline(t, cs.Server, pcfg)
-	submitAsOperator(t, cs.Server, shared.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: ctlRecipients(100, "t")})
+	submitAsOperator(t, cs.Server, contract.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: ctlRecipients(100, "t")})
 	p := cs.WaitFinal(t, "tls-1", 30*time.Second)
 	t.Logf("over TLS: %s sent=%d; gateway accepted %d", p.State, p.Sent, gw.Ledger().AcceptedKeys())
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 100, p.Sent)
 	require.Equal(t, 100, gw.Ledger().AcceptedKeys())
 	require.Empty(t, cs.Log.Violations())

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,14 +17,14 @@ import (
 // when the account was deleted or its value no longer parses.
 type AccountChange struct {
 	Name    string
-	Account *Account
+	Account *contract.Account
 }
 
 // AccountWatcher keeps a live view of KV broadcast_accounts: edits apply
 // without a restart.
 type AccountWatcher struct {
 	mu       sync.RWMutex
-	accounts map[string]*Account
+	accounts map[string]*contract.Account
 	invalid  map[string]error
 	onChange func(AccountChange)
 	log      *slog.Logger
@@ -32,7 +34,7 @@ type AccountWatcher struct {
 // current values are loaded. onChange (optional) is called for every change,
 // including the initial values, from a single goroutine.
 func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger, onChange func(AccountChange)) (*AccountWatcher, error) {
-	kv, err := js.KeyValue(ctx, BucketAccounts)
+	kv, err := js.KeyValue(ctx, contract.BucketAccounts)
 	if err != nil {
 		return nil, fmt.Errorf("accounts bucket: %w", err)
 	}
@@ -41,7 +43,7 @@ func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 		return nil, fmt.Errorf("watch accounts: %w", err)
 	}
 	aw := &AccountWatcher{
-		accounts: map[string]*Account{},
+		accounts: map[string]*contract.Account{},
 		invalid:  map[string]error{},
 		onChange: onChange,
 		log:      log,
@@ -54,9 +56,9 @@ func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 
 func (aw *AccountWatcher) apply(e jetstream.KeyValueEntry) {
 	name := e.Key()
-	var acct *Account
+	var acct *contract.Account
 	if e.Operation() == jetstream.KeyValuePut {
-		a, err := DecodeAccount(name, e.Value())
+		a, err := contract.DecodeAccount(name, e.Value())
 		if err != nil {
 			// A bad edit must not take down a running account silently: it is
 			// logged loudly and the account stops until fixed.
@@ -84,7 +86,7 @@ func (aw *AccountWatcher) apply(e jetstream.KeyValueEntry) {
 }
 
 // Get returns the named account, or nil.
-func (aw *AccountWatcher) Get(name string) *Account {
+func (aw *AccountWatcher) Get(name string) *contract.Account {
 	aw.mu.RLock()
 	defer aw.mu.RUnlock()
 	return aw.accounts[name]
@@ -98,10 +100,10 @@ func (aw *AccountWatcher) Invalid(name string) error {
 }
 
 // All returns every valid account, sorted by name.
-func (aw *AccountWatcher) All() []*Account {
+func (aw *AccountWatcher) All() []*contract.Account {
 	aw.mu.RLock()
 	defer aw.mu.RUnlock()
-	out := make([]*Account, 0, len(aw.accounts))
+	out := make([]*contract.Account, 0, len(aw.accounts))
 	for _, a := range aw.accounts {
 		out = append(out, a)
 	}
@@ -114,8 +116,8 @@ var ErrNoAccount = errors.New("no enabled account")
 
 // ForTask returns the enabled accounts a task of channel may use: the named
 // ones, or every enabled account of the channel when names is empty.
-func (aw *AccountWatcher) ForTask(channel string, names []string) []*Account {
-	var out []*Account
+func (aw *AccountWatcher) ForTask(channel string, names []string) []*contract.Account {
+	var out []*contract.Account
 	if len(names) == 0 {
 		for _, a := range aw.All() {
 			if a.Channel == channel && a.IsEnabled() {

@@ -7,17 +7,19 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ControlWatcher is a live view of KV broadcast_control.
-type ControlWatcher struct{ view *KVView[Control] }
+type ControlWatcher struct{ view *KVView[contract.Control] }
 
 // WatchControl starts following task run states; onChange (optional) is
 // called with the task id of every later change.
 func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger, onChange func(taskID string)) (*ControlWatcher, error) {
-	v, err := WatchKV(ctx, js, BucketControl, func(b []byte) (Control, error) {
-		var c Control
+	v, err := WatchKV(ctx, js, contract.BucketControl, func(b []byte) (contract.Control, error) {
+		var c contract.Control
 		err := json.Unmarshal(b, &c)
 		return c, err
 	}, log, onChange)
@@ -28,13 +30,13 @@ func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 }
 
 // Get returns a task's control state; a task without one is running.
-func (w *ControlWatcher) Get(taskID string) Control {
+func (w *ControlWatcher) Get(taskID string) contract.Control {
 	c, _ := w.view.Get(taskID)
 	return c
 }
 
 // PutControl records a task's run state.
-func PutControl(ctx context.Context, kv jetstream.KeyValue, taskID string, c Control) error {
+func PutControl(ctx context.Context, kv jetstream.KeyValue, taskID string, c contract.Control) error {
 	if c.At.IsZero() {
 		c.At = time.Now().UTC()
 	}

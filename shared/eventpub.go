@@ -4,13 +4,15 @@ import (
 	"context"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // PublishEvent stores ev on its subject and waits for the stream's ack. The
 // event's MsgID makes a republished outcome a no-op within the duplicate
 // window; status counts exactly beyond it.
-func PublishEvent(ctx context.Context, js jetstream.JetStream, ev *Event) error {
+func PublishEvent(ctx context.Context, js jetstream.JetStream, ev *contract.Event) error {
 	subject, data, err := eventMessage(ev)
 	if err != nil {
 		return err
@@ -21,7 +23,7 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, ev *Event) error 
 
 // PublishEventAsync is PublishEvent without waiting; the caller waits on the
 // returned future (or on js.PublishAsyncComplete).
-func PublishEventAsync(js jetstream.JetStream, ev *Event) (jetstream.PubAckFuture, error) {
+func PublishEventAsync(js jetstream.JetStream, ev *contract.Event) (jetstream.PubAckFuture, error) {
 	subject, data, err := eventMessage(ev)
 	if err != nil {
 		return nil, err
@@ -30,7 +32,7 @@ func PublishEventAsync(js jetstream.JetStream, ev *Event) (jetstream.PubAckFutur
 }
 
 // PublishEvent is PublishEventAsync through a Publisher (the hot paths).
-func (p *Publisher) PublishEvent(ctx context.Context, ev *Event) (*Publication, error) {
+func (p *Publisher) PublishEvent(ctx context.Context, ev *contract.Event) (*Publication, error) {
 	subject, data, err := eventMessage(ev)
 	if err != nil {
 		return nil, err
@@ -40,16 +42,16 @@ func (p *Publisher) PublishEvent(ctx context.Context, ev *Event) (*Publication, 
 
 // eventMessage stamps ev (when it has no time yet) and gives its subject
 // and encoding.
-func eventMessage(ev *Event) (subject string, data []byte, err error) {
+func eventMessage(ev *contract.Event) (subject string, data []byte, err error) {
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
-	data, err = EncodeEvent(ev)
-	return EventSubject(ev.TaskID, ev.Kind), data, err
+	data, err = contract.EncodeEvent(ev)
+	return contract.EventSubject(ev.TaskID, ev.Kind), data, err
 }
 
 // publishOpts gives an event its Nats-Msg-Id (publishMsgID).
-func publishOpts(ev *Event) []jetstream.PublishOpt {
+func publishOpts(ev *contract.Event) []jetstream.PublishOpt {
 	if id := publishMsgID(ev); id != "" {
 		return []jetstream.PublishOpt{jetstream.WithMsgID(id)}
 	}
@@ -62,8 +64,8 @@ func publishOpts(ev *Event) []jetstream.PublishOpt {
 // publishing again; see the sent index in dispatch), so the stream's
 // duplicate check has nothing to catch, and it cost a tenth of the
 // pipeline's CPU (the header on both sides, the server's window of ids).
-func publishMsgID(ev *Event) string {
-	if ev.Kind == EventSent {
+func publishMsgID(ev *contract.Event) string {
+	if ev.Kind == contract.EventSent {
 		return ""
 	}
 	return ev.MsgID()

@@ -5,17 +5,21 @@ import (
 	"encoding/json"
 	"log/slog"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // HealthWatcher keeps a live view of KV broadcast_health.
-type HealthWatcher struct{ view *KVView[*AccountHealth] }
+type HealthWatcher struct {
+	view *KVView[*contract.AccountHealth]
+}
 
 // WatchHealth starts watching account health; it returns once the current
 // values are loaded.
 func WatchHealth(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*HealthWatcher, error) {
-	v, err := WatchKV(ctx, js, BucketHealth, func(b []byte) (*AccountHealth, error) {
-		var h AccountHealth
+	v, err := WatchKV(ctx, js, contract.BucketHealth, func(b []byte) (*contract.AccountHealth, error) {
+		var h contract.AccountHealth
 		err := json.Unmarshal(b, &h)
 		return &h, err
 	}, log, nil)
@@ -26,7 +30,7 @@ func WatchHealth(ctx context.Context, js jetstream.JetStream, log *slog.Logger) 
 }
 
 // Get returns an account's health, or nil when none is recorded (healthy).
-func (hw *HealthWatcher) Get(name string) *AccountHealth {
+func (hw *HealthWatcher) Get(name string) *contract.AccountHealth {
 	if hw == nil {
 		return nil
 	}
@@ -35,7 +39,7 @@ func (hw *HealthWatcher) Get(name string) *AccountHealth {
 }
 
 // Usable filters accounts down to the healthy ones.
-func (hw *HealthWatcher) Usable(accounts []*Account) []*Account {
+func (hw *HealthWatcher) Usable(accounts []*contract.Account) []*contract.Account {
 	out := accounts[:0:0]
 	for _, a := range accounts {
 		if hw.Get(a.Name).Healthy() {

@@ -3,6 +3,8 @@ package shared
 import (
 	"hash/fnv"
 	"math"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // PickAccount chooses the sender account for a recipient among candidates,
@@ -10,14 +12,14 @@ import (
 // same account while the pool is unchanged (so per-recipient gaps are
 // enforced where the sends happen), and accounts with more remaining
 // capacity get proportionally more recipients. health may be nil.
-func PickAccount(candidates []*Account, to string, health *HealthWatcher) *Account {
+func PickAccount(candidates []*contract.Account, to string, health *HealthWatcher) *contract.Account {
 	if len(candidates) == 0 {
 		return nil
 	}
 	if len(candidates) == 1 {
 		return candidates[0]
 	}
-	var best *Account
+	var best *contract.Account
 	bestScore := math.Inf(-1)
 	for _, a := range candidates {
 		w := capacityWeight(a, health.Get(a.Name))
@@ -46,7 +48,7 @@ func PickAccount(candidates []*Account, to string, health *HealthWatcher) *Accou
 
 // capacityWeight is how much an account can still take: its remaining
 // daily cap when it has one, else a day at its configured rate.
-func capacityWeight(a *Account, h *AccountHealth) float64 {
+func capacityWeight(a *contract.Account, h *contract.AccountHealth) float64 {
 	if h != nil && h.DailyCap > 0 {
 		return float64(h.Remaining())
 	}

@@ -3,15 +3,17 @@ package shared
 import (
 	"fmt"
 	"testing"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // TestPickAccountSpreadsEvenly: equal accounts with similar names get
 // similar numbers of similar recipients, an account with twice the rate
 // gets about twice as many, and a recipient always lands on one account.
 func TestPickAccountSpreadsEvenly(t *testing.T) {
-	var pool []*Account
+	var pool []*contract.Account
 	for i := range 6 {
-		pool = append(pool, &Account{Name: fmt.Sprintf("share-%d", i), RatePerSec: 100})
+		pool = append(pool, &contract.Account{Name: fmt.Sprintf("share-%d", i), RatePerSec: 100})
 	}
 	const n = 12_000
 	count := map[string]int{}

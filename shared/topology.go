@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -41,12 +43,12 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 	dups := min(2*time.Minute, c.Retention)
 	return []jetstream.StreamConfig{
 		{
-			Name:        StreamTasks,
+			Name:        contract.StreamTasks,
 			Description: "Tasks submitted by users; kept for audit and replay.",
 			// broadcast.start.<task> carries the scheduled start of tasks
 			// with send_at (Nats-Schedule: @at), so nothing per recipient is
 			// held until then.
-			Subjects:          []string{SubjectTasks, SubjectStartPrefix + ">"},
+			Subjects:          []string{contract.SubjectTasks, contract.SubjectStartPrefix + ">"},
 			Retention:         jetstream.LimitsPolicy,
 			MaxAge:            c.Retention,
 			Duplicates:        dups,
@@ -55,18 +57,18 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			AllowMsgSchedules: true,
 		},
 		{
-			Name:        StreamRender,
+			Name:        contract.StreamRender,
 			Description: "Recipient batches from ingest waiting to be rendered.",
-			Subjects:    []string{SubjectRenderPrefix + ">"},
+			Subjects:    []string{contract.SubjectRenderPrefix + ">"},
 			Retention:   jetstream.WorkQueuePolicy,
 			Duplicates:  dups,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 		},
 		{
-			Name:              StreamJobs,
+			Name:              contract.StreamJobs,
 			Description:       "Rendered sends per account and priority, and jobs waiting out a delay.",
-			Subjects:          []string{SubjectJobsPrefix + ">", SubjectDelayPrefix + ">", SubjectParkedPrefix + ">"},
+			Subjects:          []string{contract.SubjectJobsPrefix + ">", contract.SubjectDelayPrefix + ">", contract.SubjectParkedPrefix + ">"},
 			Retention:         jetstream.WorkQueuePolicy,
 			Duplicates:        dups,
 			Storage:           jetstream.FileStorage,
@@ -74,9 +76,9 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			AllowMsgSchedules: true,
 		},
 		{
-			Name:        StreamEvents,
+			Name:        contract.StreamEvents,
 			Description: "One event per outcome, folded by status into progress.",
-			Subjects:    []string{SubjectEventsPrefix + ">"},
+			Subjects:    []string{contract.SubjectEventsPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      c.Retention,
 			Duplicates:  dups,
@@ -84,9 +86,9 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 		},
 		{
-			Name:        StreamDead,
+			Name:        contract.StreamDead,
 			Description: "Recipients given up on, with their job and last error, for inspection and retry-dead.",
-			Subjects:    []string{SubjectDeadPrefix + ">"},
+			Subjects:    []string{contract.SubjectDeadPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      c.Retention,
 			Duplicates:  dups,
@@ -100,19 +102,19 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 	c = c.withDefaults()
 	return []jetstream.KeyValueConfig{
-		{Bucket: BucketProgress, Description: "Task progress, written by status.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: BucketAccounts, Description: "Sender accounts; edits apply live.", History: 5, Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: BucketTasks, Description: "Accepted tasks: the task-id dedup ledger and the spec render reads.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: BucketLedger, Description: "Idempotency ledger per (task, recipient).", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: BucketControl, Description: "Task run state (paused, cancelled, awaiting approval, scheduled), written by ingest.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: BucketHealth, Description: "Account health and effective rate, written by dispatch.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketProgress, Description: "Task progress, written by status.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketAccounts, Description: "Sender accounts; edits apply live.", History: 5, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketTasks, Description: "Accepted tasks: the task-id dedup ledger and the spec render reads.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketLedger, Description: "Idempotency ledger per (task, recipient).", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketControl, Description: "Task run state (paused, cancelled, awaiting approval, scheduled), written by ingest.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketHealth, Description: "Account health and effective rate, written by dispatch.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		// Each key is <account>.<recipient hash> and lives 24 h after its last
 		// send: the rolling window behind daily_cap and per_recipient_interval.
-		{Bucket: BucketSends, Description: "Rolling 24 h send log per account and recipient.", History: 1, TTL: 24 * time.Hour, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketSends, Description: "Rolling 24 h send log per account and recipient.", History: 1, TTL: 24 * time.Hour, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		// Each key is an account; its value names the dispatch process that
 		// sends for it. The owner refreshes it every second; one that stops
 		// refreshing (a crash) loses it LeaseTTL after its last refresh.
-		{Bucket: BucketLeases, Description: "Which dispatch process sends for each account (short-lived leases).", History: 1, TTL: LeaseTTL, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketLeases, Description: "Which dispatch process sends for each account (short-lived leases).", History: 1, TTL: LeaseTTL, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 
@@ -120,8 +122,8 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 func ObjectStores(c TopologyConfig) []jetstream.ObjectStoreConfig {
 	c = c.withDefaults()
 	return []jetstream.ObjectStoreConfig{
-		{Bucket: BucketRecipients, Description: "Recipient lists (JSONL or CSV).", Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: BucketStatus, Description: "Status checkpoints: per-recipient outcomes of each task.", Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketRecipients, Description: "Recipient lists (JSONL or CSV).", Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketStatus, Description: "Status checkpoints: per-recipient outcomes of each task.", Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/client"
@@ -39,7 +41,7 @@ func runBench(ctx context.Context, args []string) error {
 	// ack: with 256, a job's round trip on the saturated machine (256 slots
 	// at 20k/s: 12.8 ms, mostly queued behind other goroutines) held the
 	// pipeline back (ratio 0.192-0.206 against 0.205-0.226 alternating).
-	concurrency := fs.Int("concurrency", shared.MaxConcurrency, "the benchmark account's concurrency (its consumers' MaxAckPending)")
+	concurrency := fs.Int("concurrency", contract.MaxConcurrency, "the benchmark account's concurrency (its consumers' MaxAckPending)")
 	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
 	_ = fs.Parse(args)
 	if *raw == 0 {
@@ -162,7 +164,7 @@ type benchResult struct {
 	p50, p99            time.Duration
 	peakRSSMB           float64
 	cpu                 time.Duration // CPU time of this process from submit to the final progress
-	final               *shared.Progress
+	final               *contract.Progress
 	dispatchReplicas    int
 	providerLatencyStr  string
 }
@@ -199,7 +201,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	// The next run starts with none of these accounts: dispatch spreads all
 	// the accounts it knows over its replicas.
 	defer func() {
-		if kv, err := js.KeyValue(context.WithoutCancel(ctx), shared.BucketAccounts); err == nil {
+		if kv, err := js.KeyValue(context.WithoutCancel(ctx), contract.BucketAccounts); err == nil {
 			for _, a := range pool {
 				_ = kv.Delete(context.WithoutCancel(ctx), a)
 			}
@@ -220,21 +222,21 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	defer func() { stop(); wg.Wait() }()
 
 	id := name + "-task"
-	task := shared.Task{ID: id, Channel: "sandbox", Accounts: pool, Template: "Hello {{.to}}, your code is {{.code}}",
+	task := contract.Task{ID: id, Channel: "sandbox", Accounts: pool, Template: "Hello {{.to}}, your code is {{.code}}",
 		Defaults: map[string]any{"code": "BENCH"}}
-	task.Recipients = make([]shared.Recipient, n)
+	task.Recipients = make([]contract.Recipient, n)
 	for i := range task.Recipients {
-		task.Recipients[i] = shared.Recipient{To: fmt.Sprintf("+8613%09d", i)}
+		task.Recipients[i] = contract.Recipient{To: fmt.Sprintf("+8613%09d", i)}
 	}
 	data, err := json.Marshal(task)
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, shared.BucketProgress)
+	kv, err := js.KeyValue(ctx, contract.BucketProgress)
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := js.Stream(ctx, shared.StreamJobs)
+	jobs, err := js.Stream(ctx, contract.StreamJobs)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +255,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		return nil, err
 	}
 	res := &benchResult{n: n, dispatchReplicas: replicas, start: start}
-	var lastP *shared.Progress
+	var lastP *contract.Progress
 	for {
 		if v := svcErr.Load(); v != nil {
 			return nil, v.(error)
@@ -266,7 +268,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 			}
 		}
 		if e, err := kv.Get(ctx, id); err == nil {
-			var p shared.Progress
+			var p contract.Progress
 			if json.Unmarshal(e.Value(), &p) == nil {
 				lastP = &p
 				if p.State.Final() {
@@ -300,7 +302,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 
 // waitLeases waits until a dispatch replica holds each account's lease.
 func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, timeout time.Duration) error {
-	kv, err := js.KeyValue(ctx, shared.BucketLeases)
+	kv, err := js.KeyValue(ctx, contract.BucketLeases)
 	if err != nil {
 		return err
 	}
@@ -326,7 +328,7 @@ func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, 
 // sendLatencies reads the task's sent events and measures enqueue-to-send
 // from the stored job enqueue time, approximated by the accepted event.
 func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (p50, p99 time.Duration, accepted, first, last time.Time, err error) {
-	c, err := js.OrderedConsumer(ctx, shared.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{shared.SubjectEventsPrefix + taskID + ".>"}})
+	c, err := js.OrderedConsumer(ctx, contract.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{contract.SubjectEventsPrefix + taskID + ".>"}})
 	if err != nil {
 		return
 	}
@@ -344,14 +346,14 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 		for m := range b.Messages() {
 			got++
 			read++
-			var ev shared.Event
+			var ev contract.Event
 			if json.Unmarshal(m.Data(), &ev) != nil {
 				continue
 			}
 			switch ev.Kind {
-			case shared.EventAccepted:
+			case contract.EventAccepted:
 				accepted = ev.At
-			case shared.EventSent:
+			case contract.EventSent:
 				meta, merr := m.Metadata()
 				if merr != nil {
 					continue

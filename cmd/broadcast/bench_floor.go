@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // benchFloor runs the bare per-recipient JetStream work of the pipeline,
@@ -43,14 +43,14 @@ func benchFloor(ctx context.Context, js jetstream.JetStream, n, concurrency int)
 		return 0, 0, err
 	}
 	now := time.Now().UTC()
-	job, err := shared.EncodeJob(&shared.Job{ID: "bench-floor.123456", TaskID: "bench-floor", Index: 123456, To: "+8613000123456",
-		Body: "Hello +8613000123456, your code is BENCH", Channel: "sandbox", Account: "bench-0", Priority: shared.PriorityNormal,
+	job, err := contract.EncodeJob(&contract.Job{ID: "bench-floor.123456", TaskID: "bench-floor", Index: 123456, To: "+8613000123456",
+		Body: "Hello +8613000123456, your code is BENCH", Channel: "sandbox", Account: "bench-0", Priority: contract.PriorityNormal,
 		MaxAttempts: 5, EnqueuedAt: now})
 	if err != nil {
 		return 0, 0, err
 	}
-	event, err := shared.EncodeEvent(&shared.Event{TaskID: "bench-floor", JobID: "bench-floor.123456", To: "+8613000123456",
-		Account: "bench-0", Kind: shared.EventSent, Index: 123456, Attempt: 1, At: now, LatencyMS: 0.01})
+	event, err := contract.EncodeEvent(&contract.Event{TaskID: "bench-floor", JobID: "bench-floor.123456", To: "+8613000123456",
+		Account: "bench-0", Kind: contract.EventSent, Index: 123456, Attempt: 1, At: now, LatencyMS: 0.01})
 	if err != nil {
 		return 0, 0, err
 	}

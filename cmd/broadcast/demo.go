@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/services/dispatch"
@@ -25,14 +27,14 @@ const demoAccount = `{"channel":"sandbox","rate_per_sec":%d,"min_rate_per_sec":%
 // demoTask builds the demo broadcast: n distinct recipients, every 100th a
 // number the provider rejects, a few lacking the name variable, and a few
 // listed twice.
-func demoTask(id string, n int) (task shared.Task, wantFailed, wantSkipped, dups int) {
-	task = shared.Task{
+func demoTask(id string, n int) (task contract.Task, wantFailed, wantSkipped, dups int) {
+	task = contract.Task{
 		ID: id, Channel: "sandbox", Accounts: []string{"demo-a", "demo-b"},
 		Template: "Hi {{.name}}, your code is {{.code}}",
 		Defaults: map[string]any{"code": "X-1"},
 	}
 	for i := range n {
-		r := shared.Recipient{To: fmt.Sprintf("+86138%08d", i), Vars: map[string]any{"name": fmt.Sprintf("user%d", i)}}
+		r := contract.Recipient{To: fmt.Sprintf("+86138%08d", i), Vars: map[string]any{"name": fmt.Sprintf("user%d", i)}}
 		switch {
 		case i%100 == 99:
 			r.To = fmt.Sprintf("+1555%07d", i)
@@ -130,7 +132,7 @@ func runDemo(ctx context.Context, args []string) error {
 }
 
 // checkDemo compares the final progress with what the demo task must give.
-func checkDemo(p *shared.Progress, n, wantFailed, wantSkipped, dups int) []string {
+func checkDemo(p *contract.Progress, n, wantFailed, wantSkipped, dups int) []string {
 	var out []string
 	check := func(name string, got, want int) {
 		if got != want {

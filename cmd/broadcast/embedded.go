@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,7 +32,7 @@ func startEmbedded(ctx context.Context, cfg embedded.Config, log *slog.Logger) (
 
 // putAccount stores an account in KV unless one with that name exists.
 func putAccountIfMissing(ctx context.Context, js jetstream.JetStream, name string, account string) (bool, error) {
-	kv, err := js.KeyValue(ctx, shared.BucketAccounts)
+	kv, err := js.KeyValue(ctx, contract.BucketAccounts)
 	if err != nil {
 		return false, err
 	}

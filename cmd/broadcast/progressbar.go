@@ -5,9 +5,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/schollz/progressbar/v3"
 )
 
 // progressBar draws a task's progress on stderr: done/total, state, counts,
@@ -21,7 +21,7 @@ func newProgressBar(id string) *progressBar {
 	return &progressBar{id: id}
 }
 
-func (b *progressBar) update(p *shared.Progress) {
+func (b *progressBar) update(p *contract.Progress) {
 	if b.bar == nil || b.bar.GetMax() != max(p.Total, 1) {
 		b.bar = progressbar.NewOptions(max(p.Total, 1),
 			progressbar.OptionSetWriter(os.Stderr),
@@ -44,7 +44,7 @@ func (b *progressBar) finish() {
 	fmt.Fprintln(os.Stderr)
 }
 
-func eta(p *shared.Progress) string {
+func eta(p *contract.Progress) string {
 	if p.State.Final() || p.ETASeconds <= 0 {
 		return "-"
 	}

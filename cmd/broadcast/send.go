@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -67,7 +69,7 @@ func runSend(ctx context.Context, args []string) error {
 	}
 	// Check locally first so obvious mistakes are reported here, naming the
 	// field; ingest checks again (and also what needs configuration).
-	task, err := shared.DecodeTask(data)
+	task, err := contract.DecodeTask(data)
 	if err == nil {
 		task.Normalize()
 		if task.ID == "" {
@@ -119,7 +121,7 @@ func follow(ctx context.Context, js jetstream.JetStream, id string) error {
 	}
 	out, _ := json.MarshalIndent(p, "", "  ")
 	fmt.Println(string(out))
-	if p.State != shared.StateSucceeded && p.State != shared.StatePartial {
+	if p.State != contract.StateSucceeded && p.State != contract.StatePartial {
 		return exitCode(1)
 	}
 	return nil

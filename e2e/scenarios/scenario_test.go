@@ -31,7 +31,7 @@ var (
 // found a bug stays here once the bug is fixed.
 //
 // Seed 8 found the re-queued failed event dropped as a duplicate (fixed in
-// shared/event.go), seed 15 the cancel overwritten by a scheduled start
+// contract/event.go), seed 15 the cancel overwritten by a scheduled start
 // (fixed in ingest/start.go), seed 14 the per-recipient gap broken by the
 // retry of a send whose answer came after the client gave up (fixed in
 // dispatch's send.go), seeds 2 and 4 adaptive pacing collapsing under

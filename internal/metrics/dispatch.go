@@ -3,9 +3,9 @@ package metrics
 import (
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Dispatch is the dispatch service's metric set.
@@ -70,22 +70,22 @@ func NewDispatch(reg *prometheus.Registry) *Dispatch {
 }
 
 // Outcome records an outcome event dispatch published.
-func (m *Dispatch) Outcome(ev *shared.Event) {
+func (m *Dispatch) Outcome(ev *contract.Event) {
 	if m == nil {
 		return
 	}
 	outcome := string(ev.Kind)
 	switch ev.Kind {
-	case shared.EventSent, shared.EventRetrying, shared.EventFailed, shared.EventExpired, shared.EventCancelled:
+	case contract.EventSent, contract.EventRetrying, contract.EventFailed, contract.EventExpired, contract.EventCancelled:
 	default:
 		outcome = "other"
 	}
 	class := classLabel(ev.Class)
 	m.sends.WithLabelValues(ev.Account, outcome, class).Inc()
-	if ev.Kind == shared.EventRetrying {
+	if ev.Kind == contract.EventRetrying {
 		m.retries.WithLabelValues(ev.Account, class).Inc()
 	}
-	if ev.Class == shared.ClassRateLimited && !ev.CallShared {
+	if ev.Class == contract.ClassRateLimited && !ev.CallShared {
 		// A batch call rate limited as a whole is one answer.
 		m.rateLimited.WithLabelValues(ev.Account).Inc()
 	}
@@ -111,11 +111,11 @@ func (m *Dispatch) BatchSize(account string, n int) {
 }
 
 // classLabel bounds the class label to the known error classes.
-func classLabel(c shared.ErrorClass) string {
+func classLabel(c contract.ErrorClass) string {
 	switch c {
 	case "":
 		return "none"
-	case shared.ClassRetryable, shared.ClassRateLimited, shared.ClassRecipientDelay, shared.ClassPermanent, shared.ClassAccountFatal:
+	case contract.ClassRetryable, contract.ClassRateLimited, contract.ClassRecipientDelay, contract.ClassPermanent, contract.ClassAccountFatal:
 		return string(c)
 	}
 	return "other"

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/broadcastd/broadcast/shared"
 )
 
 func TestNilSetsRecordNothing(t *testing.T) {
@@ -28,10 +28,10 @@ func TestNilSetsRecordNothing(t *testing.T) {
 	r.Rendered(3)
 	r.Skipped("template", 1)
 	var d *Dispatch
-	d.Outcome(&shared.Event{Kind: shared.EventSent})
+	d.Outcome(&contract.Event{Kind: contract.EventSent})
 	d.Latency("a", time.Second)
 	var s *Status
-	s.Folded(shared.EventSent)
+	s.Folded(contract.EventSent)
 	s.SetAccounts([]AccountGauges{{Name: "a"}})
 	s.SetTasks(nil)
 }
@@ -40,14 +40,14 @@ func TestDispatchOutcomes(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	d := NewDispatch(reg)
-	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent, RatePerSec: 40})
-	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent, RatePerSec: 20})
-	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRateLimited})
+	d.Outcome(&contract.Event{Account: "a", Kind: contract.EventSent, RatePerSec: 40})
+	d.Outcome(&contract.Event{Account: "a", Kind: contract.EventSent, RatePerSec: 20})
+	d.Outcome(&contract.Event{Account: "a", Kind: contract.EventRetrying, Class: contract.ClassRateLimited})
 	// The other recipients of a batch call rate limited as a whole: one answer.
-	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRateLimited, CallShared: true})
-	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventRetrying, Class: shared.ClassRetryable})
-	d.Outcome(&shared.Event{Account: "b", Kind: shared.EventFailed, Class: shared.ClassPermanent})
-	d.Outcome(&shared.Event{Account: "b", Kind: "strange", Class: "made-up"})
+	d.Outcome(&contract.Event{Account: "a", Kind: contract.EventRetrying, Class: contract.ClassRateLimited, CallShared: true})
+	d.Outcome(&contract.Event{Account: "a", Kind: contract.EventRetrying, Class: contract.ClassRetryable})
+	d.Outcome(&contract.Event{Account: "b", Kind: contract.EventFailed, Class: contract.ClassPermanent})
+	d.Outcome(&contract.Event{Account: "b", Kind: "strange", Class: "made-up"})
 	d.Latency("a", 30*time.Millisecond)
 	d.Latency("a", 2*time.Second)
 	d.BatchSize("a", 2000)
@@ -78,18 +78,18 @@ func TestOneRegistryManyServices(t *testing.T) {
 	i, r, d, s := NewIngest(reg), NewRender(reg), NewDispatch(reg), NewStatus(reg)
 	// A second service of a kind shares the first one's collectors.
 	d2 := NewDispatch(reg)
-	d.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent})
-	d2.Outcome(&shared.Event{Account: "a", Kind: shared.EventSent})
+	d.Outcome(&contract.Event{Account: "a", Kind: contract.EventSent})
+	d2.Outcome(&contract.Event{Account: "a", Kind: contract.EventSent})
 	require.Equal(t, 2.0, value(t, d.sends.WithLabelValues("a", "sent", "none")))
 
 	i.Task(TaskRejected)
 	r.Rendered(5)
 	r.Skipped("body", 2)
 	r.Skipped("who-knows", 1)
-	s.Folded(shared.EventAccepted)
+	s.Folded(contract.EventAccepted)
 	s.SetAccounts([]AccountGauges{{Name: "a", QueueDepth: 9, InFlight: 2, Paused: true}, {Name: "b"}})
 	s.SetAccounts([]AccountGauges{{Name: "a", QueueDepth: 4}})
-	s.SetTasks(map[shared.TaskState]int{shared.StateProcessing: 2})
+	s.SetTasks(map[contract.TaskState]int{contract.StateProcessing: 2})
 
 	require.Equal(t, 1.0, value(t, i.tasks.WithLabelValues(TaskRejected)))
 	require.Equal(t, 0.0, value(t, i.tasks.WithLabelValues(TaskAccepted)))

@@ -1,9 +1,8 @@
 package metrics
 
 import (
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // Status is the status service's metric set.
@@ -51,14 +50,14 @@ func NewStatus(reg *prometheus.Registry) *Status {
 }
 
 // Folded counts one event folded.
-func (m *Status) Folded(kind shared.EventKind) {
+func (m *Status) Folded(kind contract.EventKind) {
 	if m == nil {
 		return
 	}
 	k := string(kind)
 	switch kind {
-	case shared.EventAccepted, shared.EventRejected, shared.EventSent, shared.EventRetrying,
-		shared.EventFailed, shared.EventSkipped, shared.EventExpired, shared.EventCancelled:
+	case contract.EventAccepted, contract.EventRejected, contract.EventSent, contract.EventRetrying,
+		contract.EventFailed, contract.EventSkipped, contract.EventExpired, contract.EventCancelled:
 	default:
 		k = "other"
 	}
@@ -95,13 +94,13 @@ func (m *Status) SetAccounts(accounts []AccountGauges) {
 
 // SetTasks sets the number of tasks per state; states absent from counts
 // are zero.
-func (m *Status) SetTasks(counts map[shared.TaskState]int) {
+func (m *Status) SetTasks(counts map[contract.TaskState]int) {
 	if m == nil {
 		return
 	}
-	for _, s := range []shared.TaskState{shared.StatePending, shared.StateScheduled, shared.StateAwaitingApproval,
-		shared.StateProcessing, shared.StatePaused, shared.StateSucceeded, shared.StatePartial,
-		shared.StateFailed, shared.StateCancelled, shared.StateRejected} {
+	for _, s := range []contract.TaskState{contract.StatePending, contract.StateScheduled, contract.StateAwaitingApproval,
+		contract.StateProcessing, contract.StatePaused, contract.StateSucceeded, contract.StatePartial,
+		contract.StateFailed, contract.StateCancelled, contract.StateRejected} {
 		m.tasks.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 }

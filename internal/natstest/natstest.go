@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -113,7 +115,7 @@ func (ts *Server) PutAccount(t testing.TB, name, account string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, shared.BucketAccounts)
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketAccounts)
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, name, []byte(account))
 	require.NoError(t, err)
@@ -122,7 +124,7 @@ func (ts *Server) PutAccount(t testing.TB, name, account string) {
 // Progress reads a task's progress, or nil when there is none yet or it
 // could not be read (logged): callers poll it, and a cluster electing the
 // bucket's leader answers no for a moment.
-func (ts *Server) Progress(t testing.TB, taskID string) *shared.Progress {
+func (ts *Server) Progress(t testing.TB, taskID string) *contract.Progress {
 	t.Helper()
 	p, err := ts.progress(taskID)
 	if err != nil {
@@ -133,12 +135,12 @@ func (ts *Server) Progress(t testing.TB, taskID string) *shared.Progress {
 
 // progress reads a task's progress: nil and no error when there is none
 // yet, an error when the bucket could not be reached.
-func (ts *Server) progress(taskID string) (*shared.Progress, error) {
+func (ts *Server) progress(taskID string) (*contract.Progress, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, shared.BucketProgress)
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketProgress)
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", shared.BucketProgress, err)
+		return nil, fmt.Errorf("bucket %s: %w", contract.BucketProgress, err)
 	}
 	e, err := kv.Get(ctx, taskID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -147,7 +149,7 @@ func (ts *Server) progress(taskID string) (*shared.Progress, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", taskID, err)
 	}
-	var p shared.Progress
+	var p contract.Progress
 	if err := json.Unmarshal(e.Value(), &p); err != nil {
 		return nil, fmt.Errorf("progress of %s: %w", taskID, err)
 	}
@@ -157,10 +159,10 @@ func (ts *Server) progress(taskID string) (*shared.Progress, error) {
 // WaitFinal polls a task's progress until it is final and returns it. A
 // read that fails (a cluster electing a new leader for the bucket) is
 // tried again until the timeout, like a user polling `nats kv get`.
-func (ts *Server) WaitFinal(t testing.TB, taskID string, timeout time.Duration) *shared.Progress {
+func (ts *Server) WaitFinal(t testing.TB, taskID string, timeout time.Duration) *contract.Progress {
 	t.Helper()
 	var (
-		p       *shared.Progress
+		p       *contract.Progress
 		lastErr error
 	)
 	deadline := time.Now().Add(timeout)
@@ -178,28 +180,28 @@ func (ts *Server) WaitFinal(t testing.TB, taskID string, timeout time.Duration) 
 }
 
 // Events returns every event of a task stored in EVENTS, in stream order.
-func (ts *Server) Events(t testing.TB, taskID string) []shared.Event {
+func (ts *Server) Events(t testing.TB, taskID string) []contract.Event {
 	t.Helper()
-	return ts.events(t, shared.SubjectEventsPrefix+taskID+".>")
+	return ts.events(t, contract.SubjectEventsPrefix+taskID+".>")
 }
 
 // AllEvents returns every event in EVENTS, in stream order.
-func (ts *Server) AllEvents(t testing.TB) []shared.Event {
+func (ts *Server) AllEvents(t testing.TB) []contract.Event {
 	t.Helper()
-	return ts.events(t, shared.SubjectEventsPrefix+">")
+	return ts.events(t, contract.SubjectEventsPrefix+">")
 }
 
-func (ts *Server) events(t testing.TB, filter string) []shared.Event {
+func (ts *Server) events(t testing.TB, filter string) []contract.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := ts.JS.OrderedConsumer(ctx, shared.StreamEvents, jetstream.OrderedConsumerConfig{
+	c, err := ts.JS.OrderedConsumer(ctx, contract.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 	})
 	require.NoError(t, err)
 	info, err := c.Info(ctx)
 	require.NoError(t, err)
-	var out []shared.Event
+	var out []contract.Event
 	pending := info.NumPending
 	for uint64(len(out)) < pending {
 		// Ask for no more than are pending: a fetch of more waits out its
@@ -207,7 +209,7 @@ func (ts *Server) events(t testing.TB, filter string) []shared.Event {
 		batch, err := c.Fetch(int(min(500, pending-uint64(len(out)))), jetstream.FetchMaxWait(2*time.Second))
 		require.NoError(t, err)
 		for m := range batch.Messages() {
-			var ev shared.Event
+			var ev contract.Event
 			require.NoError(t, json.Unmarshal(m.Data(), &ev))
 			out = append(out, ev)
 		}

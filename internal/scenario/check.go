@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Checks, the names a Failure carries.
@@ -120,8 +120,8 @@ func (c *checker) index() {
 func hasLedger(channel string) bool { return channel != "sandbox" }
 
 // lastEvent returns each recipient's last per-recipient event, by index.
-func lastEvents(evs []shared.Event) map[int]shared.Event {
-	out := map[int]shared.Event{}
+func lastEvents(evs []contract.Event) map[int]contract.Event {
+	out := map[int]contract.Event{}
 	for _, e := range evs {
 		if e.Index < 0 || e.JobID == "" || strings.Contains(e.JobID, ".t") {
 			continue
@@ -147,7 +147,7 @@ func (c *checker) task(t Task) {
 	last := lastEvents(evs)
 	sentTo := map[string]bool{}
 	for _, e := range evs {
-		if e.Kind == shared.EventSent && !strings.Contains(e.JobID, ".t") {
+		if e.Kind == contract.EventSent && !strings.Contains(e.JobID, ".t") {
 			sentTo[e.To] = true
 		}
 	}
@@ -165,13 +165,13 @@ func (c *checker) task(t Task) {
 			c.fail(Failure{Check: CheckCounts, Task: t.ID, Detail: fmt.Sprintf("duplicates %d, want %d repeated rows", p.Duplicates, t.Repeats)})
 		}
 	}
-	if final && p.State != shared.StateRejected && p.Done() != p.Total {
+	if final && p.State != contract.StateRejected && p.Done() != p.Total {
 		c.fail(Failure{Check: CheckCounts, Task: t.ID, Detail: "final but sent+failed+skipped+expired+cancelled != total: " + counts})
 	}
 	if !final && p.Done() > p.Total {
 		c.fail(Failure{Check: CheckCounts, Task: t.ID, Detail: "sent+failed+skipped+expired+cancelled > total: " + counts})
 	}
-	if p.Skipped < t.Invalid && final && p.State != shared.StateCancelled {
+	if p.Skipped < t.Invalid && final && p.State != contract.StateCancelled {
 		c.fail(Failure{Check: CheckCounts, Task: t.ID, Detail: fmt.Sprintf("skipped %d, want at least %d invalid addresses", p.Skipped, t.Invalid)})
 	}
 
@@ -213,8 +213,8 @@ func (c *checker) task(t Task) {
 	}
 
 	// No valid recipient lost.
-	if final && p.State != shared.StateCancelled && p.State != shared.StateRejected {
-		byTo := map[string]shared.Event{}
+	if final && p.State != contract.StateCancelled && p.State != contract.StateRejected {
+		byTo := map[string]contract.Event{}
 		for _, e := range last {
 			byTo[e.To] = e
 		}
@@ -229,11 +229,11 @@ func (c *checker) task(t Task) {
 			}
 			e, has := byTo[to]
 			switch {
-			case has && e.Kind == shared.EventExpired && t.ExpiresIn > 0:
+			case has && e.Kind == contract.EventExpired && t.ExpiresIn > 0:
 				continue
-			case has && e.Kind == shared.EventCancelled:
+			case has && e.Kind == contract.EventCancelled:
 				continue
-			case has && e.Kind == shared.EventFailed && e.Class.Retryable() && e.Class != shared.ClassAccountFatal && exhausted(t, e):
+			case has && e.Kind == contract.EventFailed && e.Class.Retryable() && e.Class != contract.ClassAccountFatal && exhausted(t, e):
 				// Attempts exhausted on retryable errors: given up, in DEAD.
 				continue
 			}
@@ -241,7 +241,7 @@ func (c *checker) task(t Task) {
 			if !has {
 				f.Detail = fmt.Sprintf("%s not accepted by any provider and has no final event (%s)", to, counts)
 			}
-			if has && e.Kind == shared.EventFailed && (e.Code == "401" || e.Code == "190" || e.Code == "1001" || e.Class == shared.ClassAccountFatal) && c.healthyBeside(pool, t, e.Account) {
+			if has && e.Kind == contract.EventFailed && (e.Code == "401" || e.Code == "190" || e.Code == "1001" || e.Class == contract.ClassAccountFatal) && c.healthyBeside(pool, t, e.Account) {
 				f.Known = KnownPool401
 				f.Detail += "; the pool has a healthy account it should have moved to"
 			}
@@ -283,7 +283,7 @@ func (c *checker) task(t Task) {
 		if q := c.queued(t); q != "" {
 			f.Detail += "; left in JOBS: " + q
 		}
-		waiting := p.State == shared.StatePaused || p.State == shared.StateAwaitingApproval || p.State == shared.StateScheduled ||
+		waiting := p.State == contract.StatePaused || p.State == contract.StateAwaitingApproval || p.State == contract.StateScheduled ||
 			strings.HasPrefix(p.Error, "waiting:")
 		if waiting && p.Error != "" {
 			return
@@ -324,10 +324,10 @@ func (c *checker) queued(t Task) string {
 }
 
 // exhausted reports whether e is the last allowed attempt of t.
-func exhausted(t Task, e shared.Event) bool {
+func exhausted(t Task, e contract.Event) bool {
 	maxA := t.MaxAttempts
 	if maxA == 0 {
-		maxA = shared.DefaultMaxAttempts
+		maxA = contract.DefaultMaxAttempts
 	}
 	return e.Attempt >= maxA
 }
@@ -396,7 +396,7 @@ func (c *checker) distinctAccepted(channel, account string) int {
 		seen := map[string]bool{}
 		for _, evs := range c.o.Events {
 			for _, e := range evs {
-				if e.Kind == shared.EventSent && e.Account == account {
+				if e.Kind == contract.EventSent && e.Account == account {
 					seen[e.To] = true
 				}
 			}
@@ -473,8 +473,8 @@ func (c *checker) account(p Pool, a Account) {
 				// Provider calls only: sent, and retrying or failed with a
 				// provider's status (not dispatch's own waits such as
 				// daily_cap, which are events too: seed 522968142).
-				if e.Account == a.Name && e.JobID != "" && !e.Requeued && (e.Kind == shared.EventSent ||
-					(e.Kind == shared.EventRetrying || e.Kind == shared.EventFailed) && httpStatus(e.Code)) {
+				if e.Account == a.Name && e.JobID != "" && !e.Requeued && (e.Kind == contract.EventSent ||
+					(e.Kind == contract.EventRetrying || e.Kind == contract.EventFailed) && httpStatus(e.Code)) {
 					times = append(times, e.At)
 				}
 			}
@@ -510,7 +510,7 @@ func (c *checker) account(p Pool, a Account) {
 		} else {
 			for _, evs := range c.o.Events {
 				for _, e := range evs {
-					if e.Account == a.Name && e.Kind == shared.EventSent {
+					if e.Account == a.Name && e.Kind == contract.EventSent {
 						byTo[e.To] = append(byTo[e.To], send{at: e.At})
 					}
 				}
@@ -591,7 +591,7 @@ func Causes(fs []Failure) []string {
 }
 
 // eventsOf lists a recipient's events as kind/account@generation, for failure details.
-func eventsOf(evs []shared.Event, to string) string {
+func eventsOf(evs []contract.Event, to string) string {
 	var parts []string
 	for _, e := range evs {
 		if e.To == to {
@@ -606,6 +606,6 @@ func eventsOf(evs []shared.Event, to string) string {
 
 // maybeSent reports whether an event of the recipient says an earlier send
 // may have reached it (Event.MaybeSent).
-func maybeSent(evs []shared.Event, to string) bool {
-	return slices.ContainsFunc(evs, func(e shared.Event) bool { return e.To == to && e.MaybeSent })
+func maybeSent(evs []contract.Event, to string) bool {
+	return slices.ContainsFunc(evs, func(e contract.Event) bool { return e.To == to && e.MaybeSent })
 }

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
 // TestGenerateIsDeterministic: a seed is a scenario, on every machine.
@@ -33,15 +33,15 @@ func TestCheckFails(t *testing.T) {
 	hit := func(to string, at time.Duration, key string) Hit {
 		return Hit{At: start.Add(at), Call: int(at/time.Millisecond) + 1, Account: "hook-a", Task: "t", To: to, Key: key, Attempt: 1, Status: 200, Accepted: true}
 	}
-	sent := func(i int, to string) shared.Event {
-		return shared.Event{TaskID: "t", JobID: shared.JobID("t", i, false), To: to, Account: "hook-a", Kind: shared.EventSent, Index: i, Attempt: 1}
+	sent := func(i int, to string) contract.Event {
+		return contract.Event{TaskID: "t", JobID: contract.JobID("t", i, false), To: to, Account: "hook-a", Kind: contract.EventSent, Index: i, Attempt: 1}
 	}
 	good := func() *Observation {
 		fin := start.Add(5 * time.Second)
 		return &Observation{Scenario: sc, Start: start,
 			Hits:      map[string][]Hit{"hook-a": {hit("r-0000", 0, "t.0"), hit("r-0001", 600*time.Millisecond, "t.1"), hit("r-0002", 1200*time.Millisecond, "t.2")}},
-			Progress:  map[string]*shared.Progress{"t": {TaskID: "t", State: shared.StateSucceeded, Total: 3, Sent: 3}},
-			Events:    map[string][]shared.Event{"t": {sent(0, "r-0000"), sent(1, "r-0001"), sent(2, "r-0002")}},
+			Progress:  map[string]*contract.Progress{"t": {TaskID: "t", State: contract.StateSucceeded, Total: 3, Sent: 3}},
+			Events:    map[string][]contract.Event{"t": {sent(0, "r-0000"), sent(1, "r-0001"), sent(2, "r-0002")}},
 			Submitted: map[string]time.Time{"t": start}, Deadline: map[string]time.Time{"t": fin}, Final: map[string]time.Time{"t": fin},
 		}
 	}

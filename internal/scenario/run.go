@@ -14,12 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // RunOptions tune Run.
@@ -44,9 +45,9 @@ type Observation struct {
 	// Hits per account, from the fakes (none for sandbox accounts).
 	Hits map[string][]Hit
 	// Progress, Events and Dead per task.
-	Progress map[string]*shared.Progress
-	Events   map[string][]shared.Event
-	Dead     map[string][]shared.DeadLetter
+	Progress map[string]*contract.Progress
+	Events   map[string][]contract.Event
+	Dead     map[string][]contract.DeadLetter
 	// Submitted, Deadline and Final per task: when it was submitted, the
 	// bound it had to be final by, and when it was seen final (zero if
 	// never).
@@ -129,8 +130,8 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 		o.Logf = func(string, ...any) {}
 	}
 	r := &runner{sc: sc, o: o, fakes: map[string]Fake{}, accounts: map[string]map[string]any{}}
-	r.obs = &Observation{Scenario: sc, Hits: map[string][]Hit{}, Progress: map[string]*shared.Progress{},
-		Events: map[string][]shared.Event{}, Dead: map[string][]shared.DeadLetter{},
+	r.obs = &Observation{Scenario: sc, Hits: map[string][]Hit{}, Progress: map[string]*contract.Progress{},
+		Events: map[string][]contract.Event{}, Dead: map[string][]contract.DeadLetter{},
 		Submitted: map[string]time.Time{}, Deadline: map[string]time.Time{}, Final: map[string]time.Time{}}
 	defer func() {
 		for _, f := range r.fakes {
@@ -280,7 +281,7 @@ func (r *runner) putAccount(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	kv, err := r.js.KeyValue(ctx, shared.BucketAccounts)
+	kv, err := r.js.KeyValue(ctx, contract.BucketAccounts)
 	if err != nil {
 		return err
 	}
@@ -289,7 +290,7 @@ func (r *runner) putAccount(ctx context.Context, name string) error {
 }
 
 func (r *runner) deleteAccount(ctx context.Context, name string) error {
-	kv, err := r.js.KeyValue(ctx, shared.BucketAccounts)
+	kv, err := r.js.KeyValue(ctx, contract.BucketAccounts)
 	if err != nil {
 		return err
 	}
@@ -308,9 +309,9 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 	} else {
 		task["template"] = "[{{.task}}] Hello {{.to}}"
 	}
-	var rows []shared.Recipient
+	var rows []contract.Recipient
 	add := func(to string, i int) {
-		rows = append(rows, shared.Recipient{To: to, Vars: map[string]any{"v": []string{"A", "B"}[i%2]}})
+		rows = append(rows, contract.Recipient{To: to, Vars: map[string]any{"v": []string{"A", "B"}[i%2]}})
 	}
 	for _, i := range t.Recipients {
 		add(Address(t.Channel, i, "r"), i)
@@ -331,7 +332,7 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 			buf.Write(b)
 			buf.WriteByte('\n')
 		}
-		os, err := r.js.ObjectStore(ctx, shared.BucketRecipients)
+		os, err := r.js.ObjectStore(ctx, contract.BucketRecipients)
 		if err != nil {
 			return nil, err
 		}
@@ -359,9 +360,9 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 	if t.MaxAttempts > 0 {
 		task["max_attempts"] = t.MaxAttempts
 	}
-	var tests []shared.Recipient
+	var tests []contract.Recipient
 	for i := range t.Tests {
-		tests = append(tests, shared.Recipient{To: Address(t.Channel, i, "qa")})
+		tests = append(tests, contract.Recipient{To: Address(t.Channel, i, "qa")})
 	}
 	if len(tests) > 0 {
 		task["test_recipients"] = tests
@@ -562,7 +563,7 @@ func editText(a Action) string {
 	return strings.Join(parts, " ")
 }
 
-func replyState(rep *shared.ControlReply) string {
+func replyState(rep *contract.ControlReply) string {
 	if rep == nil {
 		return "-"
 	}
@@ -576,7 +577,7 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func (r *runner) control(ctx context.Context, task, action string) (*shared.ControlReply, error) {
+func (r *runner) control(ctx context.Context, task, action string) (*contract.ControlReply, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return client.Control(cctx, r.nc, task, action)
@@ -588,7 +589,7 @@ func (r *runner) approve(ctx context.Context, t Task) {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		if p := r.progress(ctx, t.ID); p != nil {
-			if p.State == shared.StateAwaitingApproval {
+			if p.State == contract.StateAwaitingApproval {
 				rep, err := r.control(ctx, t.ID, ActResume)
 				r.note("approve %s: %v %v", t.ID, replyState(rep), errText(err))
 				return
@@ -613,7 +614,7 @@ func (r *runner) retryDead(ctx context.Context, task string) {
 			deadline = dl
 		}
 		if p := r.progress(ctx, task); p != nil && p.State.Final() {
-			if p.Failed == 0 || p.State == shared.StateCancelled {
+			if p.Failed == 0 || p.State == contract.StateCancelled {
 				return
 			}
 			rep, err := r.control(ctx, task, ActRetryDead)
@@ -644,7 +645,7 @@ func (r *runner) taskOf(id string) Task {
 	return Task{}
 }
 
-func (r *runner) progress(ctx context.Context, task string) *shared.Progress {
+func (r *runner) progress(ctx context.Context, task string) *contract.Progress {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	p, err := client.Get(cctx, r.js, task)
@@ -701,7 +702,7 @@ func (r *runner) collect(ctx context.Context) (*Observation, error) {
 			r.obs.Hits[name] = f.Hits()
 		}
 	}()
-	if st, err := r.js.Stream(ctx, shared.StreamJobs); err == nil {
+	if st, err := r.js.Stream(ctx, contract.StreamJobs); err == nil {
 		if info, err := st.Info(ctx, jetstream.WithSubjectFilter("broadcast.>")); err == nil {
 			r.obs.Queued = info.State.Subjects
 		}
@@ -726,10 +727,10 @@ func (r *runner) collect(ctx context.Context) (*Observation, error) {
 }
 
 // ReadEvents returns a task's events in stream order.
-func ReadEvents(ctx context.Context, js jetstream.JetStream, task string) ([]shared.Event, error) {
-	var out []shared.Event
-	err := readStream(ctx, js, shared.StreamEvents, shared.SubjectEventsPrefix+task+".>", func(data []byte) error {
-		var ev shared.Event
+func ReadEvents(ctx context.Context, js jetstream.JetStream, task string) ([]contract.Event, error) {
+	var out []contract.Event
+	err := readStream(ctx, js, contract.StreamEvents, contract.SubjectEventsPrefix+task+".>", func(data []byte) error {
+		var ev contract.Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return err
 		}
@@ -740,10 +741,10 @@ func ReadEvents(ctx context.Context, js jetstream.JetStream, task string) ([]sha
 }
 
 // ReadDead returns a task's dead letters in stream order.
-func ReadDead(ctx context.Context, js jetstream.JetStream, task string) ([]shared.DeadLetter, error) {
-	var out []shared.DeadLetter
-	err := readStream(ctx, js, shared.StreamDead, shared.DeadSubject(task), func(data []byte) error {
-		var d shared.DeadLetter
+func ReadDead(ctx context.Context, js jetstream.JetStream, task string) ([]contract.DeadLetter, error) {
+	var out []contract.DeadLetter
+	err := readStream(ctx, js, contract.StreamDead, contract.DeadSubject(task), func(data []byte) error {
+		var d contract.DeadLetter
 		if err := json.Unmarshal(data, &d); err != nil {
 			return err
 		}

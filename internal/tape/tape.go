@@ -17,11 +17,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/scenario"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // Record reads a task's events (stream EVENTS) and dead letters (stream
@@ -46,7 +47,7 @@ func Record(ctx context.Context, js jetstream.JetStream, task string) (*gateway.
 // back without it unless the tape is edited. Outcomes that never reached a
 // provider (skipped, expired, cancelled, waits for caps or intervals) are
 // left out.
-func Build(task string, evs []shared.Event, dead []shared.DeadLetter) *gateway.Tape {
+func Build(task string, evs []contract.Event, dead []contract.DeadLetter) *gateway.Tape {
 	t := &gateway.Tape{Task: task}
 	seen := map[string]bool{}
 	add := func(a gateway.TapeAnswer, at time.Time) {
@@ -64,12 +65,12 @@ func Build(task string, evs []shared.Event, dead []shared.DeadLetter) *gateway.T
 		}
 		var status int
 		switch e.Kind {
-		case shared.EventSent:
+		case contract.EventSent:
 			status = 200
 			if n, err := strconv.Atoi(e.Code); err == nil && n >= 200 && n < 300 {
 				status = n
 			}
-		case shared.EventRetrying, shared.EventFailed:
+		case contract.EventRetrying, contract.EventFailed:
 			var ok bool
 			if status, ok = providerStatus(e.Code); !ok {
 				continue

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -19,30 +21,16 @@ import (
 // alive with progress acks.
 const ackWait = 10 * time.Second
 
-// ConsumerName is the durable consumer of account's jobs of priority p.
-// Normal jobs keep the name the account's single consumer had before there
-// were lanes ("dispatch-<account>"); high and low use another prefix, so
-// that no lane's name can equal another account's ("dispatch_high-<account>",
-// "dispatch_low-<account>": account names never contain the underscore
-// right after "dispatch").
-func ConsumerName(account string, p shared.Priority) string {
-	switch p {
-	case shared.PriorityHigh, shared.PriorityLow:
-		return "dispatch_" + string(p) + "-" + account
-	}
-	return "dispatch-" + account
-}
-
 // consumerConfig is the durable consumer of one lane of an account. The
 // consumers are not pinned: only the holder of the account's lease
 // (lease.go) consumes them. Each lane's MaxAckPending is the account's
 // concurrency, so a lane's held jobs never stop another lane's delivery;
 // the in-flight cap across lanes is the scheduler's (sched.go).
-func consumerConfig(a *shared.Account, p shared.Priority) jetstream.ConsumerConfig {
+func consumerConfig(a *contract.Account, p contract.Priority) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerName(a.Name, p),
+		Durable:       contract.DispatchConsumer(a.Name, p),
 		Description:   "dispatch: " + string(p) + " jobs of account " + a.Name,
-		FilterSubject: shared.JobSubject(a.Name, p),
+		FilterSubject: contract.JobSubject(a.Name, p),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
@@ -63,7 +51,7 @@ type accountRunner struct {
 	batch *batcher
 
 	mu          sync.RWMutex
-	acct        *shared.Account
+	acct        *contract.Account
 	sender      channels.Sender
 	caps        *capTracker
 	paused      bool
@@ -77,7 +65,7 @@ type accountRunner struct {
 	stopped chan struct{}
 }
 
-func newAccountRunner(parent context.Context, s *Service, a *shared.Account, sender channels.Sender) *accountRunner {
+func newAccountRunner(parent context.Context, s *Service, a *contract.Account, sender channels.Sender) *accountRunner {
 	ctx, cancel := context.WithCancel(parent)
 	return &accountRunner{
 		svc:     s,
@@ -93,7 +81,7 @@ func newAccountRunner(parent context.Context, s *Service, a *shared.Account, sen
 }
 
 // canUpdateInPlace reports whether a change leaves the consumer as it is.
-func (r *accountRunner) canUpdateInPlace(a *shared.Account) bool {
+func (r *accountRunner) canUpdateInPlace(a *contract.Account) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.acct.Concurrency == a.Concurrency && r.acct.MaxBatch == a.MaxBatch
@@ -101,7 +89,7 @@ func (r *accountRunner) canUpdateInPlace(a *shared.Account) bool {
 
 // update applies an account edit. An edit is also how an operator clears a
 // pause: whoever fixed the token says so by saving the account.
-func (r *accountRunner) update(a *shared.Account, sender channels.Sender) {
+func (r *accountRunner) update(a *contract.Account, sender channels.Sender) {
 	r.mu.Lock()
 	old := r.sender
 	r.acct, r.sender = a, sender
@@ -122,7 +110,7 @@ func closeSender(s channels.Sender) {
 	}
 }
 
-func (r *accountRunner) current() (*shared.Account, channels.Sender) {
+func (r *accountRunner) current() (*contract.Account, channels.Sender) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.acct, r.sender
@@ -160,9 +148,9 @@ func (r *accountRunner) pause(reason string) {
 func (r *accountRunner) writeHealth(ctx context.Context) {
 	cur, ceiling := r.pacer.effective()
 	r.mu.RLock()
-	h := shared.AccountHealth{State: shared.HealthHealthy, RatePerSec: cur, Ceiling: ceiling, DailyCap: r.dailyCap(), UpdatedAt: time.Now().UTC()}
+	h := contract.AccountHealth{State: contract.HealthHealthy, RatePerSec: cur, Ceiling: ceiling, DailyCap: r.dailyCap(), UpdatedAt: time.Now().UTC()}
 	if r.paused {
-		h.State, h.Reason, h.Since = shared.HealthPaused, r.pauseReason, r.pausedSince
+		h.State, h.Reason, h.Since = contract.HealthPaused, r.pauseReason, r.pausedSince
 	}
 	caps := r.caps
 	r.mu.RUnlock()
@@ -472,14 +460,14 @@ func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.C
 
 // laneConsumer creates or updates the consumer of one lane, retrying until
 // it works or ctx ends (then it returns nil).
-func (r *accountRunner) laneConsumer(ctx context.Context, a *shared.Account, p shared.Priority) jetstream.Consumer {
+func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority) jetstream.Consumer {
 	cfg := consumerConfig(a, p)
 	for {
-		cons, err := r.svc.js.CreateOrUpdateConsumer(ctx, shared.StreamJobs, cfg)
+		cons, err := r.svc.js.CreateOrUpdateConsumer(ctx, contract.StreamJobs, cfg)
 		if err == nil {
 			return cons
 		}
-		if p == shared.PriorityNormal && r.replaceOldConsumer(ctx, cfg) {
+		if p == contract.PriorityNormal && r.replaceOldConsumer(ctx, cfg) {
 			continue
 		}
 		r.log.Warn("cannot create account consumer; retrying", "priority", p, "err", err)
@@ -496,7 +484,7 @@ func (r *accountRunner) laneConsumer(ctx context.Context, a *shared.Account, p s
 // update it in place. The jobs stay in the stream: the new consumer
 // delivers them. It reports whether it deleted one.
 func (r *accountRunner) replaceOldConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) bool {
-	cons, err := r.svc.js.Consumer(ctx, shared.StreamJobs, cfg.Durable)
+	cons, err := r.svc.js.Consumer(ctx, contract.StreamJobs, cfg.Durable)
 	if err != nil {
 		return false
 	}
@@ -504,7 +492,7 @@ func (r *accountRunner) replaceOldConsumer(ctx context.Context, cfg jetstream.Co
 	if old.FilterSubject == cfg.FilterSubject && old.PriorityPolicy == jetstream.PriorityPolicyNone {
 		return false
 	}
-	if err := r.svc.js.DeleteConsumer(ctx, shared.StreamJobs, cfg.Durable); err != nil {
+	if err := r.svc.js.DeleteConsumer(ctx, contract.StreamJobs, cfg.Durable); err != nil {
 		return false
 	}
 	r.log.Info("replaced the account's consumer of an earlier version", "old_filter", old.FilterSubject)

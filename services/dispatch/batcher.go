@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -51,14 +53,14 @@ const maxJobsInFlight = 10_000
 // many, at most maxJobsInFlight over its three lanes together. The normal
 // lane, where bulk work runs, gets half of it, high and low a quarter
 // each, and every lane at least one full call.
-func jobsInFlight(a *shared.Account, p shared.Priority) int {
+func jobsInFlight(a *contract.Account, p contract.Priority) int {
 	if a.MaxBatch <= 1 {
 		return a.Concurrency
 	}
 	batch := min(a.MaxBatch, maxJobsInFlight)
 	account := min(a.Concurrency*batch*batchFill, maxJobsInFlight)
 	share := account / 4
-	if p == shared.PriorityNormal {
+	if p == contract.PriorityNormal {
 		share = account / 2
 	}
 	return max(share, batch)
@@ -73,7 +75,7 @@ type batchDeps struct {
 	wait func(ctx context.Context) error
 	// admit reports whether a job may be sent now: its task is neither
 	// paused nor cancelled and the account is not draining.
-	admit func(job *shared.Job) bool
+	admit func(job *contract.Job) bool
 	// send makes one provider call.
 	send func(ctx context.Context, msgs []channels.Message) []channels.Result
 	// called sees every call's results once, in order (adaptive pacing,
@@ -154,7 +156,7 @@ func (b *batcher) ready(g *batchGroup, now time.Time) bool {
 // batchItem is one job waiting in the batcher.
 type batchItem struct {
 	ctx context.Context
-	job *shared.Job
+	job *contract.Job
 	msg channels.Message
 	at  time.Time
 	// out is set under batcher.mu once the item has left its group (taken
@@ -177,7 +179,7 @@ type batchOutcome struct {
 	sent bool
 	err  error
 	// callShared marks a call-level failure an earlier member of the same
-	// call got as well (see sharedFailures and shared.Event.CallShared).
+	// call got as well (see sharedFailures and contract.Event.CallShared).
 	callShared bool
 }
 
@@ -221,7 +223,7 @@ func (b *batcher) start(ctx context.Context, calls int) {
 // the handler's context; the call carrying msg uses it too, so a stop that
 // abandons handlers abandons their call. When the outcome is sent, the
 // caller must call settled once it has recorded it.
-func (b *batcher) submit(ctx context.Context, job *shared.Job, msg channels.Message) batchOutcome {
+func (b *batcher) submit(ctx context.Context, job *contract.Job, msg channels.Message) batchOutcome {
 	it := &batchItem{ctx: ctx, job: job, msg: msg, at: time.Now(), done: make(chan batchOutcome, 1)}
 	b.mu.Lock()
 	if b.stopped {
@@ -525,14 +527,14 @@ func (b *batcher) call(batch []*batchItem) {
 func (b *batcher) safeSend(ctx context.Context, msgs []channels.Message) (res []channels.Result) {
 	defer func() {
 		if p := recover(); p != nil {
-			res = channels.Fail(len(msgs), channels.Result{Class: shared.ClassRetryable, Code: "panic",
+			res = channels.Fail(len(msgs), channels.Result{Class: contract.ClassRetryable, Code: "panic",
 				Err: fmt.Sprintf("adapter panic: %v", p)})
 		}
 	}()
 	res = b.deps.send(ctx, msgs)
 	if len(res) != len(msgs) {
 		// Never guess which answer belongs to which recipient.
-		res = channels.Fail(len(msgs), channels.Result{Class: shared.ClassRetryable, Code: "adapter",
+		res = channels.Fail(len(msgs), channels.Result{Class: contract.ClassRetryable, Code: "adapter",
 			Err: fmt.Sprintf("adapter returned %d results for %d messages", len(res), len(msgs))})
 	}
 	return res
@@ -546,14 +548,14 @@ func (b *batcher) safeSend(ctx context.Context, msgs []channels.Message) (res []
 // per-recipient-delay failures stay counted per recipient.
 func sharedFailures(res []channels.Result) []bool {
 	type key struct {
-		class shared.ErrorClass
+		class contract.ErrorClass
 		code  string
 	}
 	var seen map[key]bool
 	marks := make([]bool, len(res))
 	for i, r := range res {
 		switch r.Class {
-		case shared.ClassRateLimited, shared.ClassRetryable, shared.ClassAccountFatal:
+		case contract.ClassRateLimited, contract.ClassRetryable, contract.ClassAccountFatal:
 		default:
 			continue
 		}
@@ -575,11 +577,11 @@ func callAnswer(res []channels.Result) channels.Result {
 	limited, fatal, auth, ok := -1, -1, -1, false
 	for i, r := range res {
 		switch {
-		case r.Class == shared.ClassRateLimited:
+		case r.Class == contract.ClassRateLimited:
 			if limited < 0 || r.RetryAfter > res[limited].RetryAfter {
 				limited = i
 			}
-		case r.Class == shared.ClassAccountFatal:
+		case r.Class == contract.ClassAccountFatal:
 			if fatal < 0 {
 				fatal = i
 			}
@@ -622,7 +624,7 @@ func (r *accountRunner) noteCall(res []channels.Result, latency time.Duration) {
 func (r *accountRunner) newAccountBatcher(maxBatch int, wait func(context.Context) error) *batcher {
 	return newBatcher(batchDeps{
 		wait: wait,
-		admit: func(job *shared.Job) bool {
+		admit: func(job *contract.Job) bool {
 			if drain, _ := r.draining(); drain {
 				return false
 			}
@@ -642,7 +644,7 @@ func (r *accountRunner) newAccountBatcher(maxBatch int, wait func(context.Contex
 // err for the consume loop: a pause, cancel or drain that came while it
 // waited (the same paths as on arrival), or a stop (left for redelivery
 // without spending an attempt).
-func (r *accountRunner) sendBatched(ctx context.Context, batch *batcher, job *shared.Job, msg channels.Message, attempts int, caps *capTracker) (o batchOutcome, handled bool, err error) {
+func (r *accountRunner) sendBatched(ctx context.Context, batch *batcher, job *contract.Job, msg channels.Message, attempts int, caps *capTracker) (o batchOutcome, handled bool, err error) {
 	for {
 		if o = batch.submit(ctx, job, msg); o.sent {
 			return o, false, nil

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -37,7 +39,7 @@ func (f *fakeProvider) deps() batchDeps {
 			f.tokens.Add(1)
 			return ctx.Err()
 		},
-		admit: func(job *shared.Job) bool {
+		admit: func(job *contract.Job) bool {
 			_, p := f.paused.Load(job.TaskID)
 			return !p
 		},
@@ -60,7 +62,7 @@ func (f *fakeProvider) deps() batchDeps {
 			for i, m := range msgs {
 				out[i] = channels.Result{ProviderID: "p-" + m.ID}
 				if strings.HasPrefix(m.To, "bad") {
-					out[i] = channels.Result{Class: shared.ClassRetryable, Code: "1005", Err: "busy"}
+					out[i] = channels.Result{Class: contract.ClassRetryable, Code: "1005", Err: "busy"}
 				}
 			}
 			return out
@@ -85,13 +87,13 @@ func startBatcher(t *testing.T, f *fakeProvider, maxBatch, calls int, linger, ma
 	return b
 }
 
-func testJob(task string, i int, to, body string) (*shared.Job, channels.Message) {
-	job := &shared.Job{ID: fmt.Sprintf("%s.%d", task, i), TaskID: task, Index: i, To: to, Body: body}
+func testJob(task string, i int, to, body string) (*contract.Job, channels.Message) {
+	job := &contract.Job{ID: fmt.Sprintf("%s.%d", task, i), TaskID: task, Index: i, To: to, Body: body}
 	return job, channels.Message{ID: job.ID, TaskID: task, To: to, Body: body}
 }
 
 // submitSettle submits like a job handler: a sent job is settled at once.
-func submitSettle(ctx context.Context, b *batcher, job *shared.Job, msg channels.Message) batchOutcome {
+func submitSettle(ctx context.Context, b *batcher, job *contract.Job, msg channels.Message) batchOutcome {
 	o := b.submit(ctx, job, msg)
 	if o.sent {
 		b.settled()
@@ -379,7 +381,7 @@ func TestBatcherSweepsPausedJobs(t *testing.T) {
 	require.Empty(t, f.snapshot(), "nothing was sent")
 }
 
-func testJobMsg(task string, i int, to, body string) (context.Context, *shared.Job, channels.Message) {
+func testJobMsg(task string, i int, to, body string) (context.Context, *contract.Job, channels.Message) {
 	job, msg := testJob(task, i, to, body)
 	return context.Background(), job, msg
 }
@@ -449,7 +451,7 @@ func TestBatcherAdapterMistakes(t *testing.T) {
 			var shared0 int
 			for id, o := range out {
 				require.True(t, o.sent, id)
-				require.Equal(t, shared.ClassRetryable, o.res.Class, id)
+				require.Equal(t, contract.ClassRetryable, o.res.Class, id)
 				if o.callShared {
 					shared0++
 				}
@@ -461,10 +463,10 @@ func TestBatcherAdapterMistakes(t *testing.T) {
 
 func TestSharedFailures(t *testing.T) {
 	t.Parallel()
-	busy := channels.Result{Class: shared.ClassRetryable, Code: "503"}
-	uidBusy := channels.Result{Class: shared.ClassRetryable, Code: "1005"}
-	limited := channels.Result{Class: shared.ClassRateLimited, Code: "429"}
-	gone := channels.Result{Class: shared.ClassPermanent, Code: "1001"}
+	busy := channels.Result{Class: contract.ClassRetryable, Code: "503"}
+	uidBusy := channels.Result{Class: contract.ClassRetryable, Code: "1005"}
+	limited := channels.Result{Class: contract.ClassRateLimited, Code: "429"}
+	gone := channels.Result{Class: contract.ClassPermanent, Code: "1001"}
 	ok := channels.Result{ProviderID: "x"}
 	tests := []struct {
 		name string
@@ -485,13 +487,13 @@ func TestSharedFailures(t *testing.T) {
 func TestCallAnswer(t *testing.T) {
 	t.Parallel()
 	ok := channels.Result{ProviderID: "x"}
-	busy := channels.Result{Class: shared.ClassRetryable, Code: "1005"}
-	gone := channels.Result{Class: shared.ClassPermanent, Code: "1001"}
+	busy := channels.Result{Class: contract.ClassRetryable, Code: "1005"}
+	gone := channels.Result{Class: contract.ClassPermanent, Code: "1001"}
 	limited := func(d time.Duration) channels.Result {
-		return channels.Result{Class: shared.ClassRateLimited, Code: "429", RetryAfter: d}
+		return channels.Result{Class: contract.ClassRateLimited, Code: "429", RetryAfter: d}
 	}
-	fatal := channels.Result{Class: shared.ClassAccountFatal, Code: "1001"}
-	auth := channels.Result{Class: shared.ClassRetryable, Code: "401"}
+	fatal := channels.Result{Class: contract.ClassAccountFatal, Code: "1001"}
+	auth := channels.Result{Class: contract.ClassRetryable, Code: "401"}
 	tests := []struct {
 		name string
 		in   []channels.Result
@@ -522,8 +524,8 @@ func TestJobsInFlight(t *testing.T) {
 		{1000, 1 << 40, maxJobsInFlight, maxJobsInFlight}, // a lane holds one call; no overflow
 	}
 	for _, tt := range tests {
-		a := &shared.Account{Concurrency: tt.concurrency, MaxBatch: tt.maxBatch}
-		n, h, l := jobsInFlight(a, shared.PriorityNormal), jobsInFlight(a, shared.PriorityHigh), jobsInFlight(a, shared.PriorityLow)
+		a := &contract.Account{Concurrency: tt.concurrency, MaxBatch: tt.maxBatch}
+		n, h, l := jobsInFlight(a, contract.PriorityNormal), jobsInFlight(a, contract.PriorityHigh), jobsInFlight(a, contract.PriorityLow)
 		require.Equal(t, tt.normal, n, "normal lane, concurrency %d max_batch %d", tt.concurrency, tt.maxBatch)
 		require.Equal(t, tt.other, h, "high lane, concurrency %d max_batch %d", tt.concurrency, tt.maxBatch)
 		require.Equal(t, h, l)
@@ -555,7 +557,7 @@ func TestBatcherSurvivesPanics(t *testing.T) {
 		}
 		return wait(ctx)
 	}
-	deps.admit = func(job *shared.Job) bool {
+	deps.admit = func(job *contract.Job) bool {
 		if job.To == "admit-panics" && admits.Add(1) == 1 {
 			panic("admit exploded")
 		}

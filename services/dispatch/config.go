@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/internal/metrics"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // Config tunes the dispatch service.
@@ -50,9 +51,9 @@ type Config struct {
 	// Getenv resolves accounts' secret_env. Defaults to os.Getenv.
 	Getenv func(string) string
 	// SecretEnvs lists the environment variables an account's secret_env
-	// may name besides those starting with shared.SecretEnvPrefix
+	// may name besides those starting with contract.SecretEnvPrefix
 	// (BROADCAST_SECRET_). Reserved names (NATS_* and other well-known
-	// variables, shared.ReservedEnv) are refused. Defaults to none.
+	// variables, contract.ReservedEnv) are refused. Defaults to none.
 	SecretEnvs []string
 	// DenyPrivate refuses provider connections to private, link-local,
 	// shared, multicast and loopback addresses, checked on the address
@@ -115,7 +116,7 @@ func ConfigFromEnv() (Config, error) {
 }
 
 func (c *Config) validate() error {
-	if err := shared.CheckSecretEnvAllowList(c.SecretEnvs); err != nil {
+	if err := contract.CheckSecretEnvAllowList(c.SecretEnvs); err != nil {
 		return fmt.Errorf("SecretEnvs (DISPATCH_SECRET_ENVS): %v", err)
 	}
 	if c.DenyPrivate && c.Channels != nil {

@@ -7,22 +7,22 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // giveUp describes a job dispatch will not attempt again.
 type giveUp struct {
-	job     *shared.Job
+	job     *contract.Job
 	attempt int
 	account string
-	class   shared.ErrorClass
+	class   contract.ErrorClass
 	code    string
 	err     string
-	history []shared.AttemptError
-	// callShared: see shared.Event.CallShared.
+	history []contract.AttemptError
+	// callShared: see contract.Event.CallShared.
 	callShared bool
 }
 
@@ -33,11 +33,11 @@ func (g *giveUp) Error() string { return fmt.Sprintf("%s (%s): %s", g.class, g.c
 func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) error {
 	var g *giveUp
 	if !errors.As(cause, &g) {
-		g = &giveUp{class: shared.ClassPermanent, code: "error", err: cause.Error()}
+		g = &giveUp{class: contract.ClassPermanent, code: "error", err: cause.Error()}
 	}
 	now := time.Now().UTC()
-	dl := shared.DeadLetter{Account: g.account, Attempts: g.attempt, Class: g.class, Code: g.code, Error: g.err, At: now, History: g.history}
-	taskID := shared.TaskFromSubject(msg.Subject())
+	dl := contract.DeadLetter{Account: g.account, Attempts: g.attempt, Class: g.class, Code: g.code, Error: g.err, At: now, History: g.history}
+	taskID := contract.TaskFromSubject(msg.Subject())
 	salvaged := salvage(msg.Data())
 	if g.job != nil {
 		dl.Job = *g.job
@@ -52,7 +52,7 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 	if err != nil {
 		return err
 	}
-	out := nats.NewMsg(shared.DeadSubject(taskID))
+	out := nats.NewMsg(contract.DeadSubject(taskID))
 	if g.job != nil {
 		out.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:dead:%d", g.job.MsgID(), g.attempt))
 	} else {
@@ -71,11 +71,11 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 		}
 		// Its task still ends: the failed event is read from what decodes
 		// (a field of the wrong type leaves the others readable).
-		return s.publish(ctx, &shared.Event{TaskID: salvaged.TaskID, JobID: salvaged.ID, To: salvaged.To, Kind: shared.EventFailed,
+		return s.publish(ctx, &contract.Event{TaskID: salvaged.TaskID, JobID: salvaged.ID, To: salvaged.To, Kind: contract.EventFailed,
 			Index: *salvaged.Index, Class: g.class, Code: g.code, Error: g.err, At: now})
 	}
-	return s.publish(ctx, &shared.Event{TaskID: g.job.TaskID, JobID: g.job.ID, To: g.job.To, Account: g.account,
-		Kind: shared.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now,
+	return s.publish(ctx, &contract.Event{TaskID: g.job.TaskID, JobID: g.job.ID, To: g.job.To, Account: g.account,
+		Kind: contract.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now,
 		CallShared: g.callShared, Generation: g.job.Generation, MaybeSent: g.job.MaybeSent})
 }
 
@@ -87,7 +87,7 @@ type salvaged struct {
 	To     string `json:"to"`
 }
 
-func (p salvaged) ok() bool { return shared.ValidID(p.TaskID) && p.Index != nil && *p.Index >= 0 }
+func (p salvaged) ok() bool { return contract.ValidID(p.TaskID) && p.Index != nil && *p.Index >= 0 }
 
 func salvage(raw []byte) salvaged {
 	var p salvaged

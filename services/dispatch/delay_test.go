@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestMoveJobBouncesAreNotDuplicates: a job moved A -> B -> A -> B without
@@ -20,15 +20,15 @@ func TestMoveJobBouncesAreNotDuplicates(t *testing.T) {
 	s := &Service{js: js}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	job := shared.Job{ID: "bounce.0", TaskID: "bounce", To: "x", Channel: "webhook", Account: "a", Priority: shared.PriorityNormal, MaxAttempts: 5}
+	job := contract.Job{ID: "bounce.0", TaskID: "bounce", To: "x", Channel: "webhook", Account: "a", Priority: contract.PriorityNormal, MaxAttempts: 5}
 	path := []string{"b", "a", "b", "a"}
 	for _, to := range path {
 		require.NoError(t, s.moveJob(ctx, &job, to, 0))
 		job.Account, job.Moves = to, job.Moves+1
 	}
-	stream, err := js.Stream(ctx, shared.StreamJobs)
+	stream, err := js.Stream(ctx, contract.StreamJobs)
 	require.NoError(t, err)
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(shared.SubjectJobsPrefix+">"))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(contract.SubjectJobsPrefix+">"))
 	require.NoError(t, err)
 	require.EqualValues(t, len(path), info.State.Msgs, "every move is stored")
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -69,18 +71,18 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	for name, dst := range map[string]*jetstream.KeyValue{shared.BucketLedger: &s.ledger, shared.BucketHealth: &s.healthKV, shared.BucketSends: &s.sends, shared.BucketTasks: &s.tasks, shared.BucketLeases: &s.leases} {
+	for name, dst := range map[string]*jetstream.KeyValue{contract.BucketLedger: &s.ledger, contract.BucketHealth: &s.healthKV, contract.BucketSends: &s.sends, contract.BucketTasks: &s.tasks, contract.BucketLeases: &s.leases} {
 		if *dst, err = s.js.KeyValue(ctx, name); err != nil {
 			return fmt.Errorf("dispatch: %s: %w", name, err)
 		}
 	}
 	st, err := s.leases.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("dispatch: %s: %w", shared.BucketLeases, err)
+		return fmt.Errorf("dispatch: %s: %w", contract.BucketLeases, err)
 	}
 	if s.leaseTTL = st.TTL(); s.leaseTTL <= leaseMargin+leaseRefresh {
 		return fmt.Errorf("dispatch: bucket %s has TTL %s; leases need one above %s (shared.LeaseTTL is %s)",
-			shared.BucketLeases, s.leaseTTL, leaseMargin+leaseRefresh, shared.LeaseTTL)
+			contract.BucketLeases, s.leaseTTL, leaseMargin+leaseRefresh, shared.LeaseTTL)
 	}
 	s.share = s.newShare()
 	if s.cfg.MaxInFlight > 0 {
@@ -175,7 +177,7 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	}
 	// The account names the variable dispatch reads and sends to the
 	// account's endpoint: only secret variables, never dispatch's own.
-	err = shared.CheckSecretEnv(acct.SecretEnv, s.cfg.SecretEnvs)
+	err = contract.CheckSecretEnv(acct.SecretEnv, s.cfg.SecretEnvs)
 	var sender channels.Sender
 	if err == nil {
 		sender, err = ch.NewSender(acct, s.cfg.Getenv)

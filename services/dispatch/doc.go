@@ -58,7 +58,7 @@
 // handler waits on it; sent events carry no Nats-Msg-Id (the lookup before
 // a re-publish is their deduplication), other events do. The channel
 // adapter is called with the job id as Idempotency-Key; the answer is
-// classified (shared.ErrorClass).
+// classified (contract.ErrorClass).
 //
 // Batch accounts (max_batch > 1, e.g. WxPusher's 2,000 uids per call): jobs
 // stay one per recipient in JOBS, and each still goes through every per-job

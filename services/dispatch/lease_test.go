@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +17,7 @@ import (
 // leases bucket.
 func leasesBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
-	kv, err := topologyJS(t).KeyValue(context.Background(), shared.BucketLeases)
+	kv, err := topologyJS(t).KeyValue(context.Background(), contract.BucketLeases)
 	require.NoError(t, err)
 	return kv
 }

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxHistory bounds the attempt errors kept per job.
@@ -19,16 +19,16 @@ const maxHistory = 20
 // what stops a redelivered job from being sent again; "retrying" entries
 // keep the errors of earlier attempts for the dead letter.
 type ledgerEntry struct {
-	State      string                `json:"state"`
-	Account    string                `json:"account"`
-	Attempt    int                   `json:"attempt"`
-	ProviderID string                `json:"provider_id,omitempty"`
-	At         time.Time             `json:"at"`
-	History    []shared.AttemptError `json:"history,omitempty"`
+	State      string                  `json:"state"`
+	Account    string                  `json:"account"`
+	Attempt    int                     `json:"attempt"`
+	ProviderID string                  `json:"provider_id,omitempty"`
+	At         time.Time               `json:"at"`
+	History    []contract.AttemptError `json:"history,omitempty"`
 }
 
 // readLedger returns the job's ledger entry, or an empty one.
-func (s *Service) readLedger(ctx context.Context, job *shared.Job) (*ledgerEntry, error) {
+func (s *Service) readLedger(ctx context.Context, job *contract.Job) (*ledgerEntry, error) {
 	e, err := s.ledger.Get(ctx, job.LedgerKey())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return &ledgerEntry{}, nil
@@ -44,7 +44,7 @@ func (s *Service) readLedger(ctx context.Context, job *shared.Job) (*ledgerEntry
 }
 
 // writeLedger stores the entry.
-func (s *Service) writeLedger(ctx context.Context, job *shared.Job, le *ledgerEntry) error {
+func (s *Service) writeLedger(ctx context.Context, job *contract.Job, le *ledgerEntry) error {
 	data, err := json.Marshal(le)
 	if err != nil {
 		return err
@@ -55,11 +55,11 @@ func (s *Service) writeLedger(ctx context.Context, job *shared.Job, le *ledgerEn
 
 // recorded reports whether the entry holds an outcome of attempt.
 func (le *ledgerEntry) recorded(attempt int) bool {
-	return slices.ContainsFunc(le.History, func(a shared.AttemptError) bool { return a.Attempt == attempt })
+	return slices.ContainsFunc(le.History, func(a contract.AttemptError) bool { return a.Attempt == attempt })
 }
 
 // addAttempt appends a failed attempt to the entry's history.
-func (le *ledgerEntry) addAttempt(a shared.AttemptError) {
+func (le *ledgerEntry) addAttempt(a contract.AttemptError) {
 	le.State = "retrying"
 	le.History = append(le.History, a)
 	if len(le.History) > maxHistory {

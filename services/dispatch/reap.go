@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/shared"
@@ -43,8 +45,8 @@ func (s *Service) reapDeleted(ctx context.Context) int {
 		delete(s.deletedAccounts, name)
 		s.numRunners.Store(int32(len(s.runners)))
 		s.mu.Unlock()
-		for _, p := range shared.Priorities {
-			if err := s.js.DeleteConsumer(ctx, shared.StreamJobs, ConsumerName(name, p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		for _, p := range contract.Priorities {
+			if err := s.js.DeleteConsumer(ctx, contract.StreamJobs, contract.DispatchConsumer(name, p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				s.log.Debug("could not delete a deleted account's consumer", shared.KeyAccount, name, "err", err)
 			}
 		}
@@ -57,19 +59,19 @@ func (s *Service) reapDeleted(ctx context.Context) int {
 // accountEmpty reports whether no job of account is queued, in flight,
 // delayed or held.
 func (s *Service) accountEmpty(ctx context.Context, account string) bool {
-	stream, err := s.js.Stream(ctx, shared.StreamJobs)
+	stream, err := s.js.Stream(ctx, contract.StreamJobs)
 	if err != nil {
 		return false
 	}
-	for _, filter := range []string{shared.JobsFilter(account), shared.SubjectDelayPrefix + account + ".>"} {
+	for _, filter := range []string{contract.JobsFilter(account), contract.SubjectDelayPrefix + account + ".>"} {
 		// The last message on the filter says whether there is any, without
 		// listing (possibly a million) subjects.
 		if _, err := stream.GetLastMsgForSubject(ctx, filter); !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false
 		}
 	}
-	for _, p := range shared.Priorities {
-		c, err := s.js.Consumer(ctx, shared.StreamJobs, ConsumerName(account, p))
+	for _, p := range contract.Priorities {
+		c, err := s.js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, p))
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue
 		}

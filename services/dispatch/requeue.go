@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,7 +19,7 @@ import (
 // This file re-queues parked jobs and dead letters. It used to live in
 // ingest (which answers the control requests that trigger it); it moved here
 // so that ingest needs no right to publish jobs: ingest asks on
-// broadcast.requeue.<task> (see shared/requeue.go) and dispatch, which parks
+// broadcast.requeue.<task> (see contract/requeue.go) and dispatch, which parks
 // and dead-letters the jobs in the first place, puts them back.
 
 // requeueConcurrency bounds the re-queue requests served at once.
@@ -30,7 +32,7 @@ func (s *Service) startRequeue(ctx context.Context) (stop func(), err error) {
 	// Served concurrently: one long retry-dead must not hold up the unpark
 	// of a resumed task behind it.
 	served := shared.NewConcurrentHandler(requeueConcurrency)
-	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectRequeuePrefix+"*", "dispatch", served.Wrap(func(m *nats.Msg) {
+	sub, err := s.js.Conn().QueueSubscribe(contract.SubjectRequeuePrefix+"*", "dispatch", served.Wrap(func(m *nats.Msg) {
 		defer shared.Recover(s.log, "re-queue request "+m.Subject, nil)
 		s.serveRequeue(ctx, m)
 	}))
@@ -44,32 +46,32 @@ func (s *Service) startRequeue(ctx context.Context) (stop func(), err error) {
 
 // serveRequeue answers one request from ingest.
 func (s *Service) serveRequeue(ctx context.Context, m *nats.Msg) {
-	taskID := strings.TrimPrefix(m.Subject, shared.SubjectRequeuePrefix)
-	reply := shared.RequeueReply{OK: true}
-	var req shared.RequeueRequest
+	taskID := strings.TrimPrefix(m.Subject, contract.SubjectRequeuePrefix)
+	reply := contract.RequeueReply{OK: true}
+	var req contract.RequeueRequest
 	switch err := json.Unmarshal(m.Data, &req); {
 	case err != nil:
-		reply = shared.RequeueReply{Error: fmt.Sprintf("request: invalid JSON: %v", err)}
-	case !shared.ValidID(taskID):
-		reply = shared.RequeueReply{Error: fmt.Sprintf("task: %q is not a task id", taskID)}
-	case req.Action == shared.RequeueParked:
+		reply = contract.RequeueReply{Error: fmt.Sprintf("request: invalid JSON: %v", err)}
+	case !contract.ValidID(taskID):
+		reply = contract.RequeueReply{Error: fmt.Sprintf("task: %q is not a task id", taskID)}
+	case req.Action == contract.RequeueParked:
 		// A large backlog takes a while: answer now, work in the background
 		// (the sweeper finishes what an interrupted run leaves).
 		go func() {
 			defer shared.Recover(s.log, "unparking task "+taskID, nil) // the sweeper finishes it
 			s.unpark(context.WithoutCancel(ctx), taskID)
 		}()
-	case req.Action == shared.RequeueDead:
+	case req.Action == contract.RequeueDead:
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		n, err := s.retryDead(rctx, taskID)
 		cancel()
 		reply.Requeued = n
 		if err != nil {
-			reply = shared.RequeueReply{Requeued: n, Error: err.Error()}
+			reply = contract.RequeueReply{Requeued: n, Error: err.Error()}
 		}
 		s.log.Info("dead letters re-queued", shared.KeyTaskID, taskID, "count", n, "err", err)
 	default:
-		reply = shared.RequeueReply{Error: fmt.Sprintf("action: must be %s or %s, got %q", shared.RequeueParked, shared.RequeueDead, req.Action)}
+		reply = contract.RequeueReply{Error: fmt.Sprintf("action: must be %s or %s, got %q", contract.RequeueParked, contract.RequeueDead, req.Action)}
 	}
 	if m.Reply != "" {
 		data, _ := json.Marshal(reply)
@@ -82,13 +84,13 @@ func (s *Service) serveRequeue(ctx context.Context, m *nats.Msg) {
 func (s *Service) unpark(ctx context.Context, taskID string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	n, err := s.drain(ctx, shared.StreamJobs, shared.ParkedFilter(taskID), func(m jetstream.Msg) error {
-		var job shared.Job
+	n, err := s.drain(ctx, contract.StreamJobs, contract.ParkedFilter(taskID), func(m jetstream.Msg) error {
+		var job contract.Job
 		if err := json.Unmarshal(m.Data(), &job); err != nil {
 			// Never dropped silently: kept in DEAD with its raw bytes.
 			return s.deadLetter(ctx, m, fmt.Errorf("parked job does not decode: %v", err))
 		}
-		_, err := s.js.Publish(ctx, shared.JobSubject(job.Account, job.Priority), m.Data(),
+		_, err := s.js.Publish(ctx, contract.JobSubject(job.Account, job.Priority), m.Data(),
 			jetstream.WithMsgID(fmt.Sprintf("%s:unpark:%d", job.MsgID(), seqOf(m))))
 		return err
 	})
@@ -170,23 +172,23 @@ func (s *Service) sweepParked(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		stream, err := s.js.Stream(ctx, shared.StreamJobs)
+		stream, err := s.js.Stream(ctx, contract.StreamJobs)
 		if err != nil {
 			continue
 		}
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(shared.SubjectParkedPrefix+">"))
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(contract.SubjectParkedPrefix+">"))
 		if err != nil {
 			continue
 		}
 		tasks := map[string]bool{}
 		for subj := range info.State.Subjects {
-			if id, _, ok := strings.Cut(strings.TrimPrefix(subj, shared.SubjectParkedPrefix), "."); ok {
+			if id, _, ok := strings.Cut(strings.TrimPrefix(subj, contract.SubjectParkedPrefix), "."); ok {
 				tasks[id] = true
 			}
 		}
 		for id := range tasks {
 			ctl := s.controls.Get(id)
-			if ctl.Sends() || ctl.State == shared.StateCancelled || s.taskExpired(ctx, id) {
+			if ctl.Sends() || ctl.State == contract.StateCancelled || s.taskExpired(ctx, id) {
 				s.unpark(ctx, id)
 			}
 		}
@@ -200,7 +202,7 @@ func (s *Service) taskExpired(ctx context.Context, taskID string) bool {
 	if err != nil {
 		return false
 	}
-	var rec shared.TaskRecord
+	var rec contract.TaskRecord
 	if json.Unmarshal(e.Value(), &rec) != nil {
 		return false
 	}
@@ -220,11 +222,11 @@ func (s *Service) taskExpired(ctx context.Context, taskID string) bool {
 // for the next retry-dead (before, a recipient that kept failing was
 // re-queued again and again within one request).
 func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
-	stream, err := s.js.Stream(ctx, shared.StreamDead)
+	stream, err := s.js.Stream(ctx, contract.StreamDead)
 	if err != nil {
 		return 0, err
 	}
-	subject := shared.DeadSubject(taskID)
+	subject := contract.DeadSubject(taskID)
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return 0, err
@@ -234,7 +236,7 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 		return 0, nil
 	}
 	last := info.State.LastSeq // no dead letter of this request is newer
-	cons, err := s.js.OrderedConsumer(ctx, shared.StreamDead, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := s.js.OrderedConsumer(ctx, contract.StreamDead, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return 0, err
 	}
@@ -262,7 +264,7 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 				break
 			}
 			lastSeq = meta.Sequence.Stream
-			var dl shared.DeadLetter
+			var dl contract.DeadLetter
 			if err := json.Unmarshal(m.Data(), &dl); err != nil || dl.Job.ID == "" {
 				kept = append(kept, m.Data()) // nothing to re-send
 				continue
@@ -290,20 +292,20 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 }
 
 // requeue publishes a new generation of job to a usable account of its pool.
-func (s *Service) requeue(ctx context.Context, job *shared.Job) error {
+func (s *Service) requeue(ctx context.Context, job *contract.Job) error {
 	job.Generation++
 	job.Attempts, job.Recheck = 0, true
 	if candidates := s.accounts.ForTask(job.Channel, job.Pool); len(candidates) > 0 {
 		job.Account = shared.PickAccount(candidates, job.To, nil).Name
 	}
-	if err := shared.PublishEvent(ctx, s.js, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: job.Account,
-		Kind: shared.EventRetrying, Index: job.Index, Requeued: true, Code: "retry_dead", Error: "dead letter re-queued"}); err != nil {
+	if err := shared.PublishEvent(ctx, s.js, &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: job.Account,
+		Kind: contract.EventRetrying, Index: job.Index, Requeued: true, Code: "retry_dead", Error: "dead letter re-queued"}); err != nil {
 		return err
 	}
-	data, err := shared.EncodeJob(job)
+	data, err := contract.EncodeJob(job)
 	if err != nil {
 		return err
 	}
-	_, err = s.js.Publish(ctx, shared.JobSubject(job.Account, job.Priority), data, jetstream.WithMsgID(job.MsgID()))
+	_, err = s.js.Publish(ctx, contract.JobSubject(job.Account, job.Priority), data, jetstream.WithMsgID(job.MsgID()))
 	return err
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Lanes: an account's jobs arrive on three consumers, one per priority; a
@@ -20,18 +20,18 @@ const (
 )
 
 // laneOf returns the lane of a priority (unknown ones are normal).
-func laneOf(p shared.Priority) int {
+func laneOf(p contract.Priority) int {
 	switch p {
-	case shared.PriorityHigh:
+	case contract.PriorityHigh:
 		return laneHigh
-	case shared.PriorityLow:
+	case contract.PriorityLow:
 		return laneLow
 	}
 	return laneNormal
 }
 
 // lanePriority is the priority a lane carries.
-var lanePriority = [numLanes]shared.Priority{shared.PriorityHigh, shared.PriorityNormal, shared.PriorityLow}
+var lanePriority = [numLanes]contract.Priority{contract.PriorityHigh, contract.PriorityNormal, contract.PriorityLow}
 
 // errSchedStopped means the owner's session ended (stop or lost lease)
 // while a job waited for its turn.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -32,9 +34,9 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	turn := sched.begin(lane)
 	defer turn.finish()
 	s := r.svc
-	var job shared.Job
-	if err := shared.DecodeJob(msg.Data(), &job); err != nil {
-		return shared.Permanent(&giveUp{class: shared.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
+	var job contract.Job
+	if err := contract.DecodeJob(msg.Data(), &job); err != nil {
+		return shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
 	}
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -71,8 +73,8 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		if le.State == "sent" {
 			// Sent, but its event could not be published then: publish it now.
 			log.Debug("job already sent; not sending again")
-			return s.publish(ctx, &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: le.Account,
-				Kind: shared.EventSent, Attempt: le.Attempt, Index: job.Index, ProviderID: le.ProviderID, At: le.At})
+			return s.publish(ctx, &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: le.Account,
+				Kind: contract.EventSent, Attempt: le.Attempt, Index: job.Index, ProviderID: le.ProviderID, At: le.At})
 		}
 	}
 	if done, err := r.mayStillSend(ctx, &job, attempt-1); done {
@@ -182,7 +184,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		// so its retry waits the interval too.
 		caps.release(ctx, job.To, res.OK() || res.Code == "timeout", time.Now())
 	}
-	ev := r.event(&job, shared.EventSent, attempt)
+	ev := r.event(&job, contract.EventSent, attempt)
 	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
 	ev.CallShared = callShared
 	ev.LatencyMS = float64(latency.Microseconds()) / 1000
@@ -196,7 +198,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	}
 
 	log = &jobLogger{l: log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
-	le.addAttempt(shared.AttemptError{Attempt: attempt, Account: acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
+	le.addAttempt(contract.AttemptError{Attempt: attempt, Account: acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
 	if r.batch == nil {
 		r.noteFailure(res, log)
 	}
@@ -209,7 +211,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		if err := s.writeLedger(ctx, &job, le); err != nil {
 			log.Warn("could not record attempt error", "err", err)
 		}
-		ev.Kind = shared.EventRetrying
+		ev.Kind = contract.EventRetrying
 		if err := s.publish(ctx, ev); err != nil {
 			return err
 		}
@@ -229,14 +231,14 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	}
 
 	delay := backoff(attempt, s.cfg.BackoffBase, s.cfg.BackoffMax)
-	if res.Class == shared.ClassRateLimited || res.Class == shared.ClassRecipientDelay {
+	if res.Class == contract.ClassRateLimited || res.Class == contract.ClassRecipientDelay {
 		delay = max(delay, res.RetryAfter)
 	}
 	if err := s.writeLedger(ctx, &job, le); err != nil {
 		log.Warn("could not record attempt error", "err", err)
 	}
 	log.Info("send failed; will retry", "err", res.Err, "delay", delay)
-	ev.Kind = shared.EventRetrying
+	ev.Kind = contract.EventRetrying
 	ev.RatePerSec, _ = r.pacer.effective()
 	if err := s.publish(ctx, ev); err != nil {
 		return err
@@ -256,7 +258,7 @@ const sentEventTimeout = 5 * time.Second
 // the event is stored. It does not wait for that: the consume loop does
 // (shared.Later). If the event cannot be stored, the ledger entry says the
 // job was sent, and the job comes back and publishes its event then.
-func (s *Service) publishSent(job *shared.Job, ev *shared.Event, log *jobLogger) error {
+func (s *Service) publishSent(job *contract.Job, ev *contract.Event, log *jobLogger) error {
 	f, err := s.events.PublishEvent(s.ctx, ev)
 	if err != nil {
 		return s.sentNotStored(job, ev, err, log)
@@ -274,7 +276,7 @@ func (s *Service) publishSent(job *shared.Job, ev *shared.Event, log *jobLogger)
 // sentNotStored records in the ledger that job was sent when its event
 // could not be stored (or is not known to be), and returns the error that
 // brings the job back.
-func (s *Service) sentNotStored(job *shared.Job, ev *shared.Event, cause error, log *jobLogger) error {
+func (s *Service) sentNotStored(job *contract.Job, ev *contract.Event, cause error, log *jobLogger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	entry := &ledgerEntry{State: "sent", Account: ev.Account, Attempt: ev.Attempt, ProviderID: ev.ProviderID, At: time.Now().UTC()}
@@ -288,9 +290,9 @@ func (s *Service) sentNotStored(job *shared.Job, ev *shared.Event, cause error, 
 // task's run state and the account's health. done reports that the job was
 // handled here (expired, cancelled, parked or moved), with err for the
 // consume loop.
-func (r *accountRunner) mayStillSend(ctx context.Context, job *shared.Job, attempts int) (done bool, err error) {
+func (r *accountRunner) mayStillSend(ctx context.Context, job *contract.Job, attempts int) (done bool, err error) {
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
-		ev := r.event(job, shared.EventExpired, attempts)
+		ev := r.event(job, contract.EventExpired, attempts)
 		ev.Code, ev.Error = "expired", "expires_at "+job.ExpiresAt.Format(time.RFC3339)+" passed before the send"
 		if job.MaybeSent {
 			ev.Error = "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the answer to an earlier send was known"
@@ -307,18 +309,18 @@ func (r *accountRunner) mayStillSend(ctx context.Context, job *shared.Job, attem
 }
 
 // event starts an event about job with the account's effective rate.
-func (r *accountRunner) event(job *shared.Job, kind shared.EventKind, attempt int) *shared.Event {
+func (r *accountRunner) event(job *contract.Job, kind contract.EventKind, attempt int) *contract.Event {
 	rate, _ := r.pacer.effective()
-	return &shared.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
+	return &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
 		Attempt: attempt, Index: job.Index, RatePerSec: rate, Generation: job.Generation,
-		MaybeSent: job.MaybeSent && kind != shared.EventSent}
+		MaybeSent: job.MaybeSent && kind != contract.EventSent}
 }
 
 // accountProblem reports whether an answer says the account cannot send
 // (an account-fatal code of the channel, or HTTP 401/403: bad or revoked
 // credentials) rather than anything about the recipient.
 func accountProblem(res channels.Result) bool {
-	return res.Class == shared.ClassAccountFatal || res.Code == "401" || res.Code == "403"
+	return res.Class == contract.ClassAccountFatal || res.Code == "401" || res.Code == "403"
 }
 
 // noteSuccess counts an answer that was not a rate limit for adaptive
@@ -356,12 +358,12 @@ func (r *accountRunner) noteFailure(res channels.Result, log interface {
 	Debug(string, ...any)
 }) {
 	switch res.Class {
-	case shared.ClassRateLimited:
+	case contract.ClassRateLimited:
 		r.pacer.rateLimited(res.RetryAfter)
 		log.Debug("rate limited by provider", "retry_after", res.RetryAfter)
 		r.noteRate(log)
 		return
-	case shared.ClassAccountFatal:
+	case contract.ClassAccountFatal:
 		r.pause(fmt.Sprintf("account-fatal answer (%s): %s", res.Code, res.Err))
 		return
 	}
@@ -387,9 +389,9 @@ func (r *accountRunner) noteFailure(res channels.Result, log interface {
 // reroute moves a job off an account that must not send: to a healthy
 // account of its pool, or, when there is none, back onto this account
 // after a wait, with a retrying event saying why.
-func (r *accountRunner) reroute(ctx context.Context, job *shared.Job, attempts int, why string) error {
+func (r *accountRunner) reroute(ctx context.Context, job *contract.Job, attempts int, why string) error {
 	s := r.svc
-	var candidates []*shared.Account
+	var candidates []*contract.Account
 	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, job.Pool)) {
 		if a.Name != r.name {
 			candidates = append(candidates, a)
@@ -399,8 +401,8 @@ func (r *accountRunner) reroute(ctx context.Context, job *shared.Job, attempts i
 		r.log.Debug("job moved to a healthy account", shared.KeyJobID, job.ID, "to", to.Name, "why", why)
 		return s.moveJob(ctx, job, to.Name, attempts)
 	}
-	ev := r.event(job, shared.EventRetrying, attempts)
-	ev.Code, ev.Class = "no_healthy_account", shared.ClassAccountFatal
+	ev := r.event(job, contract.EventRetrying, attempts)
+	ev.Code, ev.Class = "no_healthy_account", contract.ClassAccountFatal
 	ev.Error = why + "; no healthy " + job.Channel + " account to move to, waiting"
 	if err := s.publish(ctx, ev); err != nil {
 		return err
@@ -412,9 +414,9 @@ func (r *accountRunner) reroute(ctx context.Context, job *shared.Job, attempts i
 // to an account of its pool that still has capacity (by the accounts'
 // health values), or is held, with a retrying event saying why, until the
 // window frees a slot or an account edit adds capacity (wake.go).
-func (r *accountRunner) capReached(ctx context.Context, job *shared.Job, attempts int, adm admission) error {
+func (r *accountRunner) capReached(ctx context.Context, job *contract.Job, attempts int, adm admission) error {
 	s := r.svc
-	var candidates []*shared.Account
+	var candidates []*contract.Account
 	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, job.Pool)) {
 		if a.Name != r.name && s.health.Get(a.Name).Remaining() != 0 {
 			candidates = append(candidates, a)
@@ -424,7 +426,7 @@ func (r *accountRunner) capReached(ctx context.Context, job *shared.Job, attempt
 		r.log.Debug("job moved to an account with daily capacity left", shared.KeyJobID, job.ID, "to", to.Name)
 		return s.moveJob(ctx, job, to.Name, attempts)
 	}
-	ev := r.event(job, shared.EventRetrying, attempts)
+	ev := r.event(job, contract.EventRetrying, attempts)
 	ev.Code, ev.Error = adm.code, adm.reason
 	if err := s.publish(ctx, ev); err != nil {
 		return err
@@ -434,7 +436,7 @@ func (r *accountRunner) capReached(ctx context.Context, job *shared.Job, attempt
 
 // publish stores an event; failing to do so retries the job, so every
 // outcome has its event.
-func (s *Service) publish(ctx context.Context, ev *shared.Event) error {
+func (s *Service) publish(ctx context.Context, ev *contract.Event) error {
 	if err := shared.PublishEvent(ctx, s.js, ev); err != nil {
 		return fmt.Errorf("publish %s event: %w", ev.Kind, err)
 	}
@@ -446,7 +448,7 @@ func (s *Service) publish(ctx context.Context, ev *shared.Event) error {
 // and building it for each (slog.With) cost 4% of the benchmark's CPU.
 type jobLogger struct {
 	base    *slog.Logger
-	job     *shared.Job
+	job     *contract.Job
 	attempt int
 	l       *slog.Logger
 }

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // sentIndex answers "was this job sent already?" from the task's sent
@@ -53,7 +53,7 @@ func newSentIndex(js jetstream.JetStream) *sentIndex {
 }
 
 // sent reports whether the job's recipient has a sent event.
-func (x *sentIndex) sent(ctx context.Context, job *shared.Job) (bool, error) {
+func (x *sentIndex) sent(ctx context.Context, job *contract.Job) (bool, error) {
 	t := x.task(job.TaskID)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -136,8 +136,8 @@ const readerIdle = time.Minute
 // a gap in its consumer sequence (a delivery lost in transit) drops it, and
 // the next read starts a new one where the last complete read ended.
 func (t *taskSent) catchUp(ctx context.Context, js jetstream.JetStream, taskID string) error {
-	subject := shared.SubjectEventsPrefix + taskID + "." + string(shared.EventSent)
-	stream, err := js.Stream(ctx, shared.StreamEvents)
+	subject := contract.SubjectEventsPrefix + taskID + "." + string(contract.EventSent)
+	stream, err := js.Stream(ctx, contract.StreamEvents)
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ func (t *taskSent) fetch() (got int, gap bool, err error) {
 			Index int    `json:"index"`
 		}
 		if json.Unmarshal(m.Data(), &ev) == nil {
-			if _, _, test, err := shared.ParseJobID(ev.JobID); err == nil {
+			if _, _, test, err := contract.ParseJobID(ev.JobID); err == nil {
 				t.mark(ev.Index, test)
 			}
 		}

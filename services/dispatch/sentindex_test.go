@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -16,7 +18,7 @@ import (
 func publishSentEvents(t *testing.T, js jetstream.JetStream, taskID string, indexes ...int) {
 	t.Helper()
 	for _, i := range indexes {
-		ev := &shared.Event{TaskID: taskID, JobID: shared.JobID(taskID, i, false), Kind: shared.EventSent, Index: i, Attempt: 1, At: time.Now()}
+		ev := &contract.Event{TaskID: taskID, JobID: contract.JobID(taskID, i, false), Kind: contract.EventSent, Index: i, Attempt: 1, At: time.Now()}
 		f, err := shared.PublishEventAsync(js, ev)
 		require.NoError(t, err)
 		_ = f
@@ -56,7 +58,9 @@ func TestDispatchSentIndex(t *testing.T) {
 	publishSentEvents(t, js, "other-task", 1, 3, 5)
 
 	x := newSentIndex(js)
-	job := func(i int) *shared.Job { return &shared.Job{ID: shared.JobID(task, i, false), TaskID: task, Index: i} }
+	job := func(i int) *contract.Job {
+		return &contract.Job{ID: contract.JobID(task, i, false), TaskID: task, Index: i}
+	}
 	calls0 := apiCalls(t, js)
 	for _, i := range []int{0, 1, 9998, 9999, 5000, 5001} {
 		sent, err := x.sent(ctx, job(i))
@@ -84,12 +88,12 @@ func TestDispatchSentIndex(t *testing.T) {
 
 	// The reader vanishes on the server: the next read starts a new one
 	// where the last left off.
-	events, err := js.Stream(ctx, shared.StreamEvents)
+	events, err := js.Stream(ctx, contract.StreamEvents)
 	require.NoError(t, err)
 	lister := events.ListConsumers(ctx)
 	for ci := range lister.Info() {
 		if ci.Config.Durable == "" {
-			require.NoError(t, js.DeleteConsumer(ctx, shared.StreamEvents, ci.Name))
+			require.NoError(t, js.DeleteConsumer(ctx, contract.StreamEvents, ci.Name))
 		}
 	}
 	publishSentEvents(t, js, task, 4001, 4003)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -18,7 +20,7 @@ const wakeDebounce = 200 * time.Millisecond
 // addsCapacity reports whether an account edit may let held jobs of its
 // channel go: a new account, one enabled again, a paused one edited (the
 // edit clears the pause), or a daily cap raised or removed.
-func addsCapacity(old *accountRunner, acct *shared.Account) bool {
+func addsCapacity(old *accountRunner, acct *contract.Account) bool {
 	if old == nil {
 		return true
 	}
@@ -85,14 +87,14 @@ func (s *Service) runWaker(ctx context.Context) {
 // where dispatch checks their caps and health again, and cancels their
 // schedules.
 func (s *Service) wakeHeld(ctx context.Context, account string) (int, error) {
-	return s.drain(ctx, shared.StreamJobs, shared.HeldFilter(account), func(m jetstream.Msg) error {
-		var job shared.Job
-		if err := shared.DecodeJob(m.Data(), &job); err != nil {
+	return s.drain(ctx, contract.StreamJobs, contract.HeldFilter(account), func(m jetstream.Msg) error {
+		var job contract.Job
+		if err := contract.DecodeJob(m.Data(), &job); err != nil {
 			// Not a job dispatch wrote: leave it to its schedule, where the
 			// consume loop dead-letters it like any undecodable job.
 			return errSkip
 		}
-		_, err := s.js.Publish(ctx, shared.JobSubject(job.Account, job.Priority), m.Data(),
+		_, err := s.js.Publish(ctx, contract.JobSubject(job.Account, job.Priority), m.Data(),
 			jetstream.WithMsgID(fmt.Sprintf("%s:wake:%d", job.MsgID(), seqOf(m))))
 		return err
 	})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,7 +22,7 @@ func (s *Service) serveControl(m *nats.Msg) {
 	defer shared.Recover(s.log, "control request "+m.Subject, nil) // the caller times out
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	taskID := strings.TrimPrefix(m.Subject, shared.SubjectControlPrefix)
+	taskID := strings.TrimPrefix(m.Subject, contract.SubjectControlPrefix)
 	reply := s.control1(ctx, taskID, m.Data)
 	if !reply.OK {
 		s.log.Warn("control request refused", shared.KeyTaskID, taskID, "err", reply.Error)
@@ -31,18 +33,18 @@ func (s *Service) serveControl(m *nats.Msg) {
 	}
 }
 
-func (s *Service) control1(ctx context.Context, taskID string, body []byte) shared.ControlReply {
-	fail := func(format string, args ...any) shared.ControlReply {
-		return shared.ControlReply{OK: false, Error: fmt.Sprintf(format, args...)}
+func (s *Service) control1(ctx context.Context, taskID string, body []byte) contract.ControlReply {
+	fail := func(format string, args ...any) contract.ControlReply {
+		return contract.ControlReply{OK: false, Error: fmt.Sprintf(format, args...)}
 	}
-	var req shared.ControlRequest
+	var req contract.ControlRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return fail("request: invalid JSON: %v", err)
 	}
-	if !shared.ValidID(taskID) {
+	if !contract.ValidID(taskID) {
 		return fail("task: %q is not a task id", taskID)
 	}
-	if req.Action != shared.ActionRetryDead {
+	if req.Action != contract.ActionRetryDead {
 		// Pause, resume and cancel of one task apply in the order they came;
 		// retry-dead changes no run state and may run beside them.
 		unlock := s.taskLocks.Lock(taskID)
@@ -54,60 +56,60 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) shar
 	}
 	ctl := s.controls.Get(taskID)
 	final, finalState := s.isFinal(ctx, taskID)
-	if final && req.Action != shared.ActionRetryDead {
+	if final && req.Action != contract.ActionRetryDead {
 		return fail("task %s is already %s", taskID, finalState)
 	}
-	if ctl.State == shared.StateCancelled && req.Action != shared.ActionCancel {
+	if ctl.State == contract.StateCancelled && req.Action != contract.ActionCancel {
 		return fail("task %s is cancelled", taskID)
 	}
 	log := s.log.With(shared.KeyTaskID, taskID, "action", req.Action)
-	put := func(state shared.TaskState, reason string) error {
-		return shared.PutControl(ctx, s.control, taskID, shared.Control{State: state, Reason: reason})
+	put := func(state contract.TaskState, reason string) error {
+		return shared.PutControl(ctx, s.control, taskID, contract.Control{State: state, Reason: reason})
 	}
 	switch req.Action {
-	case shared.ActionPause:
-		if ctl.State == shared.StatePaused {
-			return shared.ControlReply{OK: true, State: shared.StatePaused}
+	case contract.ActionPause:
+		if ctl.State == contract.StatePaused {
+			return contract.ControlReply{OK: true, State: contract.StatePaused}
 		}
 		if !ctl.Sends() {
 			return fail("task %s is %s; only a processing task can be paused", taskID, ctl.State)
 		}
-		if err := put(shared.StatePaused, req.Reason); err != nil {
+		if err := put(contract.StatePaused, req.Reason); err != nil {
 			return fail("%v", err)
 		}
 		log.Info("task paused", "reason", req.Reason)
-		return shared.ControlReply{OK: true, State: shared.StatePaused}
+		return contract.ControlReply{OK: true, State: contract.StatePaused}
 
-	case shared.ActionResume:
+	case contract.ActionResume:
 		switch ctl.State {
-		case "", shared.StateProcessing:
-			return shared.ControlReply{OK: true, State: shared.StateProcessing}
-		case shared.StateAwaitingApproval, shared.StateScheduled:
+		case "", contract.StateProcessing:
+			return contract.ControlReply{OK: true, State: contract.StateProcessing}
+		case contract.StateAwaitingApproval, contract.StateScheduled:
 			task, ch, err := s.original(ctx, rec)
 			if err != nil {
 				return fail("%v", err)
 			}
-			if ctl.State == shared.StateScheduled && len(task.TestRecipients) > 0 {
+			if ctl.State == contract.StateScheduled && len(task.TestRecipients) > 0 {
 				// Resuming a scheduled task starts it now, test recipients first.
 				if err := s.begin(ctx, rec, false); err != nil {
 					return fail("%v", err)
 				}
-				return shared.ControlReply{OK: true, State: shared.StateAwaitingApproval}
+				return contract.ControlReply{OK: true, State: contract.StateAwaitingApproval}
 			}
 			if err := s.release(ctx, rec, task, ch, false, false); err != nil {
 				return fail("%v", err)
 			}
 		default:
-			if err := put(shared.StateProcessing, ""); err != nil {
+			if err := put(contract.StateProcessing, ""); err != nil {
 				return fail("%v", err)
 			}
 		}
 		log.Info("task resumed")
 		go s.askUnpark(taskID)
-		return shared.ControlReply{OK: true, State: shared.StateProcessing}
+		return contract.ControlReply{OK: true, State: contract.StateProcessing}
 
-	case shared.ActionCancel:
-		if err := put(shared.StateCancelled, req.Reason); err != nil {
+	case contract.ActionCancel:
+		if err := put(contract.StateCancelled, req.Reason); err != nil {
 			return fail("%v", err)
 		}
 		if !rec.Expanded {
@@ -118,25 +120,25 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) shar
 		}
 		log.Info("task cancelled")
 		go s.askUnpark(taskID)
-		return shared.ControlReply{OK: true, State: shared.StateCancelled}
+		return contract.ControlReply{OK: true, State: contract.StateCancelled}
 
-	case shared.ActionRetryDead:
+	case contract.ActionRetryDead:
 		n, err := s.askRetryDead(ctx, rec.Task.ID)
 		if err != nil {
 			return fail("%v", err)
 		}
 		log.Info("dead letters re-queued", "count", n)
-		return shared.ControlReply{OK: true, State: shared.StateProcessing, Requeued: n}
+		return contract.ControlReply{OK: true, State: contract.StateProcessing, Requeued: n}
 	}
 	return fail("action: must be pause, resume, cancel or retry-dead, got %q", req.Action)
 }
 
-func (s *Service) isFinal(ctx context.Context, taskID string) (bool, shared.TaskState) {
+func (s *Service) isFinal(ctx context.Context, taskID string) (bool, contract.TaskState) {
 	e, err := s.progress.Get(ctx, taskID)
 	if err != nil {
 		return false, ""
 	}
-	var p shared.Progress
+	var p contract.Progress
 	if json.Unmarshal(e.Value(), &p) != nil {
 		return false, ""
 	}
@@ -145,17 +147,17 @@ func (s *Service) isFinal(ctx context.Context, taskID string) (bool, shared.Task
 
 // cancelUnreleased publishes a cancelled event for every recipient of a task
 // whose recipients were never enqueued (scheduled or awaiting approval).
-func (s *Service) cancelUnreleased(ctx context.Context, rec *shared.TaskRecord) error {
+func (s *Service) cancelUnreleased(ctx context.Context, rec *contract.TaskRecord) error {
 	return s.cancelFrom(ctx, rec, 0, "task cancelled before it started")
 }
 
 // cancelFrom publishes a cancelled event for the task's recipients from
 // index first on, none of which was handed to render.
-func (s *Service) cancelFrom(ctx context.Context, rec *shared.TaskRecord, first int, reason string) error {
+func (s *Service) cancelFrom(ctx context.Context, rec *contract.TaskRecord, first int, reason string) error {
 	futures := make([]jetstream.PubAckFuture, 0, min(max(rec.Total-first, 0), 4096))
 	for i := first; i < rec.Total; i++ {
-		f, err := shared.PublishEventAsync(s.js, &shared.Event{TaskID: rec.Task.ID, JobID: shared.JobID(rec.Task.ID, i, false),
-			Kind: shared.EventCancelled, Index: i, Code: "cancelled", Error: reason})
+		f, err := shared.PublishEventAsync(s.js, &contract.Event{TaskID: rec.Task.ID, JobID: contract.JobID(rec.Task.ID, i, false),
+			Kind: contract.EventCancelled, Index: i, Code: "cancelled", Error: reason})
 		if err != nil {
 			return err
 		}

@@ -4,25 +4,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/channels"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestBatchesCutByBytes: recipients with large variables go in smaller
 // batches that stay under the byte budget, none is lost or repeated, and
-// a recipient whose variables exceed shared.MaxVarsBytes is marked invalid
+// a recipient whose variables exceed contract.MaxVarsBytes is marked invalid
 // (render skips it with the reason) instead of making a job that cannot
 // be published.
 func TestBatchesCutByBytes(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("v", 40<<10)
-	var rs []shared.Recipient
+	var rs []contract.Recipient
 	for i := range 500 {
-		rs = append(rs, shared.Recipient{To: "r" + strings.Repeat("0", 3) + string(rune('a'+i%26)) + strings.Repeat("z", i/26), Vars: map[string]any{"blob": big}})
+		rs = append(rs, contract.Recipient{To: "r" + strings.Repeat("0", 3) + string(rune('a'+i%26)) + strings.Repeat("z", i/26), Vars: map[string]any{"blob": big}})
 	}
-	rs = append(rs, shared.Recipient{To: "huge", Vars: map[string]any{"blob": strings.Repeat("h", shared.MaxVarsBytes)}})
+	rs = append(rs, contract.Recipient{To: "huge", Vars: map[string]any{"blob": strings.Repeat("h", contract.MaxVarsBytes)}})
 	exp := expand(channels.Webhook{}, rs)
 	require.Len(t, exp.recipients, 501)
 	require.Contains(t, exp.recipients[500].Invalid, "vars: more than")

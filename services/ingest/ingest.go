@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
@@ -17,15 +19,12 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// ConsumerName is the durable consumer ingest reads TASKS with.
-const ConsumerName = "ingest"
-
 // consumerConfig is declared next to the handler it feeds.
 func consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
+		Durable:       contract.ConsumerIngest,
 		Description:   "ingest: validates, dedups and expands tasks",
-		FilterSubject: shared.SubjectTasks,
+		FilterSubject: contract.SubjectTasks,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       60 * time.Second,
 		MaxDeliver:    -1,
@@ -80,16 +79,16 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	var err error
 	s.batchBytes = int(min(s.js.Conn().MaxPayload()/2, maxBatchBytes))
-	if s.tasks, err = s.js.KeyValue(ctx, shared.BucketTasks); err != nil {
+	if s.tasks, err = s.js.KeyValue(ctx, contract.BucketTasks); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	if s.objects, err = s.js.ObjectStore(ctx, shared.BucketRecipients); err != nil {
+	if s.objects, err = s.js.ObjectStore(ctx, contract.BucketRecipients); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	if s.control, err = s.js.KeyValue(ctx, shared.BucketControl); err != nil {
+	if s.control, err = s.js.KeyValue(ctx, contract.BucketControl); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	if s.progress, err = s.js.KeyValue(ctx, shared.BucketProgress); err != nil {
+	if s.progress, err = s.js.KeyValue(ctx, contract.BucketProgress); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
@@ -98,18 +97,18 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamTasks, consumerConfig())
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamTasks, consumerConfig())
 	if err != nil {
 		return fmt.Errorf("ingest: consumer: %w", err)
 	}
-	starts, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamTasks, startConsumerConfig())
+	starts, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamTasks, startConsumerConfig())
 	if err != nil {
 		return fmt.Errorf("ingest: start consumer: %w", err)
 	}
 	// Control requests are served concurrently: a retry-dead that waits for
 	// dispatch must not hold up a pause behind it.
 	served := shared.NewConcurrentHandler(controlConcurrency)
-	sub, err := s.js.Conn().QueueSubscribe(shared.SubjectControlPrefix+"*", "ingest", served.Wrap(s.serveControl))
+	sub, err := s.js.Conn().QueueSubscribe(contract.SubjectControlPrefix+"*", "ingest", served.Wrap(s.serveControl))
 	if err != nil {
 		return fmt.Errorf("ingest: control subscription: %w", err)
 	}
@@ -139,7 +138,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	seq := meta.Sequence.Stream
 	headerID := msg.Headers().Get(jetstream.MsgIDHeader)
 
-	task, err := shared.DecodeTask(msg.Data())
+	task, err := contract.DecodeTask(msg.Data())
 	if err != nil {
 		return s.reject(ctx, salvageID(msg.Data(), headerID), err, seq)
 	}
@@ -165,7 +164,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	var idx *listIndex
 	if task.RecipientsObject != "" {
 		if idx, err = s.indexList(ctx, ch, task.RecipientsObject, ""); err != nil {
-			var fe *shared.FieldError
+			var fe *contract.FieldError
 			if errors.As(err, &fe) {
 				return s.reject(ctx, task.ID, err, seq)
 			}
@@ -180,7 +179,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		total = idx.total
 	}
 	recipients := task.Recipients
-	record := shared.TaskRecord{Task: *task, Seq: seq, Total: total, Duplicates: exp.duplicates, AcceptedAt: time.Now().UTC()}
+	record := contract.TaskRecord{Task: *task, Seq: seq, Total: total, Duplicates: exp.duplicates, AcceptedAt: time.Now().UTC()}
 	if idx != nil {
 		record.ListDigest = idx.digest
 	}
@@ -204,32 +203,32 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	// What happens now depends on the task: a future send_at schedules its
 	// start, test recipients go first and wait for approval, anything else
 	// starts at once.
-	state := shared.StateProcessing
+	state := contract.StateProcessing
 	sendAt := task.SendTime()
 	switch {
 	case sendAt.After(time.Now().Add(time.Second)):
-		state = shared.StateScheduled
+		state = contract.StateScheduled
 	case len(task.TestRecipients) > 0:
-		state = shared.StateAwaitingApproval
+		state = contract.StateAwaitingApproval
 	}
-	if state != shared.StateProcessing {
-		if err := shared.PutControl(ctx, s.control, task.ID, shared.Control{State: state}); err != nil {
+	if state != contract.StateProcessing {
+		if err := shared.PutControl(ctx, s.control, task.ID, contract.Control{State: state}); err != nil {
 			return err
 		}
 	}
-	if err := shared.PublishEvent(ctx, s.js, &shared.Event{
-		TaskID: task.ID, Kind: shared.EventAccepted, Index: -1, State: state,
+	if err := shared.PublishEvent(ctx, s.js, &contract.Event{
+		TaskID: task.ID, Kind: contract.EventAccepted, Index: -1, State: state,
 		Total: record.Total, Duplicates: record.Duplicates, At: record.AcceptedAt,
 	}); err != nil {
 		return fmt.Errorf("publish accepted: %w", err)
 	}
 	switch state {
-	case shared.StateScheduled:
+	case contract.StateScheduled:
 		if err := s.scheduleStart(ctx, task.ID, sendAt); err != nil {
 			return err
 		}
 		log.Info("task scheduled", "send_at", sendAt)
-	case shared.StateAwaitingApproval:
+	case contract.StateAwaitingApproval:
 		if err := s.publishTestBatches(ctx, task, ch, stored != nil); err != nil {
 			return err
 		}
@@ -259,7 +258,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 // belongs to another submission. A redelivery of the claiming submission
 // (same stream sequence) is fresh and returns the stored record, so a crash
 // mid-expansion resumes from its checkpoint.
-func (s *Service) claim(ctx context.Context, r *shared.TaskRecord) (fresh bool, stored *shared.TaskRecord, err error) {
+func (s *Service) claim(ctx context.Context, r *contract.TaskRecord) (fresh bool, stored *contract.TaskRecord, err error) {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return false, nil, shared.Permanent(err)
@@ -275,14 +274,14 @@ func (s *Service) claim(ctx context.Context, r *shared.TaskRecord) (fresh bool, 
 	if err != nil {
 		return false, nil, fmt.Errorf("read task record: %w", err)
 	}
-	var prev shared.TaskRecord
+	var prev contract.TaskRecord
 	if json.Unmarshal(entry.Value(), &prev) != nil || prev.Seq != r.Seq {
 		return false, nil, nil
 	}
 	return true, &prev, nil
 }
 
-func (s *Service) putRecord(ctx context.Context, r *shared.TaskRecord) error {
+func (s *Service) putRecord(ctx context.Context, r *contract.TaskRecord) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -297,7 +296,7 @@ func (s *Service) putRecord(ctx context.Context, r *shared.TaskRecord) error {
 // publishBatches publishes render batches; resumed says they may have been
 // published before (a crash, a redelivery), so render marks their jobs for
 // the ledger check.
-func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch, resumed bool) error {
+func (s *Service) publishBatches(ctx context.Context, bs []contract.RenderBatch, resumed bool) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(bs))
 	for _, b := range bs {
 		b.Resumed = b.Resumed || resumed
@@ -309,7 +308,7 @@ func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch, r
 		if b.Test {
 			id = fmt.Sprintf("%s.rbt.%d", b.TaskID, b.First)
 		}
-		f, err := s.js.PublishAsync(shared.RenderSubject(b.TaskID), data, jetstream.WithMsgID(id))
+		f, err := s.js.PublishAsync(contract.RenderSubject(b.TaskID), data, jetstream.WithMsgID(id))
 		if err != nil {
 			return fmt.Errorf("publish render batch: %w", err)
 		}
@@ -331,7 +330,7 @@ func (s *Service) publishBatches(ctx context.Context, bs []shared.RenderBatch, r
 // reject records an invalid submission as rejected: nothing is dropped
 // silently. Status turns the event into progress with the error.
 func (s *Service) reject(ctx context.Context, id string, cause error, seq uint64) error {
-	if !shared.ValidID(id) {
+	if !contract.ValidID(id) {
 		id = ulid.Make().String()
 	}
 	// An id that belongs to an accepted task keeps its progress: the bad
@@ -347,9 +346,9 @@ func (s *Service) reject(ctx context.Context, id string, cause error, seq uint64
 	s.Stats.Rejected.Add(1)
 	s.cfg.metrics.Task(metrics.TaskRejected)
 	s.log.Warn("task rejected", shared.KeyTaskID, id, shared.KeySeq, seq, "err", cause)
-	err := shared.PublishEvent(ctx, s.js, &shared.Event{
-		TaskID: id, Kind: shared.EventRejected, Index: -1, Error: cause.Error(),
-		State: shared.StateRejected, Code: fmt.Sprintf("tasks_seq=%d", seq),
+	err := shared.PublishEvent(ctx, s.js, &contract.Event{
+		TaskID: id, Kind: contract.EventRejected, Index: -1, Error: cause.Error(),
+		State: contract.StateRejected, Code: fmt.Sprintf("tasks_seq=%d", seq),
 	})
 	if err != nil {
 		return fmt.Errorf("publish rejected: %w", err)
@@ -364,7 +363,7 @@ func salvageID(data []byte, headerID string) string {
 		ID any `json:"id"`
 	}
 	if json.Unmarshal(data, &probe) == nil {
-		if id, ok := probe.ID.(string); ok && shared.ValidID(id) {
+		if id, ok := probe.ID.(string); ok && contract.ValidID(id) {
 			return id
 		}
 	}

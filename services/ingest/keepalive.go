@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/shared"
@@ -62,11 +64,11 @@ func (s *Service) refreshLive(ctx context.Context, ttl, every time.Duration) (in
 			continue // finished tasks age out as intended
 		}
 		ctl := s.controls.Get(id)
-		if ctl.State == shared.StateCancelled {
+		if ctl.State == contract.StateCancelled {
 			continue
 		}
-		var rec shared.TaskRecord
-		if json.Unmarshal(e.Value(), &rec) == nil && ctl.State == shared.StateAwaitingApproval &&
+		var rec contract.TaskRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && ctl.State == contract.StateAwaitingApproval &&
 			time.Since(rec.AcceptedAt) > approvalWindow(ttl) {
 			if err := s.expireApproval(ctx, &rec, ttl); err != nil {
 				return n, err
@@ -93,10 +95,10 @@ func (s *Service) refreshLive(ctx context.Context, ttl, every time.Duration) (in
 func approvalWindow(ttl time.Duration) time.Duration { return ttl / 6 * 5 }
 
 // expireApproval cancels a task whose approval did not come in time.
-func (s *Service) expireApproval(ctx context.Context, rec *shared.TaskRecord, ttl time.Duration) error {
+func (s *Service) expireApproval(ctx context.Context, rec *contract.TaskRecord, ttl time.Duration) error {
 	reason := fmt.Sprintf("not approved within %s of its submission, which is kept %s", roughly(approvalWindow(ttl)), roughly(ttl))
 	s.log.Warn("task cancelled: approval did not come in time", shared.KeyTaskID, rec.Task.ID, "reason", reason)
-	if err := shared.PutControl(ctx, s.control, rec.Task.ID, shared.Control{State: shared.StateCancelled, Reason: reason}); err != nil {
+	if err := shared.PutControl(ctx, s.control, rec.Task.ID, contract.Control{State: contract.StateCancelled, Reason: reason}); err != nil {
 		return err
 	}
 	return s.cancelUnreleased(ctx, rec)

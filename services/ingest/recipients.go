@@ -9,7 +9,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // maxLineBytes bounds one JSONL line (a recipient with its variables).
@@ -39,7 +39,7 @@ func formatOf(name string, first byte) listFormat {
 // line is unusable (it still counts, and is skipped with that reason).
 type listEntry struct {
 	Line      int
-	Recipient shared.Recipient
+	Recipient contract.Recipient
 	Invalid   string
 }
 

@@ -7,19 +7,21 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/broadcastd/broadcast/shared"
 )
 
 // Re-queueing parked jobs (on resume and cancel) and dead letters
 // (retry-dead) is done by dispatch, which is allowed to publish jobs; ingest
 // is not (least privilege, nats.conf). Ingest asks on
-// broadcast.requeue.<task> (shared/requeue.go) and dispatch's sweeper
+// broadcast.requeue.<task> (contract/requeue.go) and dispatch's sweeper
 // catches anything a lost request leaves parked.
 
 // askRetryDead asks dispatch to re-queue the task's dead letters and returns
 // how many it re-queued.
 func (s *Service) askRetryDead(ctx context.Context, taskID string) (int, error) {
-	reply, err := s.askRequeue(ctx, taskID, shared.RequeueDead)
+	reply, err := s.askRequeue(ctx, taskID, contract.RequeueDead)
 	if err != nil {
 		return 0, err
 	}
@@ -32,18 +34,18 @@ func (s *Service) askUnpark(taskID string) {
 	defer shared.Recover(s.log, "asking dispatch to unpark "+taskID, nil) // its sweeper does it
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.askRequeue(ctx, taskID, shared.RequeueParked); err != nil {
+	if _, err := s.askRequeue(ctx, taskID, contract.RequeueParked); err != nil {
 		s.log.Warn("could not ask dispatch to re-queue parked jobs; its sweeper will", shared.KeyTaskID, taskID, "err", err)
 	}
 }
 
-func (s *Service) askRequeue(ctx context.Context, taskID, action string) (*shared.RequeueReply, error) {
-	data, _ := json.Marshal(shared.RequeueRequest{Action: action})
-	msg, err := s.js.Conn().RequestWithContext(ctx, shared.RequeueSubject(taskID), data)
+func (s *Service) askRequeue(ctx context.Context, taskID, action string) (*contract.RequeueReply, error) {
+	data, _ := json.Marshal(contract.RequeueRequest{Action: action})
+	msg, err := s.js.Conn().RequestWithContext(ctx, contract.RequeueSubject(taskID), data)
 	if err != nil {
 		return nil, fmt.Errorf("ask dispatch to %s: %w", action, err)
 	}
-	var reply shared.RequeueReply
+	var reply contract.RequeueReply
 	if err := json.Unmarshal(msg.Data, &reply); err != nil {
 		return nil, fmt.Errorf("ask dispatch to %s: bad reply: %w", action, err)
 	}

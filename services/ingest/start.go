@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -16,9 +18,9 @@ import (
 // startConsumerConfig reads the scheduled starts of tasks with send_at.
 func startConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       "ingest-start",
+		Durable:       contract.ConsumerIngestStart,
 		Description:   "ingest: starts scheduled tasks when send_at comes",
-		FilterSubject: shared.SubjectStartPrefix + "*",
+		FilterSubject: contract.SubjectStartPrefix + "*",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       60 * time.Second,
 		MaxDeliver:    -1,
@@ -33,9 +35,9 @@ const startLead = time.Second
 // sendAt onto broadcast.start.<task>: until then the task holds nothing per
 // recipient, and the schedule survives restarts of every service.
 func (s *Service) scheduleStart(ctx context.Context, taskID string, sendAt time.Time) error {
-	_, err := s.js.Publish(ctx, shared.SubjectStartPrefix+taskID+".at", []byte(taskID),
+	_, err := s.js.Publish(ctx, contract.SubjectStartPrefix+taskID+".at", []byte(taskID),
 		jetstream.WithScheduleAt(sendAt.Add(-startLead)),
-		jetstream.WithScheduleTarget(shared.SubjectStartPrefix+taskID))
+		jetstream.WithScheduleTarget(contract.SubjectStartPrefix+taskID))
 	if err != nil {
 		return fmt.Errorf("schedule start: %w", err)
 	}
@@ -50,7 +52,7 @@ func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	ctl := s.controls.Get(taskID)
-	if ctl.State == shared.StateProcessing && rec.Released && !rec.Expanded {
+	if ctl.State == contract.StateProcessing && rec.Released && !rec.Expanded {
 		// A release cut short (ingest stopped after marking the task
 		// processing, before every batch was published): finish it.
 		task, ch, err := s.original(ctx, rec)
@@ -59,7 +61,7 @@ func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
 		}
 		return s.release(ctx, rec, task, ch, true, true)
 	}
-	if ctl.State != shared.StateScheduled {
+	if ctl.State != contract.StateScheduled {
 		// Started early by a resume, or cancelled: nothing to do.
 		s.log.Info("scheduled start ignored", shared.KeyTaskID, taskID, "state", ctl.State)
 		return nil
@@ -80,13 +82,13 @@ func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
 
 // begin moves a scheduled task on: to its test recipients and approval, or
 // straight to sending.
-func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord, redelivered bool) error {
+func (s *Service) begin(ctx context.Context, rec *contract.TaskRecord, redelivered bool) error {
 	task, ch, err := s.original(ctx, rec)
 	if err != nil {
 		return err
 	}
 	if len(task.TestRecipients) > 0 {
-		if ok, err := s.advance(ctx, task.ID, shared.StateAwaitingApproval); !ok {
+		if ok, err := s.advance(ctx, task.ID, contract.StateAwaitingApproval); !ok {
 			return err
 		}
 		return s.publishTestBatches(ctx, task, ch, redelivered)
@@ -102,7 +104,7 @@ func (s *Service) begin(ctx context.Context, rec *shared.TaskRecord, redelivered
 // late. A release cut short after that is finished by the start message's
 // redelivery (handleStart). An approval (a resume request, nothing to
 // redeliver) marks the task running last, so asking again finishes it.
-func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *shared.Task, ch channels.Channel, redelivered, runFirst bool) error {
+func (s *Service) release(ctx context.Context, rec *contract.TaskRecord, task *contract.Task, ch channels.Channel, redelivered, runFirst bool) error {
 	resumed := redelivered || rec.Released
 	if !rec.Released {
 		rec.Released = true
@@ -111,7 +113,7 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 		}
 	}
 	if runFirst {
-		if ok, err := s.advance(ctx, task.ID, shared.StateProcessing); !ok {
+		if ok, err := s.advance(ctx, task.ID, contract.StateProcessing); !ok {
 			return err
 		}
 	}
@@ -133,7 +135,7 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 		}
 	}
 	if !runFirst {
-		if _, err := s.advance(ctx, task.ID, shared.StateProcessing); err != nil {
+		if _, err := s.advance(ctx, task.ID, contract.StateProcessing); err != nil {
 			return err
 		}
 	}
@@ -151,16 +153,16 @@ func (s *Service) release(ctx context.Context, rec *shared.TaskRecord, task *sha
 // scheduled start waits for send_at, or while an approval publishes the
 // recipients, is never overwritten (a cancelled scheduled task was sent
 // anyway: the scenario tester, seed 15). It reports whether the task moved.
-func (s *Service) advance(ctx context.Context, taskID string, state shared.TaskState) (bool, error) {
+func (s *Service) advance(ctx context.Context, taskID string, state contract.TaskState) (bool, error) {
 	for {
 		e, err := s.control.Get(ctx, taskID)
 		var rev uint64
 		if err == nil {
-			var cur shared.Control
+			var cur contract.Control
 			if err := json.Unmarshal(e.Value(), &cur); err != nil {
 				return false, fmt.Errorf("control state of %s: %w", taskID, err)
 			}
-			if cur.State == shared.StateCancelled || cur.State == shared.StatePaused {
+			if cur.State == contract.StateCancelled || cur.State == contract.StatePaused {
 				s.log.Info("task not started: an operator changed it", shared.KeyTaskID, taskID, "state", cur.State)
 				return false, nil
 			}
@@ -168,7 +170,7 @@ func (s *Service) advance(ctx context.Context, taskID string, state shared.TaskS
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return false, fmt.Errorf("control state of %s: %w", taskID, err)
 		}
-		data, err := json.Marshal(shared.Control{State: state, At: time.Now().UTC()})
+		data, err := json.Marshal(contract.Control{State: state, At: time.Now().UTC()})
 		if err != nil {
 			return false, err
 		}
@@ -189,13 +191,13 @@ func (s *Service) advance(ctx context.Context, taskID string, state shared.TaskS
 }
 
 // publishTestBatches sends the test recipients ahead of the task.
-func (s *Service) publishTestBatches(ctx context.Context, task *shared.Task, ch channels.Channel, resumed bool) error {
+func (s *Service) publishTestBatches(ctx context.Context, task *contract.Task, ch channels.Channel, resumed bool) error {
 	exp := expand(ch, task.TestRecipients)
 	return s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, s.batchBytes, true), resumed)
 }
 
 // record reads a task's record.
-func (s *Service) record(ctx context.Context, taskID string) (*shared.TaskRecord, error) {
+func (s *Service) record(ctx context.Context, taskID string) (*contract.TaskRecord, error) {
 	e, err := s.tasks.Get(ctx, taskID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, shared.Permanent(fmt.Errorf("no task %q", taskID))
@@ -203,7 +205,7 @@ func (s *Service) record(ctx context.Context, taskID string) (*shared.TaskRecord
 	if err != nil {
 		return nil, err
 	}
-	var rec shared.TaskRecord
+	var rec contract.TaskRecord
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, shared.Permanent(fmt.Errorf("task record %s: %w", taskID, err))
 	}
@@ -212,8 +214,8 @@ func (s *Service) record(ctx context.Context, taskID string) (*shared.TaskRecord
 
 // original re-reads the task as submitted (the record keeps no inline
 // recipients) from the TASKS stream.
-func (s *Service) original(ctx context.Context, rec *shared.TaskRecord) (*shared.Task, channels.Channel, error) {
-	stream, err := s.js.Stream(ctx, shared.StreamTasks)
+func (s *Service) original(ctx context.Context, rec *contract.TaskRecord) (*contract.Task, channels.Channel, error) {
+	stream, err := s.js.Stream(ctx, contract.StreamTasks)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -221,7 +223,7 @@ func (s *Service) original(ctx context.Context, rec *shared.TaskRecord) (*shared
 	if err != nil {
 		return nil, nil, fmt.Errorf("task %s submission (TASKS seq %d): %w", rec.Task.ID, rec.Seq, err)
 	}
-	task, err := shared.DecodeTask(raw.Data)
+	task, err := contract.DecodeTask(raw.Data)
 	if err != nil {
 		return nil, nil, shared.Permanent(err)
 	}
@@ -244,10 +246,10 @@ func isListChanged(err error) bool {
 // it was accepted: the recipients not yet handed to render are cancelled
 // with the reason (those already published are cancelled by dispatch,
 // which follows the run state), and the reason is the task's.
-func (s *Service) cancelForList(ctx context.Context, rec *shared.TaskRecord, cause error) error {
+func (s *Service) cancelForList(ctx context.Context, rec *contract.TaskRecord, cause error) error {
 	reason := cause.Error()
 	s.log.Error("task cancelled: its recipient list changed", shared.KeyTaskID, rec.Task.ID, "err", cause)
-	if err := shared.PutControl(ctx, s.control, rec.Task.ID, shared.Control{State: shared.StateCancelled, Reason: reason}); err != nil {
+	if err := shared.PutControl(ctx, s.control, rec.Task.ID, contract.Control{State: contract.StateCancelled, Reason: reason}); err != nil {
 		return err
 	}
 	if err := s.cancelFrom(ctx, rec, rec.Checkpoint, reason); err != nil {

@@ -9,10 +9,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // Recipient lists in the object store are expanded in two streaming passes,
@@ -74,11 +75,11 @@ func (idx *listIndex) seal() {
 
 // normalized returns the entry as a render batch recipient and its dedup key
 // ("" for unusable lines, which are never duplicates of anything).
-func normalized(ch channels.Channel, e listEntry) (shared.BatchRecipient, string) {
+func normalized(ch channels.Channel, e listEntry) (contract.BatchRecipient, string) {
 	if e.Invalid != "" {
-		return shared.BatchRecipient{To: e.Recipient.To, Invalid: e.Invalid}, ""
+		return contract.BatchRecipient{To: e.Recipient.To, Invalid: e.Invalid}, ""
 	}
-	br := shared.BatchRecipient{To: e.Recipient.To, Vars: e.Recipient.Vars}
+	br := contract.BatchRecipient{To: e.Recipient.To, Vars: e.Recipient.Vars}
 	if err := e.Recipient.Validate(); err != nil {
 		br.Invalid = fmt.Sprintf("line %d: %v", e.Line, err)
 		return br, e.Recipient.To
@@ -89,7 +90,7 @@ func normalized(ch channels.Channel, e listEntry) (shared.BatchRecipient, string
 		return br, e.Recipient.To
 	}
 	br.To = to
-	if why := shared.CheckVars(br.Vars); why != "" {
+	if why := contract.CheckVars(br.Vars); why != "" {
 		br.Invalid, br.Vars = fmt.Sprintf("line %d: %s", e.Line, why), nil
 	}
 	return br, to
@@ -128,7 +129,7 @@ func (s *Service) openList(ctx context.Context, name, pin string, fn func(listEn
 }
 
 // indexList is the first pass. A missing object or a malformed list is a
-// *shared.FieldError on recipients_object.
+// *contract.FieldError on recipients_object.
 func (s *Service) indexList(ctx context.Context, ch channels.Channel, name, pin string) (*listIndex, error) {
 	idx := &listIndex{}
 	var err error
@@ -145,9 +146,9 @@ func (s *Service) indexList(ctx context.Context, ch channels.Channel, name, pin 
 	case errors.As(err, &lc):
 		return nil, err
 	case errors.Is(err, jetstream.ErrObjectNotFound):
-		return nil, &shared.FieldError{Field: "recipients_object", Reason: fmt.Sprintf("no object %q in %s", name, shared.BucketRecipients)}
+		return nil, &contract.FieldError{Field: "recipients_object", Reason: fmt.Sprintf("no object %q in %s", name, contract.BucketRecipients)}
 	case errors.As(err, &le):
-		return nil, &shared.FieldError{Field: "recipients_object", Reason: fmt.Sprintf("%s: %s", name, le.reason)}
+		return nil, &contract.FieldError{Field: "recipients_object", Reason: fmt.Sprintf("%s: %s", name, le.reason)}
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
@@ -165,7 +166,7 @@ const checkpointEvery = 64
 // publishList is the second pass: it publishes the distinct recipients from
 // rec.Checkpoint on, in batches aligned with a fresh run's, so a resumed
 // expansion publishes nothing twice.
-func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *shared.TaskRecord, idx *listIndex, resumed bool) error {
+func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *contract.TaskRecord, idx *listIndex, resumed bool) error {
 	name := rec.Task.RecipientsObject
 	// After a crash only the batches of the flush it interrupted, at most
 	// checkpointEvery past the checkpoint, can have been published: only
@@ -176,9 +177,9 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 	}
 	var (
 		index   int
-		batch   []shared.BatchRecipient
+		batch   []contract.BatchRecipient
 		bytes   int
-		pending []shared.RenderBatch
+		pending []contract.RenderBatch
 	)
 	flush := func() error {
 		if len(pending) == 0 {
@@ -205,14 +206,14 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 			// Cut by size too: the batch must fit the server's max_payload.
 			// The cut depends only on the list, so a resumed run cuts alike.
 			first := index - 1 - len(batch)
-			pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
+			pending = append(pending, contract.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
 			batch, bytes = nil, 0
 		}
 		batch = append(batch, br)
 		bytes += br.BatchBytes()
 		if len(batch) == s.cfg.BatchSize {
 			first := index - len(batch)
-			pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
+			pending = append(pending, contract.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
 			batch, bytes = nil, 0
 			if len(pending) == checkpointEvery {
 				return flush()
@@ -229,7 +230,7 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *sha
 	}
 	if len(batch) > 0 {
 		first := index - len(batch)
-		pending = append(pending, shared.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
+		pending = append(pending, contract.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
 	}
 	if err := flush(); err != nil {
 		return err

@@ -14,7 +14,7 @@
 //   - broadcast.events.<task>.skipped for recipients that cannot be sent: an
 //     invalid address, a template variable the recipient lacks or has as
 //     null (templates run with missingkey=error, and an output that would
-//     read "<no value>" is refused: shared.ErrNoValue), a body over the channel's
+//     read "<no value>" is refused: contract.ErrNoValue), a body over the channel's
 //     limits, a job too large for the server's max_payload (code too_large);
 //   - for a batch it gives up on (its task has no usable record, it does
 //     not decode): a skipped event (code render_failed) for each of its
@@ -27,8 +27,8 @@
 //
 // Templates of only text and {{.name}} fields whose values are strings
 // (most) are filled directly; anything else runs text/template with its
-// execution budget (shared.Template). Jobs are encoded with go-json
-// (shared.EncodeJob, the same bytes as encoding/json).
+// execution budget (contract.Template). Jobs are encoded with go-json
+// (contract.EncodeJob, the same bytes as encoding/json).
 //
 // Where to edit what: render.go (consumer and per-recipient steps),
 // giveup.go (batches given up on), spec.go (the cached task spec), config.go (settings). Account choice is

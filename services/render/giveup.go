@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,8 +25,8 @@ const maxRawInDead = 8 << 10
 // re-send) for a person to inspect. The consume loop terminates the
 // message once both are stored.
 func (s *Service) giveUp(ctx context.Context, msg jetstream.Msg, cause error) error {
-	taskID := shared.TaskFromSubject(msg.Subject())
-	var b shared.RenderBatch
+	taskID := contract.TaskFromSubject(msg.Subject())
+	var b contract.RenderBatch
 	decoded := json.Unmarshal(msg.Data(), &b) == nil && b.TaskID != ""
 	if decoded {
 		taskID = b.TaskID
@@ -36,9 +38,9 @@ func (s *Service) giveUp(ctx context.Context, msg jetstream.Msg, cause error) er
 	if decoded {
 		futures := make([]*shared.Publication, 0, len(b.Recipients))
 		for i, r := range b.Recipients {
-			f, err := s.pub.PublishEvent(ctx, &shared.Event{
-				TaskID: b.TaskID, JobID: shared.JobID(b.TaskID, b.First+i, b.Test), To: r.To, Kind: shared.EventSkipped,
-				Index: b.First + i, Code: "render_failed", Error: reason, Class: shared.ClassPermanent,
+			f, err := s.pub.PublishEvent(ctx, &contract.Event{
+				TaskID: b.TaskID, JobID: contract.JobID(b.TaskID, b.First+i, b.Test), To: r.To, Kind: contract.EventSkipped,
+				Index: b.First + i, Code: "render_failed", Error: reason, Class: contract.ClassPermanent,
 			})
 			if err != nil {
 				return err
@@ -58,14 +60,14 @@ func (s *Service) giveUp(ctx context.Context, msg jetstream.Msg, cause error) er
 			raw = raw[:len(raw)-1]
 		}
 	}
-	dl := shared.DeadLetter{Job: shared.Job{TaskID: taskID}, Class: shared.ClassPermanent, Code: "render_failed",
+	dl := contract.DeadLetter{Job: contract.Job{TaskID: taskID}, Class: contract.ClassPermanent, Code: "render_failed",
 		Error: fmt.Sprintf("%s; batch of %d recipients from index %d; raw batch: %s", reason, len(b.Recipients), b.First, raw),
 		At:    time.Now().UTC()}
 	data, err := json.Marshal(dl)
 	if err != nil {
 		return err
 	}
-	out := nats.NewMsg(shared.DeadSubject(taskID))
+	out := nats.NewMsg(contract.DeadSubject(taskID))
 	out.Data = data
 	if meta, err := msg.Metadata(); err == nil {
 		out.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("render:%d", meta.Sequence.Stream))

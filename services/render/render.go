@@ -9,20 +9,19 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// ConsumerName is the durable consumer render reads RENDER with.
-const ConsumerName = "render"
-
 func consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
+		Durable:       contract.ConsumerRender,
 		Description:   "render: fills templates and enqueues jobs",
-		FilterSubject: shared.SubjectRenderPrefix + ">",
+		FilterSubject: contract.SubjectRenderPrefix + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       60 * time.Second,
 		MaxDeliver:    -1,
@@ -54,7 +53,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 // Run consumes render batches until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	if s.tasks, err = s.js.KeyValue(ctx, shared.BucketTasks); err != nil {
+	if s.tasks, err = s.js.KeyValue(ctx, contract.BucketTasks); err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
@@ -63,7 +62,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamRender, consumerConfig())
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamRender, consumerConfig())
 	if err != nil {
 		return fmt.Errorf("render: consumer: %w", err)
 	}
@@ -84,7 +83,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
-	var b shared.RenderBatch
+	var b contract.RenderBatch
 	if err := json.Unmarshal(msg.Data(), &b); err != nil {
 		return shared.Permanent(fmt.Errorf("render batch: %w", err))
 	}
@@ -119,11 +118,11 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	rendered, skipped := 0, map[string]int{}
 	for i, r := range b.Recipients {
 		index := b.First + i
-		jobID := shared.JobID(t.ID, index, b.Test)
+		jobID := contract.JobID(t.ID, index, b.Test)
 		skip := func(code, reason string) error {
-			f, err := s.pub.PublishEvent(ctx, &shared.Event{
-				TaskID: t.ID, JobID: jobID, To: r.To, Kind: shared.EventSkipped,
-				Index: index, Code: code, Error: reason, Class: shared.ClassPermanent,
+			f, err := s.pub.PublishEvent(ctx, &contract.Event{
+				TaskID: t.ID, JobID: jobID, To: r.To, Kind: contract.EventSkipped,
+				Index: index, Code: code, Error: reason, Class: contract.ClassPermanent,
 			})
 			if err == nil {
 				futures = append(futures, f)
@@ -147,7 +146,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		} else if err := sp.channel.CheckBody(body); err != nil {
 			perr = skip("body", "body: "+err.Error())
 		} else {
-			job := shared.Job{
+			job := contract.Job{
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
@@ -177,7 +176,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 
 // renderBody fills the task's template for r, with the variables
 // HTML-escaped when the body goes out as HTML.
-func renderBody(tmpl *shared.Template, t *shared.Task, r shared.BatchRecipient, html bool) (string, error) {
+func renderBody(tmpl *contract.Template, t *contract.Task, r contract.BatchRecipient, html bool) (string, error) {
 	if html {
 		return tmpl.RenderEscaped(t.Defaults, r.Vars, r.To, htmlpkg.EscapeString)
 	}
@@ -199,15 +198,15 @@ var errJobTooLarge = errors.New("job too large")
 // jobHeaderBytes covers a job's subject and Nats-Msg-Id header.
 const jobHeaderBytes = 512
 
-func (s *Service) publishJob(ctx context.Context, job *shared.Job, futures *[]*shared.Publication) error {
-	data, err := shared.EncodeJob(job)
+func (s *Service) publishJob(ctx context.Context, job *contract.Job, futures *[]*shared.Publication) error {
+	data, err := contract.EncodeJob(job)
 	if err != nil {
 		return err
 	}
 	if max := s.js.Conn().MaxPayload(); int64(len(data))+jobHeaderBytes > max {
 		return fmt.Errorf("%w: the job is %d bytes, the server takes at most %d", errJobTooLarge, len(data), max)
 	}
-	f, err := s.pub.Publish(ctx, shared.JobSubject(job.Account, job.Priority), data, job.MsgID())
+	f, err := s.pub.Publish(ctx, contract.JobSubject(job.Account, job.Priority), data, job.MsgID())
 	if err != nil {
 		return err
 	}

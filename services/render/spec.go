@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -14,8 +16,8 @@ import (
 
 // spec is what render needs of a task, parsed once per task.
 type spec struct {
-	task    shared.Task
-	tmpl    *shared.Template
+	task    contract.Task
+	tmpl    *contract.Template
 	channel channels.Channel
 }
 
@@ -37,15 +39,15 @@ func (s *Service) spec(ctx context.Context, taskID string) (*spec, error) {
 	entry, err := s.tasks.Get(ctx, taskID)
 	if err != nil {
 		if err == jetstream.ErrKeyNotFound {
-			return nil, shared.Permanent(fmt.Errorf("task %s has no record in %s", taskID, shared.BucketTasks))
+			return nil, shared.Permanent(fmt.Errorf("task %s has no record in %s", taskID, contract.BucketTasks))
 		}
 		return nil, err
 	}
-	var rec shared.TaskRecord
+	var rec contract.TaskRecord
 	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 		return nil, shared.Permanent(fmt.Errorf("task record %s: %w", taskID, err))
 	}
-	tmpl, err := shared.ParseTemplate(rec.Task.Template)
+	tmpl, err := contract.ParseTemplate(rec.Task.Template)
 	if err != nil {
 		return nil, shared.Permanent(fmt.Errorf("template: %w", err))
 	}

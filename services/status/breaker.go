@@ -3,7 +3,7 @@ package status
 import (
 	"fmt"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // breakerWindow remembers a task's last attempt outcomes for the circuit
@@ -24,16 +24,16 @@ type breakerWindow struct {
 // A call-level failure of a batch call counts once (CallShared marks the
 // repeats): one 429 for a call of 2,000 recipients is one bad answer, not
 // a window full of them.
-func (b *breakerWindow) record(ev *shared.Event) {
+func (b *breakerWindow) record(ev *contract.Event) {
 	if b.ring == nil || ev.CallShared {
 		return
 	}
 	var failed bool
 	switch ev.Kind {
-	case shared.EventSent:
-	case shared.EventFailed:
+	case contract.EventSent:
+	case contract.EventFailed:
 		failed = true
-	case shared.EventRetrying:
+	case contract.EventRetrying:
 		if ev.Requeued || ev.Code == "daily_cap" || ev.Code == "no_healthy_account" {
 			return
 		}

@@ -3,9 +3,9 @@ package status
 import (
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
 // TestBreakerCountsABatchCallOnce checks that a failure a whole batch call
@@ -13,9 +13,9 @@ import (
 // of single sends count each.
 func TestBreakerCountsABatchCallOnce(t *testing.T) {
 	t.Parallel()
-	sent := &shared.Event{Kind: shared.EventSent}
-	limited := func(callShared bool) *shared.Event {
-		return &shared.Event{Kind: shared.EventRetrying, Class: shared.ClassRateLimited, CallShared: callShared}
+	sent := &contract.Event{Kind: contract.EventSent}
+	limited := func(callShared bool) *contract.Event {
+		return &contract.Event{Kind: contract.EventRetrying, Class: contract.ClassRateLimited, CallShared: callShared}
 	}
 
 	var b breakerWindow

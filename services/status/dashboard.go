@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/client"
@@ -30,7 +32,7 @@ type Snapshot struct {
 	At time.Time `json:"at"`
 	// Tasks lists unfinished tasks first, then finished ones, newest first
 	// within each group, at most 200.
-	Tasks []*shared.Progress `json:"tasks"`
+	Tasks []*contract.Progress `json:"tasks"`
 	// More is how many tasks were left out of Tasks.
 	More     int           `json:"more"`
 	Accounts []AccountView `json:"accounts"`
@@ -75,7 +77,7 @@ type dashboard struct {
 	js       jetstream.JetStream
 	log      *slog.Logger
 	metrics  *metrics.Status
-	progress *shared.KVView[*shared.Progress]
+	progress *shared.KVView[*contract.Progress]
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
 
@@ -94,8 +96,8 @@ type dashboard struct {
 func newDashboard(ctx context.Context, js jetstream.JetStream, log *slog.Logger, m *metrics.Status) (*dashboard, error) {
 	d := &dashboard{js: js, log: log, metrics: m, queues: map[string]queueInfo{}, wake: make(chan struct{})}
 	var err error
-	if d.progress, err = shared.WatchKV(ctx, js, shared.BucketProgress, func(b []byte) (*shared.Progress, error) {
-		var p shared.Progress
+	if d.progress, err = shared.WatchKV(ctx, js, contract.BucketProgress, func(b []byte) (*contract.Progress, error) {
+		var p contract.Progress
 		err := json.Unmarshal(b, &p)
 		return &p, err
 	}, log, func(string) { d.changed() }); err != nil {
@@ -128,7 +130,7 @@ func (d *dashboard) changes() <-chan struct{} {
 
 // snapshot assembles what the dashboard shows now.
 func (d *dashboard) snapshot() *Snapshot {
-	snap := &Snapshot{At: time.Now().UTC(), Tasks: []*shared.Progress{}, Accounts: []AccountView{}}
+	snap := &Snapshot{At: time.Now().UTC(), Tasks: []*contract.Progress{}, Accounts: []AccountView{}}
 	for _, id := range d.progress.Keys() {
 		if p, ok := d.progress.Get(id); ok {
 			snap.Tasks = append(snap.Tasks, p)
@@ -155,7 +157,7 @@ func (d *dashboard) snapshot() *Snapshot {
 	}
 	d.mu.Unlock()
 	for _, a := range d.accounts.All() {
-		v := AccountView{Name: a.Name, Channel: a.Channel, Enabled: a.IsEnabled(), State: shared.HealthHealthy,
+		v := AccountView{Name: a.Name, Channel: a.Channel, Enabled: a.IsEnabled(), State: contract.HealthHealthy,
 			Ceiling: a.RatePerSec, DailyCap: a.DailyCap}
 		if h := d.health.Get(a.Name); h != nil {
 			v.State, v.Reason = h.State, h.Reason
@@ -198,10 +200,10 @@ func (d *dashboard) snapshotJSON() []byte {
 	return b
 }
 
-func (d *dashboard) task(id string) (*shared.Progress, bool) { return d.progress.Get(id) }
+func (d *dashboard) task(id string) (*contract.Progress, bool) { return d.progress.Get(id) }
 
 // control forwards a control request to broadcast.control.<task>.
-func (d *dashboard) control(ctx context.Context, taskID, action string) (*shared.ControlReply, error) {
+func (d *dashboard) control(ctx context.Context, taskID, action string) (*contract.ControlReply, error) {
 	return client.Control(ctx, d.js.Conn(), taskID, action)
 }
 
@@ -225,10 +227,10 @@ func (d *dashboard) poll(ctx context.Context, interval time.Duration) {
 // or broadcast.jobs.<account>.> for the single consumer of earlier
 // versions), so every priority lane of an account adds to its queue.
 func accountOfConsumer(info *jetstream.ConsumerInfo) (string, bool) {
-	if !strings.HasPrefix(info.Name, "dispatch") {
+	if !strings.HasPrefix(info.Name, contract.DispatchConsumerPrefix) {
 		return "", false
 	}
-	rest, ok := strings.CutPrefix(info.Config.FilterSubject, shared.SubjectJobsPrefix)
+	rest, ok := strings.CutPrefix(info.Config.FilterSubject, contract.SubjectJobsPrefix)
 	if !ok {
 		return "", false
 	}
@@ -240,7 +242,7 @@ func (d *dashboard) pollOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	queues := map[string]queueInfo{}
-	stream, err := d.js.Stream(ctx, shared.StreamJobs)
+	stream, err := d.js.Stream(ctx, contract.StreamJobs)
 	if err == nil {
 		lister := stream.ListConsumers(ctx)
 		for info := range lister.Info() {
@@ -282,7 +284,7 @@ func (d *dashboard) pollOnce(ctx context.Context) {
 			Paused: !d.health.Get(a.Name).Healthy()})
 	}
 	d.metrics.SetAccounts(gauges)
-	counts := map[shared.TaskState]int{}
+	counts := map[contract.TaskState]int{}
 	for _, id := range d.progress.Keys() {
 		if p, ok := d.progress.Get(id); ok {
 			counts[p.State]++

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,9 +19,7 @@ import (
 
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // startStatus runs the status service alone with its dashboard on a free
@@ -71,26 +71,26 @@ func TestDashboardShowsKVState(t *testing.T) {
 	ts.PutAccount(t, "hook-a", `{"channel":"webhook","endpoint":"http://127.0.0.1:1/send","rate_per_sec":20,"daily_cap":500}`)
 	ts.PutAccount(t, "hook-b", `{"channel":"webhook","endpoint":"http://127.0.0.1:1/send","rate_per_sec":5,"enabled":false}`)
 	now := time.Now().UTC()
-	putKV(t, ts, shared.BucketHealth, "hook-a", shared.AccountHealth{State: shared.HealthPaused, Reason: "token revoked",
+	putKV(t, ts, contract.BucketHealth, "hook-a", contract.AccountHealth{State: contract.HealthPaused, Reason: "token revoked",
 		RatePerSec: 7.5, Ceiling: 20, DailyUsed: 120, DailyCap: 500, UpdatedAt: now})
-	putKV(t, ts, shared.BucketProgress, "old", shared.Progress{TaskID: "old", State: shared.StateSucceeded, Total: 2, Sent: 2, CreatedAt: now.Add(-2 * time.Hour)})
-	putKV(t, ts, shared.BucketProgress, "newer-done", shared.Progress{TaskID: "newer-done", State: shared.StatePartial, Total: 2, Sent: 1, Failed: 1, CreatedAt: now.Add(-time.Hour)})
-	putKV(t, ts, shared.BucketProgress, "live", shared.Progress{TaskID: "live", State: shared.StateProcessing, Total: 100, Sent: 10, CreatedAt: now.Add(-3 * time.Hour)})
+	putKV(t, ts, contract.BucketProgress, "old", contract.Progress{TaskID: "old", State: contract.StateSucceeded, Total: 2, Sent: 2, CreatedAt: now.Add(-2 * time.Hour)})
+	putKV(t, ts, contract.BucketProgress, "newer-done", contract.Progress{TaskID: "newer-done", State: contract.StatePartial, Total: 2, Sent: 1, Failed: 1, CreatedAt: now.Add(-time.Hour)})
+	putKV(t, ts, contract.BucketProgress, "live", contract.Progress{TaskID: "live", State: contract.StateProcessing, Total: 100, Sent: 10, CreatedAt: now.Add(-3 * time.Hour)})
 
 	// Five jobs wait in hook-a's queue, as dispatch's consumers (one per
 	// priority) would see them: three normal, two high.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, p := range []shared.Priority{shared.PriorityNormal, shared.PriorityHigh} {
-		_, err := ts.JS.CreateOrUpdateConsumer(ctx, shared.StreamJobs, jetstreamConsumer("hook-a", p))
+	for _, p := range []contract.Priority{contract.PriorityNormal, contract.PriorityHigh} {
+		_, err := ts.JS.CreateOrUpdateConsumer(ctx, contract.StreamJobs, jetstreamConsumer("hook-a", p))
 		require.NoError(t, err)
 	}
 	for i := range 5 {
-		p := shared.PriorityNormal
+		p := contract.PriorityNormal
 		if i >= 3 {
-			p = shared.PriorityHigh
+			p = contract.PriorityHigh
 		}
-		_, err := ts.JS.Publish(ctx, shared.JobSubject("hook-a", p), []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		_, err := ts.JS.Publish(ctx, contract.JobSubject("hook-a", p), []byte(fmt.Sprintf(`{"n":%d}`, i)))
 		require.NoError(t, err)
 	}
 
@@ -98,7 +98,7 @@ func TestDashboardShowsKVState(t *testing.T) {
 	base := startStatus(t, ts, reg)
 
 	var tasks struct {
-		Tasks []shared.Progress `json:"tasks"`
+		Tasks []contract.Progress `json:"tasks"`
 	}
 	getJSON(t, base+"api/tasks", &tasks)
 	var order []string
@@ -116,30 +116,30 @@ func TestDashboardShowsKVState(t *testing.T) {
 	}, "hook-a's queue depth")
 	a, b := accounts.Accounts[0], accounts.Accounts[1]
 	require.Equal(t, "hook-a", a.Name)
-	require.Equal(t, shared.HealthPaused, a.State)
+	require.Equal(t, contract.HealthPaused, a.State)
 	require.Equal(t, "token revoked", a.Reason)
 	require.Equal(t, 7.5, a.RatePerSec)
 	require.Equal(t, 20.0, a.Ceiling)
 	require.Equal(t, 120, a.DailyUsed)
 	require.Equal(t, 500, a.DailyCap)
 	require.True(t, a.Enabled)
-	require.Equal(t, status.AccountView{Name: "hook-b", Channel: "webhook", Enabled: false, State: shared.HealthHealthy, Ceiling: 5}, b)
+	require.Equal(t, status.AccountView{Name: "hook-b", Channel: "webhook", Enabled: false, State: contract.HealthHealthy, Ceiling: 5}, b)
 
 	// A progress change reaches the API.
-	putKV(t, ts, shared.BucketProgress, "live", shared.Progress{TaskID: "live", State: shared.StatePaused, Total: 100, Sent: 42, CreatedAt: now})
+	putKV(t, ts, contract.BucketProgress, "live", contract.Progress{TaskID: "live", State: contract.StatePaused, Total: 100, Sent: 42, CreatedAt: now})
 	natstest.Eventually(t, 5*time.Second, func() bool {
-		var p shared.Progress
+		var p contract.Progress
 		getJSON(t, base+"api/tasks/live", &p)
-		return p.Sent == 42 && p.State == shared.StatePaused
+		return p.Sent == 42 && p.State == contract.StatePaused
 	})
 
 	// The buttons go to whoever answers broadcast.control.<task>.
-	sub, err := ts.NC.Subscribe(shared.ControlSubject("live"), func(m *nats.Msg) {
-		var req shared.ControlRequest
+	sub, err := ts.NC.Subscribe(contract.ControlSubject("live"), func(m *nats.Msg) {
+		var req contract.ControlRequest
 		_ = json.Unmarshal(m.Data, &req)
-		reply := shared.ControlReply{OK: true, State: shared.StateProcessing}
-		if req.Action != shared.ActionResume {
-			reply = shared.ControlReply{OK: false, Error: "cannot " + req.Action + " <b>live</b>"}
+		reply := contract.ControlReply{OK: true, State: contract.StateProcessing}
+		if req.Action != contract.ActionResume {
+			reply = contract.ControlReply{OK: false, Error: "cannot " + req.Action + " <b>live</b>"}
 		}
 		data, _ := json.Marshal(reply)
 		_ = m.Respond(data)
@@ -179,6 +179,6 @@ func TestDashboardShowsKVState(t *testing.T) {
 
 // jetstreamConsumer is an account's consumer of one priority, shaped like
 // dispatch's.
-func jetstreamConsumer(account string, p shared.Priority) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{Durable: dispatch.ConsumerName(account, p), FilterSubject: shared.JobSubject(account, p), AckPolicy: jetstream.AckExplicitPolicy}
+func jetstreamConsumer(account string, p contract.Priority) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: contract.DispatchConsumer(account, p), FilterSubject: contract.JobSubject(account, p), AckPolicy: jetstream.AckExplicitPolicy}
 }

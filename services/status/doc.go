@@ -8,7 +8,7 @@
 // acknowledged it unfolded; a three-node failover test lost 3 of 1,000
 // outcomes that way.
 //
-// Publishes: KV broadcast_progress (key = task id, value = shared.Progress),
+// Publishes: KV broadcast_progress (key = task id, value = contract.Progress),
 // written at most every flush interval (not once per event), and a
 // checkpoint per task in object store broadcast_status.
 //

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // outcome is one recipient's state in the fold.
@@ -34,19 +34,19 @@ func waitCode(code string) bool {
 	return code == "daily_cap" || code == "no_healthy_account"
 }
 
-func outcomeOf(k shared.EventKind) (outcome, bool) {
+func outcomeOf(k contract.EventKind) (outcome, bool) {
 	switch k {
-	case shared.EventRetrying:
+	case contract.EventRetrying:
 		return outRetrying, true
-	case shared.EventSent:
+	case contract.EventSent:
 		return outSent, true
-	case shared.EventFailed:
+	case contract.EventFailed:
 		return outFailed, true
-	case shared.EventSkipped:
+	case contract.EventSkipped:
 		return outSkipped, true
-	case shared.EventExpired:
+	case contract.EventExpired:
 		return outExpired, true
-	case shared.EventCancelled:
+	case contract.EventCancelled:
 		return outCancelled, true
 	}
 	return outNone, false
@@ -58,8 +58,8 @@ const maxRecipientIndex = 1 << 28
 
 // taskFold is the fold state of one task.
 type taskFold struct {
-	P        shared.Progress `json:"progress"`
-	Outcomes []byte          `json:"outcomes"`
+	P        contract.Progress `json:"progress"`
+	Outcomes []byte            `json:"outcomes"`
 	// Tests holds test recipients' outcomes; they are not part of total.
 	Tests    map[int]outcome `json:"tests,omitempty"`
 	Accepted bool            `json:"accepted"`
@@ -80,19 +80,19 @@ type taskFold struct {
 }
 
 func newFold(taskID string) *taskFold {
-	return &taskFold{P: shared.Progress{TaskID: taskID, State: shared.StatePending}, Tests: map[int]outcome{}}
+	return &taskFold{P: contract.Progress{TaskID: taskID, State: contract.StatePending}, Tests: map[int]outcome{}}
 }
 
 // apply folds one event in and reports whether progress changed.
-func (f *taskFold) apply(ev *shared.Event) bool {
+func (f *taskFold) apply(ev *contract.Event) bool {
 	switch ev.Kind {
-	case shared.EventAccepted:
+	case contract.EventAccepted:
 		return f.accept(ev)
-	case shared.EventRejected:
+	case contract.EventRejected:
 		if f.Accepted {
 			return false
 		}
-		f.P.State, f.P.Error = shared.StateRejected, ev.Error
+		f.P.State, f.P.Error = contract.StateRejected, ev.Error
 		f.P.CreatedAt, f.P.UpdatedAt = ev.At, ev.At
 		at := ev.At
 		f.P.FinishedAt = &at
@@ -102,7 +102,7 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 	if !ok || ev.Index < 0 {
 		return false
 	}
-	if _, _, test, err := shared.ParseJobID(ev.JobID); err == nil && test {
+	if _, _, test, err := contract.ParseJobID(ev.JobID); err == nil && test {
 		from := f.Tests[ev.Index]
 		if allowed(from, to) {
 			f.Tests[ev.Index] = to
@@ -142,7 +142,7 @@ func (f *taskFold) apply(ev *shared.Event) bool {
 	}
 	if requeue && f.P.State.Final() {
 		// retry-dead reopens a finished task.
-		f.P.State, f.P.FinishedAt = shared.StateProcessing, nil
+		f.P.State, f.P.FinishedAt = contract.StateProcessing, nil
 	}
 	f.Outcomes[ev.Index] = byte(to)
 	f.count(from, -1)
@@ -195,11 +195,11 @@ func (f *taskFold) count(o outcome, d int) {
 	}
 }
 
-func (f *taskFold) accept(ev *shared.Event) bool {
+func (f *taskFold) accept(ev *contract.Event) bool {
 	if f.Accepted {
 		return false
 	}
-	if f.P.State == shared.StateRejected {
+	if f.P.State == contract.StateRejected {
 		// The id was rejected before and is now accepted with a fixed task.
 		*f = *newFold(f.P.TaskID)
 	}
@@ -207,7 +207,7 @@ func (f *taskFold) accept(ev *shared.Event) bool {
 	f.P.Total, f.P.Duplicates = ev.Total, ev.Duplicates
 	f.P.CreatedAt = ev.At
 	f.P.Error = ""
-	f.P.State = shared.StateProcessing
+	f.P.State = contract.StateProcessing
 	if ev.State != "" {
 		f.P.State = ev.State
 	}
@@ -231,30 +231,30 @@ func (f *taskFold) finishIfDone(at time.Time) {
 	}
 	switch {
 	case p.Cancelled > 0:
-		p.State = shared.StateCancelled
+		p.State = contract.StateCancelled
 	case p.Sent == p.Total:
-		p.State = shared.StateSucceeded
+		p.State = contract.StateSucceeded
 	case p.Sent > 0:
-		p.State = shared.StatePartial
+		p.State = contract.StatePartial
 	default:
-		p.State = shared.StateFailed
+		p.State = contract.StateFailed
 	}
 	p.FinishedAt = &at
 }
 
 // refresh recomputes the derived fields before a write. ctl is the task's
 // run state from KV broadcast_control.
-func (f *taskFold) refresh(now time.Time, ctl shared.Control) {
+func (f *taskFold) refresh(now time.Time, ctl contract.Control) {
 	p := &f.P
 	if f.Accepted && !p.State.Final() {
 		switch ctl.State {
-		case shared.StatePaused, shared.StateAwaitingApproval, shared.StateScheduled:
+		case contract.StatePaused, contract.StateAwaitingApproval, contract.StateScheduled:
 			p.State = ctl.State
 		default:
-			p.State = shared.StateProcessing
+			p.State = contract.StateProcessing
 		}
 		switch {
-		case ctl.State == shared.StatePaused && ctl.Reason != "":
+		case ctl.State == contract.StatePaused && ctl.Reason != "":
 			p.Error = "paused: " + ctl.Reason
 		case f.Waiting > 0 && f.WaitReason != "":
 			p.Error = waitingPrefix + f.WaitReason
@@ -262,7 +262,7 @@ func (f *taskFold) refresh(now time.Time, ctl shared.Control) {
 			p.Error = ""
 		}
 	}
-	if p.State == shared.StateCancelled && ctl.State == shared.StateCancelled && ctl.Reason != "" && p.Error == "" {
+	if p.State == contract.StateCancelled && ctl.State == contract.StateCancelled && ctl.Reason != "" && p.Error == "" {
 		p.Error = "cancelled: " + ctl.Reason
 	}
 	if done := p.Done(); done > 0 {

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/broadcastd/broadcast/contract"
 
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/stretchr/testify/require"
 )
 
-func ev(kind shared.EventKind, index, attempt int) *shared.Event {
-	return &shared.Event{TaskID: "t", JobID: shared.JobID("t", index, false), Kind: kind, Index: index, Attempt: attempt, At: time.Now()}
+func ev(kind contract.EventKind, index, attempt int) *contract.Event {
+	return &contract.Event{TaskID: "t", JobID: contract.JobID("t", index, false), Kind: kind, Index: index, Attempt: attempt, At: time.Now()}
 }
 
 // TestFoldIsExactUnderRedeliveryAndDuplicates replays a task's event log
@@ -20,18 +20,18 @@ func ev(kind shared.EventKind, index, attempt int) *shared.Event {
 func TestFoldIsExactUnderRedeliveryAndDuplicates(t *testing.T) {
 	t.Parallel()
 	const n = 500
-	var log []*shared.Event
-	log = append(log, &shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: n, Duplicates: 3, At: time.Now()})
+	var log []*contract.Event
+	log = append(log, &contract.Event{TaskID: "t", Kind: contract.EventAccepted, Index: -1, Total: n, Duplicates: 3, At: time.Now()})
 	for i := range n {
 		switch i % 10 {
 		case 0:
-			log = append(log, ev(shared.EventSkipped, i, 0))
+			log = append(log, ev(contract.EventSkipped, i, 0))
 		case 1:
-			log = append(log, ev(shared.EventRetrying, i, 1), ev(shared.EventRetrying, i, 2), ev(shared.EventFailed, i, 3))
+			log = append(log, ev(contract.EventRetrying, i, 1), ev(contract.EventRetrying, i, 2), ev(contract.EventFailed, i, 3))
 		case 2, 3:
-			log = append(log, ev(shared.EventRetrying, i, 1), ev(shared.EventSent, i, 2))
+			log = append(log, ev(contract.EventRetrying, i, 1), ev(contract.EventSent, i, 2))
 		default:
-			log = append(log, ev(shared.EventSent, i, 1))
+			log = append(log, ev(contract.EventSent, i, 1))
 		}
 	}
 	clean := newFold("t")
@@ -44,7 +44,7 @@ func TestFoldIsExactUnderRedeliveryAndDuplicates(t *testing.T) {
 	require.Equal(t, 50, clean.P.Failed)
 	require.Equal(t, 400, clean.P.Sent)
 	require.Equal(t, 0, clean.P.Retrying)
-	require.Equal(t, shared.StatePartial, clean.P.State)
+	require.Equal(t, contract.StatePartial, clean.P.State)
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 20 {
@@ -70,36 +70,36 @@ func TestFoldIsExactUnderRedeliveryAndDuplicates(t *testing.T) {
 func TestFoldRetryingIsAGauge(t *testing.T) {
 	t.Parallel()
 	f := newFold("t")
-	f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: 3})
-	f.apply(ev(shared.EventRetrying, 0, 1))
-	f.apply(ev(shared.EventRetrying, 1, 1))
-	f.apply(ev(shared.EventRetrying, 1, 2))
+	f.apply(&contract.Event{TaskID: "t", Kind: contract.EventAccepted, Index: -1, Total: 3})
+	f.apply(ev(contract.EventRetrying, 0, 1))
+	f.apply(ev(contract.EventRetrying, 1, 1))
+	f.apply(ev(contract.EventRetrying, 1, 2))
 	require.Equal(t, 2, f.P.Retrying)
-	f.apply(ev(shared.EventSent, 0, 2))
+	f.apply(ev(contract.EventSent, 0, 2))
 	require.Equal(t, 1, f.P.Retrying)
-	require.Equal(t, shared.StateProcessing, f.P.State)
-	f.apply(ev(shared.EventFailed, 1, 3))
-	f.apply(ev(shared.EventSent, 2, 1))
+	require.Equal(t, contract.StateProcessing, f.P.State)
+	f.apply(ev(contract.EventFailed, 1, 3))
+	f.apply(ev(contract.EventSent, 2, 1))
 	require.Equal(t, 0, f.P.Retrying)
-	require.Equal(t, shared.StatePartial, f.P.State)
+	require.Equal(t, contract.StatePartial, f.P.State)
 	require.NotNil(t, f.P.FinishedAt)
 }
 
 func TestFoldFinalStates(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		kinds []shared.EventKind
-		want  shared.TaskState
+		kinds []contract.EventKind
+		want  contract.TaskState
 	}{
-		{[]shared.EventKind{shared.EventSent, shared.EventSent}, shared.StateSucceeded},
-		{[]shared.EventKind{shared.EventSent, shared.EventSkipped}, shared.StatePartial},
-		{[]shared.EventKind{shared.EventFailed, shared.EventSkipped}, shared.StateFailed},
-		{[]shared.EventKind{shared.EventSent, shared.EventCancelled}, shared.StateCancelled},
+		{[]contract.EventKind{contract.EventSent, contract.EventSent}, contract.StateSucceeded},
+		{[]contract.EventKind{contract.EventSent, contract.EventSkipped}, contract.StatePartial},
+		{[]contract.EventKind{contract.EventFailed, contract.EventSkipped}, contract.StateFailed},
+		{[]contract.EventKind{contract.EventSent, contract.EventCancelled}, contract.StateCancelled},
 	} {
 		f := newFold("t")
-		f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: len(c.kinds)})
+		f.apply(&contract.Event{TaskID: "t", Kind: contract.EventAccepted, Index: -1, Total: len(c.kinds)})
 		for i, k := range c.kinds {
-			require.Equal(t, shared.StateProcessing, f.P.State)
+			require.Equal(t, contract.StateProcessing, f.P.State)
 			f.apply(ev(k, i, 1))
 		}
 		require.Equal(t, c.want, f.P.State, "%v", c.kinds)
@@ -109,11 +109,11 @@ func TestFoldFinalStates(t *testing.T) {
 func TestFoldIgnoresIndexBeyondTotalAndRejectAfterAccept(t *testing.T) {
 	t.Parallel()
 	f := newFold("t")
-	f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: 2})
-	require.False(t, f.apply(ev(shared.EventSent, 5, 1)))
-	require.False(t, f.apply(&shared.Event{TaskID: "t", Kind: shared.EventRejected, Index: -1, Error: "x"}))
+	f.apply(&contract.Event{TaskID: "t", Kind: contract.EventAccepted, Index: -1, Total: 2})
+	require.False(t, f.apply(ev(contract.EventSent, 5, 1)))
+	require.False(t, f.apply(&contract.Event{TaskID: "t", Kind: contract.EventRejected, Index: -1, Error: "x"}))
 	require.Equal(t, 0, f.P.Sent)
-	require.Equal(t, shared.StateProcessing, f.P.State)
+	require.Equal(t, contract.StateProcessing, f.P.State)
 }
 
 // TestFoldWaitReasonWhileAnyWaits: the reason of a daily-cap wait shows
@@ -122,34 +122,34 @@ func TestFoldIgnoresIndexBeyondTotalAndRejectAfterAccept(t *testing.T) {
 func TestFoldWaitReasonWhileAnyWaits(t *testing.T) {
 	t.Parallel()
 	f := newFold("t")
-	f.apply(&shared.Event{TaskID: "t", Kind: shared.EventAccepted, Index: -1, Total: 4})
-	wait := func(i int, code, reason string) *shared.Event {
-		e := ev(shared.EventRetrying, i, 0)
+	f.apply(&contract.Event{TaskID: "t", Kind: contract.EventAccepted, Index: -1, Total: 4})
+	wait := func(i int, code, reason string) *contract.Event {
+		e := ev(contract.EventRetrying, i, 0)
 		e.Code, e.Error = code, reason
 		return e
 	}
-	f.apply(ev(shared.EventSent, 0, 1))
+	f.apply(ev(contract.EventSent, 0, 1))
 	require.True(t, f.apply(wait(2, "daily_cap", "daily_cap 2 reached on account a")))
 	require.True(t, f.apply(wait(3, "daily_cap", "daily_cap 2 reached on account a")))
-	f.apply(ev(shared.EventSent, 1, 1)) // in flight when the cap was reached
-	f.refresh(time.Now(), shared.Control{})
+	f.apply(ev(contract.EventSent, 1, 1)) // in flight when the cap was reached
+	f.refresh(time.Now(), contract.Control{})
 	require.Equal(t, "waiting: daily_cap 2 reached on account a", f.P.Error)
 	require.Equal(t, 2, f.P.Retrying)
 	require.Equal(t, 2, f.Waiting)
 
 	require.False(t, f.apply(wait(3, "daily_cap", "daily_cap 2 reached on account a")), "a repeated wait changes nothing")
 	require.True(t, f.apply(wait(3, "no_healthy_account", "account a is disabled")), "a new reason is news")
-	f.apply(ev(shared.EventRetrying, 2, 1)) // woken, then a 503: retrying, not waiting
+	f.apply(ev(contract.EventRetrying, 2, 1)) // woken, then a 503: retrying, not waiting
 	require.Equal(t, 1, f.Waiting)
 	require.Equal(t, 2, f.P.Retrying)
-	f.refresh(time.Now(), shared.Control{})
+	f.refresh(time.Now(), contract.Control{})
 	require.Equal(t, "waiting: account a is disabled", f.P.Error)
 
-	f.apply(ev(shared.EventSent, 3, 1))
-	f.refresh(time.Now(), shared.Control{})
+	f.apply(ev(contract.EventSent, 3, 1))
+	f.refresh(time.Now(), contract.Control{})
 	require.Zero(t, f.Waiting)
 	require.Empty(t, f.P.Error, "nobody waits any more")
-	f.apply(ev(shared.EventSent, 2, 2))
-	require.Equal(t, shared.StateSucceeded, f.P.State)
+	f.apply(ev(contract.EventSent, 2, 2))
+	require.Equal(t, contract.StateSucceeded, f.P.State)
 	require.Zero(t, f.P.Retrying)
 }

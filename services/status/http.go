@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,10 +31,10 @@ var web embed.FS
 type backend interface {
 	snapshot() *Snapshot
 	snapshotJSON() []byte
-	task(id string) (*shared.Progress, bool)
+	task(id string) (*contract.Progress, bool)
 	// changes returns a channel closed at the next change.
 	changes() <-chan struct{}
-	control(ctx context.Context, taskID, action string) (*shared.ControlReply, error)
+	control(ctx context.Context, taskID, action string) (*contract.ControlReply, error)
 }
 
 // Event stream pacing: a change is pushed at most every minPush, and a
@@ -94,7 +96,7 @@ func newHandler(b backend, reg *prometheus.Registry, log *slog.Logger, g *guard,
 	mux.HandleFunc("GET /api/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
 		p, ok := b.task(r.PathValue("id"))
 		if !ok {
-			writeJSON(w, http.StatusNotFound, shared.ControlReply{Error: "no task " + r.PathValue("id")})
+			writeJSON(w, http.StatusNotFound, contract.ControlReply{Error: "no task " + r.PathValue("id")})
 			return
 		}
 		writeJSON(w, http.StatusOK, p)
@@ -111,14 +113,14 @@ func newHandler(b backend, reg *prometheus.Registry, log *slog.Logger, g *guard,
 // serveControl forwards one button press to broadcast.control.<id>.
 func serveControl(w http.ResponseWriter, r *http.Request, b backend, log *slog.Logger) {
 	id, action := r.PathValue("id"), r.PathValue("action")
-	if !shared.ValidID(id) {
-		writeJSON(w, http.StatusBadRequest, shared.ControlReply{Error: "task id must match [A-Za-z0-9_-]{1,64}"})
+	if !contract.ValidID(id) {
+		writeJSON(w, http.StatusBadRequest, contract.ControlReply{Error: "task id must match [A-Za-z0-9_-]{1,64}"})
 		return
 	}
 	switch action {
-	case shared.ActionPause, shared.ActionResume, shared.ActionCancel, shared.ActionRetryDead:
+	case contract.ActionPause, contract.ActionResume, contract.ActionCancel, contract.ActionRetryDead:
 	default:
-		writeJSON(w, http.StatusNotFound, shared.ControlReply{Error: "action must be pause, resume, cancel or retry-dead"})
+		writeJSON(w, http.StatusNotFound, contract.ControlReply{Error: "action must be pause, resume, cancel or retry-dead"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), controlTimeout)
@@ -132,10 +134,10 @@ func serveControl(w http.ResponseWriter, r *http.Request, b backend, log *slog.L
 		// Refused by ingest (e.g. the task is already final).
 		writeJSON(w, http.StatusConflict, reply)
 	case errors.Is(err, nats.ErrNoResponders):
-		writeJSON(w, http.StatusServiceUnavailable, shared.ControlReply{Error: "no ingest service answers control requests"})
+		writeJSON(w, http.StatusServiceUnavailable, contract.ControlReply{Error: "no ingest service answers control requests"})
 	default:
 		log.Warn("control request from the dashboard failed", shared.KeyTaskID, id, "action", action, "err", err)
-		writeJSON(w, http.StatusBadGateway, shared.ControlReply{Error: err.Error()})
+		writeJSON(w, http.StatusBadGateway, contract.ControlReply{Error: err.Error()})
 	}
 }
 

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // fakeBackend serves a fixed snapshot and records control requests.
@@ -27,7 +27,7 @@ type fakeBackend struct {
 	snap  Snapshot
 	wake  chan struct{}
 	calls []string
-	reply *shared.ControlReply
+	reply *contract.ControlReply
 	err   error
 }
 
@@ -35,11 +35,11 @@ func newFakeBackend() *fakeBackend {
 	now := time.Now().UTC()
 	return &fakeBackend{
 		wake: make(chan struct{}),
-		snap: Snapshot{At: now, Tasks: []*shared.Progress{
-			{TaskID: "running", State: shared.StateProcessing, Total: 100, Sent: 40, Retrying: 2, RatePerSec: 12.5, ETASeconds: 5, CreatedAt: now},
-			{TaskID: "done", State: shared.StateSucceeded, Total: 3, Sent: 3, CreatedAt: now.Add(-time.Hour)},
-		}, Accounts: []AccountView{{Name: "hook", Channel: "webhook", Enabled: true, State: shared.HealthHealthy, RatePerSec: 10, Ceiling: 20, QueueDepth: 7}}},
-		reply: &shared.ControlReply{OK: true, State: shared.StatePaused},
+		snap: Snapshot{At: now, Tasks: []*contract.Progress{
+			{TaskID: "running", State: contract.StateProcessing, Total: 100, Sent: 40, Retrying: 2, RatePerSec: 12.5, ETASeconds: 5, CreatedAt: now},
+			{TaskID: "done", State: contract.StateSucceeded, Total: 3, Sent: 3, CreatedAt: now.Add(-time.Hour)},
+		}, Accounts: []AccountView{{Name: "hook", Channel: "webhook", Enabled: true, State: contract.HealthHealthy, RatePerSec: 10, Ceiling: 20, QueueDepth: 7}}},
+		reply: &contract.ControlReply{OK: true, State: contract.StatePaused},
 	}
 }
 
@@ -47,7 +47,7 @@ func (f *fakeBackend) snapshot() *Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.snap
-	s.Tasks = append([]*shared.Progress(nil), f.snap.Tasks...)
+	s.Tasks = append([]*contract.Progress(nil), f.snap.Tasks...)
 	return &s
 }
 
@@ -56,7 +56,7 @@ func (f *fakeBackend) snapshotJSON() []byte {
 	return b
 }
 
-func (f *fakeBackend) task(id string) (*shared.Progress, bool) {
+func (f *fakeBackend) task(id string) (*contract.Progress, bool) {
 	for _, p := range f.snapshot().Tasks {
 		if p.TaskID == id {
 			return p, true
@@ -82,7 +82,7 @@ func (f *fakeBackend) setSent(n int) {
 	f.mu.Unlock()
 }
 
-func (f *fakeBackend) control(_ context.Context, taskID, action string) (*shared.ControlReply, error) {
+func (f *fakeBackend) control(_ context.Context, taskID, action string) (*contract.ControlReply, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, taskID+" "+action)
@@ -121,7 +121,7 @@ func get(t *testing.T, url string) (*http.Response, string) {
 	return res, string(body)
 }
 
-func post(t *testing.T, url string, header map[string]string) (*http.Response, shared.ControlReply) {
+func post(t *testing.T, url string, header map[string]string) (*http.Response, contract.ControlReply) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
 	require.NoError(t, err)
@@ -131,7 +131,7 @@ func post(t *testing.T, url string, header map[string]string) (*http.Response, s
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
-	var reply shared.ControlReply
+	var reply contract.ControlReply
 	body, _ := io.ReadAll(res.Body)
 	_ = json.Unmarshal(body, &reply)
 	return res, reply
@@ -164,8 +164,8 @@ func TestHTTPListsTasksAndAccounts(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, "application/json", res.Header.Get("Content-Type"))
 	var tasks struct {
-		Tasks []shared.Progress `json:"tasks"`
-		More  int               `json:"more"`
+		Tasks []contract.Progress `json:"tasks"`
+		More  int                 `json:"more"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &tasks))
 	require.Len(t, tasks.Tasks, 2)
@@ -181,9 +181,9 @@ func TestHTTPListsTasksAndAccounts(t *testing.T) {
 
 	res, body = get(t, srv.URL+"/api/tasks/done")
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	var p shared.Progress
+	var p contract.Progress
 	require.NoError(t, json.Unmarshal([]byte(body), &p))
-	require.Equal(t, shared.StateSucceeded, p.State)
+	require.Equal(t, contract.StateSucceeded, p.State)
 
 	res, _ = get(t, srv.URL+"/api/tasks/nope")
 	require.Equal(t, http.StatusNotFound, res.StatusCode)
@@ -197,7 +197,7 @@ func TestHTTPControlForwardsButtonPresses(t *testing.T) {
 
 	res, reply := post(t, base+"running/pause", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, shared.ControlReply{OK: true, State: shared.StatePaused}, reply)
+	require.Equal(t, contract.ControlReply{OK: true, State: contract.StatePaused}, reply)
 	require.Equal(t, []string{"running pause"}, b.controlCalls())
 
 	for _, action := range []string{"resume", "cancel", "retry-dead"} {
@@ -208,7 +208,7 @@ func TestHTTPControlForwardsButtonPresses(t *testing.T) {
 
 	// Refused by ingest: the reply is passed on with 409.
 	b.mu.Lock()
-	b.reply, b.err = &shared.ControlReply{OK: false, Error: "task running is already succeeded"}, errors.New("refused")
+	b.reply, b.err = &contract.ControlReply{OK: false, Error: "task running is already succeeded"}, errors.New("refused")
 	b.mu.Unlock()
 	res, reply = post(t, base+"running/pause", nil)
 	require.Equal(t, http.StatusConflict, res.StatusCode)

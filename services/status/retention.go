@@ -6,6 +6,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/shared"
@@ -44,7 +46,7 @@ func (s *Service) forgetFinished(ctx context.Context, now time.Time) (int, error
 		if err != nil {
 			continue
 		}
-		var p shared.Progress
+		var p contract.Progress
 		if json.Unmarshal(e.Value(), &p) != nil || !p.State.Final() || p.FinishedAt == nil {
 			continue
 		}

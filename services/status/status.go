@@ -9,19 +9,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/broadcastd/broadcast/contract"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// ConsumerName is the durable consumer status reads EVENTS with.
-const ConsumerName = "status"
-
 func consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
+		Durable:       contract.ConsumerStatus,
 		Description:   "status: folds events into progress",
-		FilterSubject: shared.SubjectEventsPrefix + ">",
+		FilterSubject: contract.SubjectEventsPrefix + ">",
 		// Each event is acknowledged after the flush that wrote its effect.
 		// Not AckAll: after a crash, a new instance's ack of a later event
 		// would also acknowledge the events the dead one had folded but not
@@ -77,10 +76,10 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 // returns.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	if s.progress, err = s.js.KeyValue(ctx, shared.BucketProgress); err != nil {
+	if s.progress, err = s.js.KeyValue(ctx, contract.BucketProgress); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	if s.checkpoints, err = s.js.ObjectStore(ctx, shared.BucketStatus); err != nil {
+	if s.checkpoints, err = s.js.ObjectStore(ctx, contract.BucketStatus); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
 	// A pause, resume or approval changes the state without any event.
@@ -99,7 +98,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	defer stopDashboard()
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, shared.StreamEvents, consumerConfig())
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamEvents, consumerConfig())
 	if err != nil {
 		return fmt.Errorf("status: consumer: %w", err)
 	}
@@ -165,8 +164,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 // fold applies one event to its task's state.
 func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
-	var ev shared.Event
-	if err := shared.DecodeEvent(m.Data(), &ev); err != nil || !shared.ValidID(ev.TaskID) {
+	var ev contract.Event
+	if err := contract.DecodeEvent(m.Data(), &ev); err != nil || !contract.ValidID(ev.TaskID) {
 		s.log.Warn("event does not decode; skipped", shared.KeySubject, m.Subject(), "err", err)
 		return nil
 	}
@@ -227,8 +226,8 @@ func (s *Service) touch(ctx context.Context, taskID string) error {
 func (s *Service) pauseTask(taskID, reason string) {
 	defer shared.Recover(s.log, "pausing task "+taskID, nil)
 	s.log.Error("circuit breaker tripped; pausing task", shared.KeyTaskID, taskID, "reason", reason)
-	req, _ := json.Marshal(shared.ControlRequest{Action: shared.ActionPause, Reason: reason})
-	if _, err := s.js.Conn().Request(shared.ControlSubject(taskID), req, 10*time.Second); err != nil {
+	req, _ := json.Marshal(contract.ControlRequest{Action: contract.ActionPause, Reason: reason})
+	if _, err := s.js.Conn().Request(contract.ControlSubject(taskID), req, 10*time.Second); err != nil {
 		s.log.Error("could not pause task after circuit breaker tripped", shared.KeyTaskID, taskID, "err", err)
 	}
 }

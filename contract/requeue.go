@@ -1,4 +1,4 @@
-package shared
+package contract
 
 // Re-queueing parked jobs and dead letters is dispatch's work: only the
 // services that enqueue sends (render, dispatch) may publish jobs, so that

@@ -1,4 +1,4 @@
-package shared
+package contract
 
 // ErrorClass says how a send outcome steers the queue. It is recorded on
 // retrying and failed events.

@@ -1,0 +1,31 @@
+package contract
+
+// Durable consumer names. Other services, nats.conf's grants and tests
+// name them too (status reads the dispatch lanes' queues), so they belong
+// to the contract.
+const (
+	// ConsumerIngest reads TASKS.
+	ConsumerIngest = "ingest"
+	// ConsumerIngestStart reads the scheduled starts (broadcast.start.>).
+	ConsumerIngestStart = "ingest-start"
+	// ConsumerRender reads RENDER.
+	ConsumerRender = "render"
+	// ConsumerStatus reads EVENTS.
+	ConsumerStatus = "status"
+	// DispatchConsumerPrefix begins every dispatch lane's consumer name.
+	DispatchConsumerPrefix = "dispatch"
+)
+
+// DispatchConsumer is the durable consumer of account's jobs of priority p
+// (a lane). Normal jobs keep the name the account's single consumer had
+// before there were lanes ("dispatch-<account>"); high and low use another
+// prefix, so that no lane's name can equal another account's
+// ("dispatch_high-<account>", "dispatch_low-<account>": account names never
+// contain the underscore right after "dispatch").
+func DispatchConsumer(account string, p Priority) string {
+	switch p {
+	case PriorityHigh, PriorityLow:
+		return DispatchConsumerPrefix + "_" + string(p) + "-" + account
+	}
+	return DispatchConsumerPrefix + "-" + account
+}
