@@ -66,10 +66,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	gomail "github.com/wneessen/go-mail"
 	"github.com/wneessen/go-mail/smtp"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // SMTP defaults.

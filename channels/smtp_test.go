@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 const smtpPassword = "s3cret-SMTP-pass"

@@ -68,9 +68,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nyaruka/phonenumbers"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // WhatsApp defaults and limits.

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 const waToken = "EAAGtestTOKENdoNotLeak123"

@@ -12,10 +12,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Submit publishes a task on broadcast.tasks. When the task has an id it is

@@ -5,13 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
 

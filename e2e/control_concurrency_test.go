@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/ingest"
 )

@@ -8,9 +8,9 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // AccountChange is delivered to an AccountWatcher's callback. Account is nil

@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // ControlWatcher is a live view of KV broadcast_control.

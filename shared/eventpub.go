@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // PublishEvent stores ev on its subject and waits for the stream's ack. The

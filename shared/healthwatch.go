@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"log/slog"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // HealthWatcher keeps a live view of KV broadcast_health.

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // TopologyConfig tunes the server objects EnsureTopology creates.

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // benchFloor runs the bare per-recipient JetStream work of the pipeline,

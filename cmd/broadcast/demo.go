@@ -8,9 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"

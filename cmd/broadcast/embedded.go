@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/shared"
 )

@@ -5,9 +5,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // progressBar draws a task's progress on stderr: done/total, state, counts,

@@ -3,9 +3,9 @@ package metrics
 import (
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Dispatch is the dispatch service's metric set.

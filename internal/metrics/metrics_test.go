@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 func TestNilSetsRecordNothing(t *testing.T) {

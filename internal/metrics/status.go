@@ -1,8 +1,9 @@
 package metrics
 
 import (
-	"github.com/broadcastd/broadcast/contract"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Status is the status service's metric set.

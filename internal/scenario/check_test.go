@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // TestGenerateIsDeterministic: a seed is a scenario, on every machine.

@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
 

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
 

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/metrics"
 )
 

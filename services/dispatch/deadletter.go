@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // giveUp describes a job dispatch will not attempt again.

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // delayJob re-publishes job to come back after d as a JetStream scheduled

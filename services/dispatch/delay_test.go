@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // TestMoveJobBouncesAreNotDuplicates: a job moved A -> B -> A -> B without

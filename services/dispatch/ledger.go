@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // maxHistory bounds the attempt errors kept per job.

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // sentIndex answers "was this job sent already?" from the task's sent

@@ -4,11 +4,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // TestBatchesCutByBytes: recipients with large variables go in smaller

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/broadcastd/broadcast/shared"
 )
 

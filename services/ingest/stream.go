@@ -9,11 +9,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // Recipient lists in the object store are expanded in two streaming passes,

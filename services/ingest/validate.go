@@ -3,9 +3,8 @@ package ingest
 import (
 	"fmt"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // checkConfigured validates what depends on configuration: the channel

@@ -7,11 +7,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
 

@@ -9,11 +9,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
 

@@ -3,9 +3,9 @@ package status
 import (
 	"testing"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // TestBreakerCountsABatchCallOnce checks that a failure a whole batch call

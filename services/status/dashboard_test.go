@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/status"

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 func ev(kind contract.EventKind, index, attempt int) *contract.Event {

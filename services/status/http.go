@@ -11,11 +11,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/metrics"
 	"github.com/broadcastd/broadcast/shared"
 )

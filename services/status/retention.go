@@ -6,10 +6,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/broadcastd/broadcast/contract"
-
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
 
