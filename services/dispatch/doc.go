@@ -119,7 +119,7 @@
 //
 // Where to edit what: dispatch.go (service, account lifecycle),
 // account.go (one account's lanes, lease sessions, health and sender),
-// lease.go (the account lease), sched.go (priority and the in-flight cap),
+// lease.go (the account lease: taking, keeping and releasing it), sched.go (priority and the in-flight cap),
 // send.go (the per-job steps, failure handling, rerouting), batcher.go
 // (merging sends of batch accounts into calls), share.go (spreading accounts
 // over replicas, the in-flight budget), pacer.go

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
 )
 
 // An account's lease in KV broadcast_leases decides which dispatch process
@@ -40,14 +42,6 @@ const (
 
 // errLeaseLost means the runner no longer owns its account.
 var errLeaseLost = errors.New("account lease lost")
-
-// errGiveBack ends a session whose account goes to a replica with fewer
-// accounts (share.go).
-var errGiveBack = errors.New("handing the account to a replica with fewer accounts")
-
-// errSessionPanic ends a session one of whose goroutines panicked (logged
-// where it was recovered).
-var errSessionPanic = errors.New("a panic ended the session")
 
 var leaseSeq atomic.Uint64
 
@@ -180,4 +174,92 @@ func (l *lease) drop() {
 	l.mu.Lock()
 	l.rev, l.validUntil = 0, time.Time{}
 	l.mu.Unlock()
+}
+
+// A runner waits for its account's lease (watchLease, acquire) and keeps
+// it while it sends (keepLease).
+
+// watchLease returns a channel that receives when the account's lease is
+// deleted (nil when the watch cannot start: acquire then only
+// polls), so a released lease is taken at once.
+func (r *accountRunner) watchLease(ctx context.Context) <-chan struct{} {
+	w, err := r.svc.leases.Watch(ctx, r.name, jetstream.UpdatesOnly())
+	if err != nil {
+		r.log.Warn("cannot watch the account's lease; polling it", "err", err)
+		return nil
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer func() { _ = w.Stop() }()
+		defer shared.Recover(r.log, "lease watch", nil) // acquire polls without it
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() == jetstream.KeyValuePut {
+					continue // the owner's refreshes: nothing to take
+				}
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// acquire waits until this runner holds the account's lease; it returns
+// false when the runner stops first.
+func (r *accountRunner) acquire(ctx context.Context, l *lease, changed <-chan struct{}) bool {
+	var lastErr string
+	for {
+		var ok bool
+		var err error
+		if r.svc.share.mayTake(ctx) {
+			if ok, err = l.tryAcquire(ctx); ok {
+				r.log.Info("this process now sends for the account")
+				return true
+			}
+			r.svc.share.released()
+		}
+		if err != nil && ctx.Err() == nil && err.Error() != lastErr {
+			r.log.Warn("cannot take the account's lease; retrying", "err", err)
+			lastErr = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		case <-time.After(leaseRefresh):
+		}
+	}
+}
+
+// keepLease refreshes the lease every leaseRefresh until ctx ends. When the
+// lease is lost, or cannot be confirmed before it runs out, it ends the
+// session.
+func (r *accountRunner) keepLease(ctx context.Context, l *lease, end context.CancelCauseFunc) {
+	t := time.NewTicker(leaseRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := l.refresh(ctx)
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		if errors.Is(err, errLeaseLost) || !l.valid() {
+			end(errLeaseLost)
+			return
+		}
+		r.log.Warn("could not refresh the account's lease; still valid for a moment", "err", err, "valid_for", time.Until(l.until()).Round(time.Millisecond))
+	}
 }

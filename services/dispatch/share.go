@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -157,6 +158,10 @@ func (f *fairShare) released() {
 	f.owned--
 	f.mu.Unlock()
 }
+
+// errGiveBack ends a session whose account goes to a replica with fewer
+// accounts.
+var errGiveBack = errors.New("handing the account to a replica with fewer accounts")
 
 // shouldGiveBack reports whether the calling runner should hand its
 // account to another replica, because this process holds more than its
