@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -114,57 +113,6 @@ func (r *accountRunner) current() (*contract.Account, channels.Sender) {
 	defer r.mu.RUnlock()
 	return r.acct, r.sender
 }
-
-// draining reports whether the account must not send (disabled or paused)
-// and why; its jobs then move to healthy accounts.
-func (r *accountRunner) draining() (bool, string) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if !r.acct.IsEnabled() {
-		return true, "account " + r.name + " is disabled"
-	}
-	if r.paused {
-		return true, "account " + r.name + " is paused: " + r.pauseReason
-	}
-	return false, ""
-}
-
-// pause stops the account sending until its value is edited.
-func (r *accountRunner) pause(reason string) {
-	r.mu.Lock()
-	if r.paused {
-		r.mu.Unlock()
-		return
-	}
-	r.paused, r.pauseReason, r.pausedSince = true, reason, time.Now().UTC()
-	r.mu.Unlock()
-	r.log.Error("ACCOUNT PAUSED: it sends nothing until its value in broadcast_accounts is edited; its jobs move to healthy accounts",
-		"reason", reason)
-	r.writeHealth(r.ctx)
-}
-
-// writeHealth publishes the account's health and effective rate.
-func (r *accountRunner) writeHealth(ctx context.Context) {
-	cur, ceiling := r.pacer.effective()
-	r.mu.RLock()
-	h := contract.AccountHealth{State: contract.HealthHealthy, RatePerSec: cur, Ceiling: ceiling, DailyCap: r.dailyCap(), UpdatedAt: time.Now().UTC()}
-	if r.paused {
-		h.State, h.Reason, h.Since = contract.HealthPaused, r.pauseReason, r.pausedSince
-	}
-	caps := r.caps
-	r.mu.RUnlock()
-	if caps != nil {
-		h.DailyUsed = caps.used(time.Now())
-	}
-	data, _ := json.Marshal(h)
-	if _, err := r.svc.healthKV.Put(ctx, r.name, data); err != nil && ctx.Err() == nil {
-		r.log.Warn("could not write account health", "err", err)
-	}
-}
-
-// dailyCap is the account's cap (a WhatsApp tier counts as one). Call with
-// r.mu held.
-func (r *accountRunner) dailyCap() int { return channels.EffectiveDailyCap(r.acct) }
 
 // capTracker returns the account's cap tracker, starting it on first use.
 func (r *accountRunner) capTracker(ctx context.Context) (*capTracker, error) {
@@ -439,27 +387,6 @@ func (r *accountRunner) replaceOldConsumer(ctx context.Context, cfg jetstream.Co
 	}
 	r.log.Info("replaced the account's consumer of an earlier version", "old_filter", old.FilterSubject)
 	return true
-}
-
-// reportHealth refreshes the health value while this process is the
-// account's active sender, so dashboards and render see its effective rate
-// and remaining daily capacity.
-func (r *accountRunner) reportHealth(ctx context.Context) {
-	t := time.NewTicker(r.svc.cfg.HealthInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.mu.RLock()
-			active := time.Since(r.lastActive) < 3*r.svc.cfg.HealthInterval
-			r.mu.RUnlock()
-			if active {
-				r.writeHealth(ctx)
-			}
-		}
-	}
 }
 
 // stop ends the runner and waits for its in-flight sends.

@@ -118,8 +118,9 @@
 // retried) goes back to the lane of the job's own priority.
 //
 // Where to edit what: dispatch.go (service, account lifecycle),
-// account.go (one account's lanes, lease sessions, health and sender),
-// lease.go (the account lease: taking, keeping and releasing it), sched.go (priority and the in-flight cap),
+// account.go (one account's lanes, lease sessions and sender), health.go
+// (what answers say about the account: pauses, auth failures, the rate
+// they leave, the health value in KV), lease.go (the account lease: taking, keeping and releasing it), sched.go (priority and the in-flight cap),
 // send.go (the per-job steps, failure handling, rerouting), batcher.go
 // (merging sends of batch accounts into calls), share.go (spreading accounts
 // over replicas, the in-flight budget), pacer.go

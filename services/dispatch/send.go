@@ -14,9 +14,6 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// maxAuthFailures is how many 401/403 answers in a row pause an account.
-const maxAuthFailures = 3
-
 // turnCheck is how long a job waits for its turn (scheduler) before it
 // checks again that it may still be sent: a pause, cancel or expiry of a
 // waiting job (a low job behind a long normal queue, say) applies within it.
@@ -313,76 +310,6 @@ func (r *accountRunner) event(job *contract.Job, kind contract.EventKind, attemp
 	return &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
 		Attempt: attempt, Index: job.Index, RatePerSec: rate, Generation: job.Generation,
 		MaybeSent: job.MaybeSent && kind != contract.EventSent}
-}
-
-// accountProblem reports whether an answer says the account cannot send
-// (an account-fatal code of the channel, or HTTP 401/403: bad or revoked
-// credentials) rather than anything about the recipient.
-func accountProblem(res channels.Result) bool {
-	return res.Class == contract.ClassAccountFatal || res.Code == "401" || res.Code == "403"
-}
-
-// noteSuccess counts an answer that was not a rate limit for adaptive
-// pacing, and ends a run of auth failures.
-func (r *accountRunner) noteSuccess() {
-	r.mu.Lock()
-	r.authFails = 0
-	r.mu.Unlock()
-	r.pacer.succeeded()
-	r.noteRate(r.log)
-}
-
-// noteRate logs and publishes a change of the effective rate (pacer.go,
-// adapt.go): a cut as a warning, a rise at debug level.
-func (r *accountRunner) noteRate(log interface {
-	Warn(string, ...any)
-	Debug(string, ...any)
-}) {
-	from, to, ok := r.pacer.changed()
-	if !ok {
-		return
-	}
-	if to < from {
-		log.Warn("provider refused beyond its noise; account slowed", "rate_from", from, "rate_to", to)
-	} else {
-		log.Debug("account rate raised", "rate_from", from, "rate_to", to)
-	}
-	r.writeHealth(r.ctx)
-}
-
-// noteFailure slows the account on rate limits and pauses it on
-// account-fatal answers or repeated auth failures.
-func (r *accountRunner) noteFailure(res channels.Result, log interface {
-	Warn(string, ...any)
-	Debug(string, ...any)
-}) {
-	switch res.Class {
-	case contract.ClassRateLimited:
-		r.pacer.rateLimited(res.RetryAfter)
-		log.Debug("rate limited by provider", "retry_after", res.RetryAfter)
-		r.noteRate(log)
-		return
-	case contract.ClassAccountFatal:
-		r.pause(fmt.Sprintf("account-fatal answer (%s): %s", res.Code, res.Err))
-		return
-	}
-	if res.Code == "401" || res.Code == "403" {
-		r.mu.Lock()
-		r.authFails++
-		n := r.authFails
-		r.mu.Unlock()
-		if n >= maxAuthFailures {
-			r.pause(fmt.Sprintf("%d auth failures in a row (last %s)", n, res.Code))
-		}
-		r.pacer.succeeded() // not the provider saying "too fast"
-		r.noteRate(log)
-		return
-	}
-	r.mu.Lock()
-	r.authFails = 0
-	r.mu.Unlock()
-	r.pacer.succeeded()
-	r.noteRate(log)
 }
 
 // reroute moves a job off an account that must not send: to a healthy

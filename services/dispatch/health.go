@@ -1,0 +1,162 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
+)
+
+// An account's health is what its answers say about it: whether it may
+// send (not disabled, not paused), its adaptive rate, and its daily cap's
+// use, published in KV broadcast_health for dashboards, render and the
+// other replicas' choice of accounts. Account-fatal answers and repeated
+// auth failures pause the account until its value is edited.
+
+// draining reports whether the account must not send (disabled or paused)
+// and why; its jobs then move to healthy accounts.
+func (r *accountRunner) draining() (bool, string) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if !r.acct.IsEnabled() {
+		return true, "account " + r.name + " is disabled"
+	}
+	if r.paused {
+		return true, "account " + r.name + " is paused: " + r.pauseReason
+	}
+	return false, ""
+}
+
+// pause stops the account sending until its value is edited.
+func (r *accountRunner) pause(reason string) {
+	r.mu.Lock()
+	if r.paused {
+		r.mu.Unlock()
+		return
+	}
+	r.paused, r.pauseReason, r.pausedSince = true, reason, time.Now().UTC()
+	r.mu.Unlock()
+	r.log.Error("ACCOUNT PAUSED: it sends nothing until its value in broadcast_accounts is edited; its jobs move to healthy accounts",
+		"reason", reason)
+	r.writeHealth(r.ctx)
+}
+
+// writeHealth publishes the account's health and effective rate.
+func (r *accountRunner) writeHealth(ctx context.Context) {
+	cur, ceiling := r.pacer.effective()
+	r.mu.RLock()
+	h := contract.AccountHealth{State: contract.HealthHealthy, RatePerSec: cur, Ceiling: ceiling, DailyCap: r.dailyCap(), UpdatedAt: time.Now().UTC()}
+	if r.paused {
+		h.State, h.Reason, h.Since = contract.HealthPaused, r.pauseReason, r.pausedSince
+	}
+	caps := r.caps
+	r.mu.RUnlock()
+	if caps != nil {
+		h.DailyUsed = caps.used(time.Now())
+	}
+	data, _ := json.Marshal(h)
+	if _, err := r.svc.healthKV.Put(ctx, r.name, data); err != nil && ctx.Err() == nil {
+		r.log.Warn("could not write account health", "err", err)
+	}
+}
+
+// dailyCap is the account's cap (a WhatsApp tier counts as one). Call with
+// r.mu held.
+func (r *accountRunner) dailyCap() int { return channels.EffectiveDailyCap(r.acct) }
+
+// reportHealth refreshes the health value while this process is the
+// account's active sender, so dashboards and render see its effective rate
+// and remaining daily capacity.
+func (r *accountRunner) reportHealth(ctx context.Context) {
+	t := time.NewTicker(r.svc.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.mu.RLock()
+			active := time.Since(r.lastActive) < 3*r.svc.cfg.HealthInterval
+			r.mu.RUnlock()
+			if active {
+				r.writeHealth(ctx)
+			}
+		}
+	}
+}
+
+// maxAuthFailures is how many 401/403 answers in a row pause an account.
+const maxAuthFailures = 3
+
+// accountProblem reports whether an answer says the account cannot send
+// (an account-fatal code of the channel, or HTTP 401/403: bad or revoked
+// credentials) rather than anything about the recipient.
+func accountProblem(res channels.Result) bool {
+	return res.Class == contract.ClassAccountFatal || res.Code == "401" || res.Code == "403"
+}
+
+// noteSuccess counts an answer that was not a rate limit for adaptive
+// pacing, and ends a run of auth failures.
+func (r *accountRunner) noteSuccess() {
+	r.mu.Lock()
+	r.authFails = 0
+	r.mu.Unlock()
+	r.pacer.succeeded()
+	r.noteRate(r.log)
+}
+
+// noteRate logs and publishes a change of the effective rate (pacer.go,
+// adapt.go): a cut as a warning, a rise at debug level.
+func (r *accountRunner) noteRate(log interface {
+	Warn(string, ...any)
+	Debug(string, ...any)
+}) {
+	from, to, ok := r.pacer.changed()
+	if !ok {
+		return
+	}
+	if to < from {
+		log.Warn("provider refused beyond its noise; account slowed", "rate_from", from, "rate_to", to)
+	} else {
+		log.Debug("account rate raised", "rate_from", from, "rate_to", to)
+	}
+	r.writeHealth(r.ctx)
+}
+
+// noteFailure slows the account on rate limits and pauses it on
+// account-fatal answers or repeated auth failures.
+func (r *accountRunner) noteFailure(res channels.Result, log interface {
+	Warn(string, ...any)
+	Debug(string, ...any)
+}) {
+	switch res.Class {
+	case contract.ClassRateLimited:
+		r.pacer.rateLimited(res.RetryAfter)
+		log.Debug("rate limited by provider", "retry_after", res.RetryAfter)
+		r.noteRate(log)
+		return
+	case contract.ClassAccountFatal:
+		r.pause(fmt.Sprintf("account-fatal answer (%s): %s", res.Code, res.Err))
+		return
+	}
+	if res.Code == "401" || res.Code == "403" {
+		r.mu.Lock()
+		r.authFails++
+		n := r.authFails
+		r.mu.Unlock()
+		if n >= maxAuthFailures {
+			r.pause(fmt.Sprintf("%d auth failures in a row (last %s)", n, res.Code))
+		}
+		r.pacer.succeeded() // not the provider saying "too fast"
+		r.noteRate(log)
+		return
+	}
+	r.mu.Lock()
+	r.authFails = 0
+	r.mu.Unlock()
+	r.pacer.succeeded()
+	r.noteRate(log)
+}
