@@ -637,33 +637,3 @@ func (r *accountRunner) newAccountBatcher(maxBatch int, wait func(context.Contex
 		log:    r.log,
 	}, maxBatch, batchLinger, batchMaxWait)
 }
-
-// sendBatched hands a job to the account's batcher and waits for its share
-// of a call. handled reports that the job was settled here instead, with
-// err for the consume loop: a pause, cancel or drain that came while it
-// waited (the same paths as on arrival), or a stop (left for redelivery
-// without spending an attempt).
-func (r *accountRunner) sendBatched(ctx context.Context, batch *batcher, job *contract.Job, msg channels.Message, attempts int, caps *capTracker) (o batchOutcome, handled bool, err error) {
-	for {
-		if o = batch.submit(ctx, job, msg); o.sent {
-			return o, false, nil
-		}
-		switch {
-		case o.err != nil:
-			handled, err = true, shared.RetryAfter(time.Second, o.err)
-		default:
-			if done, cerr := r.obeyControl(ctx, job, attempts); done {
-				handled, err = true, cerr
-			} else if drain, why := r.draining(); drain {
-				handled, err = true, r.reroute(ctx, job, attempts, why)
-			}
-		}
-		if handled {
-			if caps != nil {
-				caps.release(ctx, job.To, false, time.Now())
-			}
-			return o, true, err
-		}
-		// Handed back, but the task runs again: queue once more.
-	}
-}

@@ -19,218 +19,339 @@ import (
 // waiting job (a low job behind a long normal queue, say) applies within it.
 const turnCheck = 500 * time.Millisecond
 
-// handle takes one job of lane through the ledger, expiry, the account's
-// health, caps, its turn (priority and pacing, sched.go), the provider
-// call, and the outcome. It returns what the consume loop should do; waits
-// longer than Config.LongWait are scheduled re-publications, so they hold
-// no MaxAckPending slot.
+// handle takes one job of lane through its steps: the check for an earlier
+// send (sentBefore), what may change while it waits (mayStillSend: expiry,
+// the task's run state, the account's health), the caps (admitCaps), the
+// provider call (send: batched, or direct after its turn and pacing,
+// sched.go), and the outcome (settle). It returns what the consume loop
+// should do; waits longer than Config.LongWait are scheduled
+// re-publications, so they hold no MaxAckPending slot.
 func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, msg jetstream.Msg) error {
 	// The job counts as its lane's work from now on, so lower lanes wait
 	// for it (sched.go), until it is sent or leaves.
 	turn := sched.begin(lane)
 	defer turn.finish()
-	s := r.svc
-	var job contract.Job
-	if err := contract.DecodeJob(msg.Data(), &job); err != nil {
-		return shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
-	}
-	meta, err := msg.Metadata()
+	d, err := r.receive(msg)
 	if err != nil {
 		return err
 	}
-	attempt := job.Attempts + int(meta.NumDelivered)
-	acct, sender := r.current()
-	log := &jobLogger{base: r.log, job: &job, attempt: attempt}
+	if done, err := r.sentBefore(ctx, d); done {
+		return err
+	}
+	if done, err := r.mayStillSend(ctx, &d.job, d.attempt-1); done {
+		return err
+	}
+	if done, err := r.admitCaps(ctx, d); done {
+		return err
+	}
+	o, err := r.send(ctx, turn, d)
+	if o == nil {
+		return err
+	}
+	if d.batch != nil {
+		// Until this job is settled, the batcher expects its slot to bring
+		// more jobs and keeps partial groups waiting.
+		defer d.batch.settled()
+	}
+	return r.settle(ctx, d, o)
+}
+
+// delivery is one delivery of a job on its way through handle's steps.
+type delivery struct {
+	job contract.Job
+	// attempt is this delivery's attempt number: the attempts the job had
+	// spent when it was published plus its deliveries since.
+	attempt int
+	// redelivered is set when the stream delivered the job before.
+	redelivered bool
+	// acct and sender are the account as the delivery began; batch is the
+	// session's batcher (nil unless max_batch > 1).
+	acct   *contract.Account
+	sender channels.Sender
+	batch  *batcher
+	log    *jobLogger
+	// entry is the job's ledger entry: empty unless the job may have been
+	// handled before, when it holds the earlier attempts' errors.
+	entry *ledgerEntry
+	// caps holds the job's reservation in the account's caps, nil when the
+	// account has neither a daily cap nor a per-recipient interval.
+	caps *capTracker
+}
+
+// message is the job as the channel adapter sends it.
+func (d *delivery) message() channels.Message {
+	return channels.Message{ID: d.job.ID, TaskID: d.job.TaskID, To: d.job.To, Body: d.job.Body,
+		Account: d.acct.Name, Attempt: d.attempt, Vars: d.job.Vars}
+}
+
+// sendOutcome is a provider call's answer for one job.
+type sendOutcome struct {
+	res     channels.Result
+	latency time.Duration
+	// callShared marks a batch call's failure an earlier member of the
+	// call got as well (contract.Event.CallShared).
+	callShared bool
+}
+
+// mayHaveReached reports whether the send may have reached the recipient:
+// accepted, or unanswered (the client gave up waiting).
+func (o *sendOutcome) mayHaveReached() bool { return o.res.OK() || o.res.Code == "timeout" }
+
+// receive decodes a delivered job and notes the account as active.
+func (r *accountRunner) receive(msg jetstream.Msg) (*delivery, error) {
+	d := &delivery{}
+	if err := contract.DecodeJob(msg.Data(), &d.job); err != nil {
+		return nil, shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	d.redelivered = meta.NumDelivered > 1
+	d.attempt = d.job.Attempts + int(meta.NumDelivered)
+	d.acct, d.sender = r.current()
+	d.batch = r.batch
+	d.log = &jobLogger{base: r.log, job: &d.job, attempt: d.attempt}
+	d.entry = &ledgerEntry{}
 	r.mu.Lock()
 	r.lastActive = time.Now()
 	r.mu.Unlock()
+	return d, nil
+}
 
-	// A job that may have been handled before (redelivered, re-published,
-	// or from a resumed expansion) is checked against the ledger: one whose
-	// send was accepted before a crash or a lost ack is acknowledged without
-	// sending. A job on its first delivery straight from render cannot have
-	// been sent, and skips the lookups (see sentIndex).
-	le := &ledgerEntry{}
-	if meta.NumDelivered > 1 || job.Attempts > 0 || job.Recheck {
-		if sent, err := s.sent.sent(ctx, &job); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		} else if sent {
-			log.Debug("job already sent (its sent event exists); not sending again")
-			return nil
-		}
-		if le, err = s.readLedger(ctx, &job); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
-		// A redelivery whose previous delivery left no outcome may follow
-		// a send in flight when a process died: it may have been delivered.
-		if meta.NumDelivered > 1 && !le.recorded(attempt-1) {
-			job.MaybeSent = true
-		}
-		if le.State == "sent" {
-			// Sent, but its event could not be published then: publish it now.
-			log.Debug("job already sent; not sending again")
-			return s.publish(ctx, &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: le.Account,
-				Kind: contract.EventSent, Attempt: le.Attempt, Index: job.Index, ProviderID: le.ProviderID, At: le.At})
-		}
+// sentBefore checks a job that may have been handled before (redelivered,
+// re-published, or from a resumed expansion) for an earlier send: one whose
+// send was accepted before a crash or a lost ack is acknowledged without
+// sending. A job on its first delivery straight from render cannot have
+// been sent, and skips the lookups (see sentIndex). done reports that the
+// job was handled here, with err for the consume loop.
+func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool, err error) {
+	if !d.redelivered && d.job.Attempts == 0 && !d.job.Recheck {
+		return false, nil
 	}
-	if done, err := r.mayStillSend(ctx, &job, attempt-1); done {
-		return err
+	s := r.svc
+	if sent, err := s.sent.sent(ctx, &d.job); err != nil {
+		return true, fmt.Errorf("ledger: %w", err)
+	} else if sent {
+		d.log.Debug("job already sent (its sent event exists); not sending again")
+		return true, nil
 	}
+	if d.entry, err = s.readLedger(ctx, &d.job); err != nil {
+		return true, fmt.Errorf("ledger: %w", err)
+	}
+	// A redelivery whose previous delivery left no outcome may follow a
+	// send in flight when a process died: it may have been delivered.
+	if d.redelivered && !d.entry.recorded(d.attempt-1) {
+		d.job.MaybeSent = true
+	}
+	if le := d.entry; le.State == "sent" {
+		// Sent, but its event could not be published then: publish it now.
+		d.log.Debug("job already sent; not sending again")
+		return true, s.publish(ctx, &contract.Event{TaskID: d.job.TaskID, JobID: d.job.ID, To: d.job.To, Account: le.Account,
+			Kind: contract.EventSent, Attempt: le.Attempt, Index: d.job.Index, ProviderID: le.ProviderID, At: le.At})
+	}
+	return false, nil
+}
 
-	// Caps: a reached daily cap or a too-recent send to this recipient delays
-	// the job without spending an attempt.
-	var caps *capTracker
-	if dailyCap, gap := channels.EffectiveDailyCap(acct), acct.PerRecipientInterval.D(); dailyCap > 0 || gap > 0 {
-		if caps, err = r.capTracker(ctx); err != nil {
-			return err
-		}
-		if adm := caps.admit(job.To, time.Now(), dailyCap, gap); !adm.ok {
-			log.Debug("send delayed by caps", "code", adm.code, "reason", adm.reason, "wait", adm.wait)
-			if adm.code == "daily_cap" {
-				return r.capReached(ctx, &job, attempt-1, adm)
-			}
-			return s.delayJob(ctx, &job, acct.Name, attempt-1, adm.wait)
-		}
+// admitCaps reserves the send in the account's caps (caps.go): a reached
+// daily cap or a too-recent send to this recipient delays the job without
+// spending an attempt. done reports that the job was handled here, with err
+// for the consume loop.
+func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, err error) {
+	dailyCap, gap := channels.EffectiveDailyCap(d.acct), d.acct.PerRecipientInterval.D()
+	if dailyCap <= 0 && gap <= 0 {
+		return false, nil
 	}
-
-	var (
-		res        channels.Result
-		latency    time.Duration
-		callShared bool
-	)
-	if batch := r.batch; batch != nil {
-		// A batch account: the batcher merges this send with others of the
-		// same text, paces calls, re-checks pause and cancel before each,
-		// and notes each call's answer for adaptive pacing once.
-		msg := channels.Message{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
-			Account: acct.Name, Attempt: attempt, Vars: job.Vars}
-		o, handled, err := r.sendBatched(ctx, batch, &job, msg, attempt-1, caps)
-		if handled {
-			return err
+	caps, err := r.capTracker(ctx)
+	if err != nil {
+		return true, err
+	}
+	if adm := caps.admit(d.job.To, time.Now(), dailyCap, gap); !adm.ok {
+		d.log.Debug("send delayed by caps", "code", adm.code, "reason", adm.reason, "wait", adm.wait)
+		if adm.code == "daily_cap" {
+			return true, r.capReached(ctx, &d.job, d.attempt-1, adm)
 		}
-		res, latency, callShared = o.res, o.latency, o.callShared
-		// Until this job is settled, the batcher expects its slot to bring
-		// more jobs and keeps partial groups waiting.
-		defer batch.settled()
-	} else {
-		// The replica's in-flight budget (Config.MaxInFlight) is taken before
-		// the account's turn: taken after it, a slot freed late would start
-		// sends together and bunch them beyond the account's rate.
-		slot, err := s.takeInFlight(ctx)
+		return true, r.svc.delayJob(ctx, &d.job, d.acct.Name, d.attempt-1, adm.wait)
+	}
+	d.caps = caps
+	return false, nil
+}
+
+// send makes the job's provider call, through the account's batcher or
+// directly, and ends its caps reservation whatever happened. A send that
+// may have reached the recipient counts for the gap and the cap as sent,
+// so its retry waits the interval too. o is nil when the job was handled
+// without a call, with err for the consume loop.
+func (r *accountRunner) send(ctx context.Context, turn *ticket, d *delivery) (o *sendOutcome, err error) {
+	if d.caps != nil {
+		defer func() { d.caps.release(ctx, d.job.To, o != nil && o.mayHaveReached(), time.Now()) }()
+	}
+	if d.batch != nil {
+		return r.sendBatched(ctx, d)
+	}
+	return r.sendDirect(ctx, turn, d)
+}
+
+// sendDirect calls the adapter from the job's handler (max_batch 1): it
+// takes a slot of the replica's in-flight budget, waits for the job's turn,
+// lets a pause or cancel that came meanwhile win, and starts the send
+// within the one-second bound (pacer.admit). A nil outcome means the job
+// was handled without a call, with the error for the consume loop.
+func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *delivery) (*sendOutcome, error) {
+	// The replica's in-flight budget (Config.MaxInFlight) is taken before
+	// the account's turn: taken after it, a slot freed late would start
+	// sends together and bunch them beyond the account's rate.
+	slot, err := r.svc.takeInFlight(ctx)
+	if err != nil {
+		return nil, shared.RetryAfter(0, err)
+	}
+	defer slot.free()
+	if done, err := r.awaitTurn(ctx, turn, d); done {
+		return nil, err
+	}
+	// A pause or cancel that came while this job waited for a token wins:
+	// no new send starts after it.
+	if done, err := r.obeyControl(ctx, &d.job, d.attempt-1); done {
+		return nil, err
+	}
+	start, err := r.pacer.admit(ctx)
+	if err != nil {
+		return nil, shared.RetryAfter(0, err)
+	}
+	res := d.sender.Send(ctx, []channels.Message{d.message()})[0]
+	latency := time.Since(start)
+	turn.sent() // the provider call is over: its in-flight slot is free
+	slot.free()
+	r.svc.cfg.metrics.Latency(d.acct.Name, latency)
+	return &sendOutcome{res: res, latency: latency}, nil
+}
+
+// awaitTurn waits for the job's turn (sched.go), checking every turnCheck
+// that it may still be sent. done reports that the job was handled
+// instead, with err for the consume loop.
+func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery) (done bool, err error) {
+	for {
+		granted, err := turn.wait(ctx, turnCheck)
+		if granted {
+			return false, nil
+		}
 		if err != nil {
-			if caps != nil {
-				caps.release(ctx, job.To, false, time.Now())
+			// Stopping, or the lease is gone: hand the job back at once for
+			// whichever process sends for the account next (a delayed NAK
+			// would hold one of the lane's MaxAckPending slots meanwhile,
+			// and with all of them held the new owner would wait).
+			delay := time.Second
+			if errors.Is(err, errSchedStopped) || errors.Is(err, errLeaseLost) {
+				delay = 0
 			}
-			return shared.RetryAfter(0, err)
+			return true, shared.RetryAfter(delay, err)
 		}
-		defer slot.free()
+		if done, err := r.mayStillSend(ctx, &d.job, d.attempt-1); done {
+			return true, err
+		}
+	}
+}
 
-		for {
-			granted, err := turn.wait(ctx, turnCheck)
-			if granted {
-				break
-			}
-			if err != nil {
-				if caps != nil {
-					caps.release(ctx, job.To, false, time.Now())
-				}
-				// Stopping, or the lease is gone: hand the job back at once for
-				// whichever process sends for the account next (a delayed NAK
-				// would hold one of the lane's MaxAckPending slots meanwhile,
-				// and with all of them held the new owner would wait).
-				delay := time.Second
-				if errors.Is(err, errSchedStopped) || errors.Is(err, errLeaseLost) {
-					delay = 0
-				}
-				return shared.RetryAfter(delay, err)
-			}
-			if done, err := r.mayStillSend(ctx, &job, attempt-1); done {
-				if caps != nil {
-					caps.release(ctx, job.To, false, time.Now())
-				}
-				return err
-			}
+// sendBatched hands a job of a batch account to its batcher, which merges
+// it with others of the same text, paces calls, re-checks pause and cancel
+// before each, and notes each call's answer for adaptive pacing once. It
+// waits for the job's share of a call. A nil outcome means the job was
+// handled here instead, with the error for the consume loop: a pause,
+// cancel or drain that came while it waited (the same paths as on
+// arrival), or a stop (left for redelivery without spending an attempt).
+func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutcome, error) {
+	msg := d.message()
+	for {
+		o := d.batch.submit(ctx, &d.job, msg)
+		if o.sent {
+			return &sendOutcome{res: o.res, latency: o.latency, callShared: o.callShared}, nil
 		}
-		// A pause or cancel that came while this job waited for a token wins:
-		// no new send starts after it.
-		if done, err := r.obeyControl(ctx, &job, attempt-1); done {
-			if caps != nil {
-				caps.release(ctx, job.To, false, time.Now())
-			}
-			return err
+		if o.err != nil {
+			return nil, shared.RetryAfter(time.Second, o.err)
 		}
-		// The one-second bound is kept where the send starts (pacer.admit).
-		start, err := r.pacer.admit(ctx)
-		if err != nil {
-			if caps != nil {
-				caps.release(ctx, job.To, false, time.Now())
-			}
-			return shared.RetryAfter(0, err)
+		if done, err := r.obeyControl(ctx, &d.job, d.attempt-1); done {
+			return nil, err
 		}
-		res = sender.Send(ctx, []channels.Message{{ID: job.ID, TaskID: job.TaskID, To: job.To, Body: job.Body,
-			Account: acct.Name, Attempt: attempt, Vars: job.Vars}})[0]
-		latency = time.Since(start)
-		turn.sent() // the provider call is over: its in-flight slot is free
-		slot.free()
-		s.cfg.metrics.Latency(acct.Name, latency)
+		if drain, why := r.draining(); drain {
+			return nil, r.reroute(ctx, &d.job, d.attempt-1, why)
+		}
+		// Handed back, but the task runs again: queue once more.
 	}
-	if caps != nil {
-		// A send whose answer never came (the client gave up) may have
-		// reached the recipient: it counts for the gap and the cap as sent,
-		// so its retry waits the interval too.
-		caps.release(ctx, job.To, res.OK() || res.Code == "timeout", time.Now())
-	}
-	ev := r.event(&job, contract.EventSent, attempt)
+}
+
+// settle turns the call's answer into the job's outcome: a sent event for
+// an accepted send; for a failure, its attempt error in the ledger and
+// then a move off an account that cannot send, a give-up, or a retry.
+func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome) error {
+	res := o.res
+	ev := r.event(&d.job, contract.EventSent, d.attempt)
 	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
-	ev.CallShared = callShared
-	ev.LatencyMS = float64(latency.Microseconds()) / 1000
-
+	ev.CallShared = o.callShared
+	ev.LatencyMS = float64(o.latency.Microseconds()) / 1000
 	if res.OK() {
-		if r.batch == nil {
+		if d.batch == nil {
 			r.noteSuccess() // a batch account counts calls (batcher.go)
 		}
 		ev.ProviderID = res.ProviderID
-		return s.publishSent(&job, ev, log)
+		return r.svc.publishSent(&d.job, ev, d.log)
 	}
 
-	log = &jobLogger{l: log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
-	le.addAttempt(contract.AttemptError{Attempt: attempt, Account: acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
-	if r.batch == nil {
+	log := &jobLogger{l: d.log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
+	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
+	if d.batch == nil {
 		r.noteFailure(res, log)
 	}
-
-	if accountProblem(res) {
-		// The account cannot send, the recipient is not at fault: the job
-		// moves to a healthy account of its pool, or waits with the reason,
-		// without spending an attempt, so an account's problem never sends
-		// a recipient to DEAD.
-		if err := s.writeLedger(ctx, &job, le); err != nil {
-			log.Warn("could not record attempt error", "err", err)
-		}
-		ev.Kind = contract.EventRetrying
-		if err := s.publish(ctx, ev); err != nil {
-			return err
-		}
-		why := fmt.Sprintf("account %s answered %s: %s", acct.Name, res.Code, res.Err)
-		if drain, reason := r.draining(); drain {
-			why = reason
-		}
-		return r.reroute(ctx, &job, attempt-1, why)
+	switch {
+	case accountProblem(res):
+		return r.settleAccountProblem(ctx, d, res, ev, log)
+	case !res.Class.Retryable() || d.attempt >= d.job.MaxAttempts:
+		return r.settleGiveUp(d, o, log)
 	}
-	if !res.Class.Retryable() || attempt >= job.MaxAttempts {
-		reason := "permanent error"
-		if res.Class.Retryable() {
-			reason = fmt.Sprintf("gave up after %d attempts", attempt)
-		}
-		log.Warn("send failed; giving up", "reason", reason, "err", res.Err)
-		return shared.Permanent(&giveUp{job: &job, attempt: attempt, account: acct.Name, class: res.Class, code: res.Code, err: res.Err, history: le.History, callShared: callShared})
-	}
+	return r.settleRetry(ctx, d, res, ev, log)
+}
 
-	delay := backoff(attempt, s.cfg.BackoffBase, s.cfg.BackoffMax)
+// settleAccountProblem handles an answer that says the account cannot
+// send, the recipient not at fault: the job moves to a healthy account of
+// its pool, or waits with the reason, without spending an attempt, so an
+// account's problem never sends a recipient to DEAD.
+func (r *accountRunner) settleAccountProblem(ctx context.Context, d *delivery, res channels.Result, ev *contract.Event, log *jobLogger) error {
+	if err := r.svc.writeLedger(ctx, &d.job, d.entry); err != nil {
+		log.Warn("could not record attempt error", "err", err)
+	}
+	ev.Kind = contract.EventRetrying
+	if err := r.svc.publish(ctx, ev); err != nil {
+		return err
+	}
+	why := fmt.Sprintf("account %s answered %s: %s", d.acct.Name, res.Code, res.Err)
+	if drain, reason := r.draining(); drain {
+		why = reason
+	}
+	return r.reroute(ctx, &d.job, d.attempt-1, why)
+}
+
+// settleGiveUp gives up on a job whose error is permanent or which has
+// spent its attempts: the consume loop dead-letters it (deadletter.go).
+func (r *accountRunner) settleGiveUp(d *delivery, o *sendOutcome, log *jobLogger) error {
+	res := o.res
+	reason := "permanent error"
+	if res.Class.Retryable() {
+		reason = fmt.Sprintf("gave up after %d attempts", d.attempt)
+	}
+	log.Warn("send failed; giving up", "reason", reason, "err", res.Err)
+	return shared.Permanent(&giveUp{job: &d.job, attempt: d.attempt, account: d.acct.Name, class: res.Class, code: res.Code,
+		err: res.Err, history: d.entry.History, callShared: o.callShared})
+}
+
+// settleRetry retries a job after its backoff, or the provider's
+// Retry-After when it asked for a longer wait: a short wait as a delayed
+// NAK, one of Config.LongWait or more as a scheduled re-publication.
+func (r *accountRunner) settleRetry(ctx context.Context, d *delivery, res channels.Result, ev *contract.Event, log *jobLogger) error {
+	s := r.svc
+	delay := backoff(d.attempt, s.cfg.BackoffBase, s.cfg.BackoffMax)
 	if res.Class == contract.ClassRateLimited || res.Class == contract.ClassRecipientDelay {
 		delay = max(delay, res.RetryAfter)
 	}
-	if err := s.writeLedger(ctx, &job, le); err != nil {
+	if err := s.writeLedger(ctx, &d.job, d.entry); err != nil {
 		log.Warn("could not record attempt error", "err", err)
 	}
 	log.Info("send failed; will retry", "err", res.Err, "delay", delay)
@@ -240,7 +361,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		return err
 	}
 	if delay >= s.cfg.LongWait {
-		return s.delayJob(ctx, &job, acct.Name, attempt, delay)
+		return s.delayJob(ctx, &d.job, d.acct.Name, d.attempt, delay)
 	}
 	return shared.RetryAfter(delay, fmt.Errorf("%s: %s", res.Class, res.Err))
 }
