@@ -196,8 +196,8 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	defer end(nil)
 	// This process has just become the account's sender: its bucket filled
 	// up while it stood by, and the previous owner may have spent its own
-	// burst moments ago. Start from an empty one (see pacer.drain).
-	r.pacer.drain()
+	// burst moments ago. Start from an empty one (see pacer.empty).
+	r.pacer.empty()
 	sched := newScheduler(r.pacer, a.Concurrency)
 	// Lower lanes wait until the server has said the higher ones are
 	// empty (watchBacklog).

@@ -73,7 +73,7 @@ type batchDeps struct {
 	// wait takes one token of the account's pacer (one per call).
 	wait func(ctx context.Context) error
 	// admit reports whether a job may be sent now: its task is neither
-	// paused nor cancelled and the account is not draining.
+	// paused nor cancelled and the account may send (mustNotSend).
 	admit func(job *contract.Job) bool
 	// send makes one provider call.
 	send func(ctx context.Context, msgs []channels.Message) []channels.Result
@@ -93,7 +93,8 @@ type batchDeps struct {
 // maxWait. Each call takes one pacer token, and at most concurrency calls
 // are in flight.
 //
-// A pause, cancel or drain wins over waiting messages: every member is
+// A pause or cancel of the task, or an account that must not send
+// (disabled or paused), wins over waiting messages: every member is
 // checked again just before its call, and every waiting message each
 // batchLinger; the ones that may not be sent go back to their handlers
 // unsent, which then take the same path as a job that finds the task
@@ -624,7 +625,7 @@ func (r *accountRunner) newAccountBatcher(maxBatch int, wait func(context.Contex
 	return newBatcher(batchDeps{
 		wait: wait,
 		admit: func(job *contract.Job) bool {
-			if drain, _ := r.draining(); drain {
+			if blocked, _ := r.mustNotSend(); blocked {
 				return false
 			}
 			return controlLets(r.svc.controls.Get(job.TaskID), job)

@@ -147,8 +147,9 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 		if old == nil {
 			return
 		}
-		// Deleted or unreadable: keep draining its queue with the last
-		// known settings, marked disabled.
+		// Deleted or unreadable: keep the runner with the last known
+		// settings, marked disabled, so its queued jobs move to healthy
+		// accounts.
 		prev, _ := old.current()
 		cp := *prev
 		disabled := false

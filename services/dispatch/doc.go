@@ -20,7 +20,7 @@
 // least 1.5 s before anyone else can hold the lease. A stopping holder
 // deletes the lease after its in-flight sends and the standbys, which watch
 // the key and retry every second, take over at once; a crashed one's lease
-// expires. A new holder starts with an empty bucket (pacer.drain). The
+// expires. A new holder starts with an empty bucket (pacer.empty). The
 // lease replaced a pinned priority group on a single consumer, because a
 // pin is per consumer: with one consumer per lane two replicas could have
 // owned different lanes of one account and together exceeded its rate.
@@ -43,15 +43,16 @@
 // run state, its expiry and the account's health every 500 ms, so a pause
 // or cancel still applies within a second.
 //
-// Per job: a job that may have been handled before (redelivered, or marked
-// Recheck when re-published or rendered by a resumed expansion) is checked
-// against the idempotency ledger first, so one already sent is acknowledged
-// without sending. For successes the ledger is the task's stored sent
-// events (sentindex.go: each is stored before its job is acknowledged, so
-// it costs nothing per send; a task's events are read by one forward-only
-// ephemeral consumer, its order checked, recreated where it stopped when it
-// vanishes); KV broadcast_ledger (key <task>.<index>)
-// keeps attempt errors, and a sent record only when the event could not be
+// Per job (send.go: handle and its steps): a job that may have been
+// handled before (redelivered, or marked Recheck when re-published or
+// rendered by a resumed expansion) is first checked for an earlier send
+// (sentBefore), so one already sent is acknowledged without sending.
+// Successes are known from the task's stored sent events (sentindex.go:
+// each is stored before its job is acknowledged, so it costs nothing per
+// send; a task's events are read by one forward-only ephemeral consumer,
+// its order checked, recreated where it stopped when it vanishes); the
+// ledger, KV broadcast_ledger (key <task>.<index>, ledger.go), keeps
+// attempt errors, and a sent record only when the event could not be
 // stored (or is not known to be). Fresh jobs skip the lookups. A sent event
 // is published asynchronously (shared.Publisher) and the job acknowledged
 // by the consume loop once the event is stored (shared.Later), so no
@@ -74,9 +75,10 @@
 // at least one call's worth) so groups can fill. The batcher groups by text, not priority.
 // Every job gets its own result and outcome, so a partly failed call
 // retries only its failed recipients, which merge again with whatever
-// waits. A pause, cancel or drain is checked again before each call and
-// every linger for waiting jobs. Adaptive pacing counts a call as one
-// answer (rate limited when any member was). max_batch 1 accounts call the
+// waits. A task's pause or cancel, and an account that must not send
+// (disabled or paused), are checked again before each call and every
+// linger for waiting jobs. Adaptive pacing counts a call as one answer
+// (rate limited when any member was). max_batch 1 accounts call the
 // adapter from the job's handler, with no extra hop.
 //
 // Safety: pacing is adaptive. A rate-limit answer is evidence, not proof,
@@ -117,20 +119,34 @@
 // re-publication (delayed, moved to another account, unparked, dead letters
 // retried) goes back to the lane of the job's own priority.
 //
-// Where to edit what: dispatch.go (service, account lifecycle),
-// account.go (one account's lanes, lease sessions and sender), health.go
-// (what answers say about the account: pauses, auth failures, the rate
-// they leave, the health value in KV), lease.go (the account lease: taking, keeping and releasing it), sched.go (priority and the in-flight cap),
-// send.go (the per-job steps, failure handling, rerouting), batcher.go
-// (merging sends of batch accounts into calls), share.go (spreading accounts
-// over replicas, the in-flight budget), pacer.go
-// (token bucket, Retry-After pauses, the one-second bound), adapt.go (the
-// adaptive rate's control law), caps.go (daily cap, per-recipient gap), delay.go
-// (scheduled waits, held jobs, moving jobs), wake.go (waking held jobs on
-// account edits), reap.go (stopping runners of deleted accounts),
-// requeue.go (re-queue requests: unparking, retry-dead, the parked sweeper),
-// control.go (pause/cancel of tasks), backoff.go
-// (retry delays), ledger.go (attempt history), sentindex.go (idempotency),
-// deadletter.go (giving up; an undecodable job's
-// failed event from the fields that still decode), config.go (settings).
+// Where to edit what:
+//   - dispatch.go: the service, starting and stopping account runners.
+//   - account.go: one account's runner: its session while it holds the
+//     lease, its lanes' consumers, the backlog watch, its sender.
+//   - lease.go: the account lease: taking, keeping and releasing it.
+//   - share.go: spreading accounts over replicas, the in-flight budget.
+//   - sched.go: priority and the in-flight cap.
+//   - send.go: handle and its steps, from the check for an earlier send to
+//     the outcome; rerouting off an account that must not send.
+//   - batcher.go: merging sends of batch accounts into calls.
+//   - health.go: what answers say about the account (pauses, auth
+//     failures, the rate they leave) and its value in KV broadcast_health.
+//   - pacer.go: token bucket, Retry-After pauses, the one-second bound.
+//   - adapt.go: the adaptive rate's control law.
+//   - caps.go: daily cap and per-recipient gap.
+//   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
+//   - wake.go: waking held jobs on account edits.
+//   - reap.go: stopping runners of deleted accounts.
+//   - requeue.go: re-queue requests (unparking, retry-dead) and the parked
+//     sweeper.
+//   - control.go: the tasks' pause and cancel.
+//   - backoff.go: retry delays.
+//   - ledger.go: the ledger, KV broadcast_ledger: attempt errors, and sent
+//     records whose event could not be stored.
+//   - sentindex.go: the task's sent events as the record of successes.
+//   - deadletter.go: giving up; an undecodable job's failed event from the
+//     fields that still decode.
+//   - config.go: settings.
+//   - *_test.go: the tests of the file of the same name; helpers_test.go
+//     starts their server.
 package dispatch

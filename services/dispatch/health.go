@@ -16,9 +16,9 @@ import (
 // other replicas' choice of accounts. Account-fatal answers and repeated
 // auth failures pause the account until its value is edited.
 
-// draining reports whether the account must not send (disabled or paused)
-// and why; its jobs then move to healthy accounts.
-func (r *accountRunner) draining() (bool, string) {
+// mustNotSend reports whether the account must not send (disabled or
+// paused) and why; its jobs then move to healthy accounts.
+func (r *accountRunner) mustNotSend() (bool, string) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if !r.acct.IsEnabled() {

@@ -15,9 +15,11 @@ import (
 // maxHistory bounds the attempt errors kept per job.
 const maxHistory = 20
 
-// ledgerEntry is a job's entry in the idempotency ledger. State "sent" is
-// what stops a redelivered job from being sent again; "retrying" entries
-// keep the errors of earlier attempts for the dead letter.
+// ledgerEntry is a job's entry in the ledger, KV broadcast_ledger: the
+// errors of its earlier attempts ("retrying", for the dead letter), or
+// "sent" when a successful send's event could not be stored, which stops
+// a redelivery from sending it again (the sent events do that otherwise,
+// sentindex.go).
 type ledgerEntry struct {
 	State      string                  `json:"state"`
 	Account    string                  `json:"account"`

@@ -22,8 +22,8 @@ type pacer struct {
 	mu          sync.Mutex
 	ctl         rateControl
 	pausedUntil time.Time
-	// resumeDrain is set while a pause's end has not yet emptied the bucket.
-	resumeDrain bool
+	// emptyOnResume is set while a pause's end has not yet emptied the bucket.
+	emptyOnResume bool
 	// reported is the rate changed last returned.
 	reported float64
 	// recent holds the start times of the sends of the last admitWindow,
@@ -112,9 +112,9 @@ func (p *pacer) pausedLocked(now time.Time) time.Duration {
 	if d := p.pausedUntil.Sub(now); d > 0 {
 		return d
 	}
-	if p.resumeDrain {
-		p.resumeDrain = false
-		p.drainLocked(now)
+	if p.emptyOnResume {
+		p.emptyOnResume = false
+		p.emptyLocked(now)
 	}
 	return 0
 }
@@ -193,17 +193,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// drain empties the token bucket. A replica taking an account over calls it:
-// its bucket filled up while it stood by, and the previous owner may have
-// spent its own burst within the last second, so two bursts would break
-// rate+burst across replicas.
-func (p *pacer) drain() {
+// empty takes every token out of the bucket. A replica taking an account
+// over calls it: its bucket filled up while it stood by, and the previous
+// owner may have spent its own burst within the last second, so two
+// bursts would break rate+burst across replicas.
+func (p *pacer) empty() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.drainLocked(p.now())
+	p.emptyLocked(p.now())
 }
 
-func (p *pacer) drainLocked(now time.Time) {
+func (p *pacer) emptyLocked(now time.Time) {
 	if n := int(p.limiter.TokensAt(now)); n > 0 {
 		p.limiter.AllowN(now, n)
 	}
@@ -223,7 +223,7 @@ func (p *pacer) observe(limited bool, retryAfter time.Duration) {
 	now := p.now()
 	if limited && retryAfter > 0 {
 		if until := now.Add(retryAfter); until.After(p.pausedUntil) {
-			p.pausedUntil, p.resumeDrain = until, true
+			p.pausedUntil, p.emptyOnResume = until, true
 		}
 	}
 	if p.ctl.observe(now, limited) {

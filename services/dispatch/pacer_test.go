@@ -138,18 +138,18 @@ func TestDispatchPacerPaces(t *testing.T) {
 	require.Less(t, elapsed, want+150*time.Millisecond)
 }
 
-func TestDispatchPacerDrain(t *testing.T) {
+func TestDispatchPacerEmpty(t *testing.T) {
 	t.Parallel()
 	const r, burst = 100.0, 5
 	p := newPacer(r, 10, burst)
-	p.drain()
+	p.empty()
 	start := time.Now()
 	for range burst {
 		require.NoError(t, p.wait(context.Background()))
 	}
 	elapsed := time.Since(start)
-	t.Logf("%d waits after a drain at %v/s took %s", burst, r, elapsed.Round(time.Millisecond))
-	require.GreaterOrEqual(t, elapsed, 45*time.Millisecond, "a drained bucket has no burst: one token per 10ms")
+	t.Logf("%d waits after emptying at %v/s took %s", burst, r, elapsed.Round(time.Millisecond))
+	require.GreaterOrEqual(t, elapsed, 45*time.Millisecond, "an emptied bucket has no burst: one token per 10ms")
 
 	// After an idle spell the burst is there again.
 	time.Sleep(60 * time.Millisecond)

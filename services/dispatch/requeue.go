@@ -25,8 +25,8 @@ import (
 const requeueConcurrency = 16
 
 // startRequeue serves re-queue requests and sweeps parked jobs until ctx
-// ends; the returned function waits for the sweeper and drains the
-// subscription.
+// ends; the returned function closes the subscription once the requests
+// in hand are answered, and waits for the sweeper.
 func (s *Service) startRequeue(ctx context.Context) (stop func(), err error) {
 	// Served concurrently: one long retry-dead must not hold up the unpark
 	// of a resumed task behind it.
@@ -83,7 +83,7 @@ func (s *Service) serveRequeue(ctx context.Context, m *nats.Msg) {
 func (s *Service) unpark(ctx context.Context, taskID string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	n, err := s.drain(ctx, contract.StreamJobs, contract.ParkedFilter(taskID), func(m jetstream.Msg) error {
+	n, err := s.takeAll(ctx, contract.StreamJobs, contract.ParkedFilter(taskID), func(m jetstream.Msg) error {
 		var job contract.Job
 		if err := json.Unmarshal(m.Data(), &job); err != nil {
 			// Never dropped silently: kept in DEAD with its raw bytes.
@@ -108,14 +108,14 @@ func seqOf(m jetstream.Msg) uint64 {
 	return 0
 }
 
-// errSkip, returned by a drain function, leaves that message in the
+// errSkip, returned by a takeAll function, leaves that message in the
 // stream (unacknowledged) and goes on with the next.
 var errSkip = errors.New("skip")
 
-// drain reads every message on filter of a work-queue stream with a
+// takeAll reads every message on filter of a work-queue stream with a
 // temporary consumer, calls fn, and acknowledges (removes) each one fn
 // handled.
-func (s *Service) drain(ctx context.Context, stream, filter string, fn func(jetstream.Msg) error) (int, error) {
+func (s *Service) takeAll(ctx context.Context, stream, filter string, fn func(jetstream.Msg) error) (int, error) {
 	cons, err := s.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		FilterSubject:     filter,
 		AckPolicy:         jetstream.AckExplicitPolicy,

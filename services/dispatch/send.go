@@ -131,7 +131,7 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 	}
 	s := r.svc
 	if sent, err := s.sent.sent(ctx, &d.job); err != nil {
-		return true, fmt.Errorf("ledger: %w", err)
+		return true, fmt.Errorf("sent events: %w", err)
 	} else if sent {
 		d.log.Debug("job already sent (its sent event exists); not sending again")
 		return true, nil
@@ -256,8 +256,9 @@ func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery
 // it with others of the same text, paces calls, re-checks pause and cancel
 // before each, and notes each call's answer for adaptive pacing once. It
 // waits for the job's share of a call. A nil outcome means the job was
-// handled here instead, with the error for the consume loop: a pause,
-// cancel or drain that came while it waited (the same paths as on
+// handled here instead, with the error for the consume loop: a pause or
+// cancel of the task, or an account that must not send, that came while it
+// waited (the same paths as on
 // arrival), or a stop (left for redelivery without spending an attempt).
 func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutcome, error) {
 	msg := d.message()
@@ -272,7 +273,7 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 		if done, err := r.obeyControl(ctx, &d.job, d.attempt-1); done {
 			return nil, err
 		}
-		if drain, why := r.draining(); drain {
+		if blocked, why := r.mustNotSend(); blocked {
 			return nil, r.reroute(ctx, &d.job, d.attempt-1, why)
 		}
 		// Handed back, but the task runs again: queue once more.
@@ -323,7 +324,7 @@ func (r *accountRunner) settleAccountProblem(ctx context.Context, d *delivery, r
 		return err
 	}
 	why := fmt.Sprintf("account %s answered %s: %s", d.acct.Name, res.Code, res.Err)
-	if drain, reason := r.draining(); drain {
+	if blocked, reason := r.mustNotSend(); blocked {
 		why = reason
 	}
 	return r.reroute(ctx, &d.job, d.attempt-1, why)
@@ -419,7 +420,7 @@ func (r *accountRunner) mayStillSend(ctx context.Context, job *contract.Job, att
 	if done, err := r.obeyControl(ctx, job, attempts); done {
 		return true, err
 	}
-	if drain, why := r.draining(); drain {
+	if blocked, why := r.mustNotSend(); blocked {
 		return true, r.reroute(ctx, job, attempts, why)
 	}
 	return false, nil

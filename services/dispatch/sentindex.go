@@ -18,8 +18,8 @@ import (
 // events. Dispatch publishes a job's sent event, and waits for the stream to
 // store it, before it acknowledges the job: so for any job that comes back
 // after a successful send (a crash or a lost ack), its sent event is in
-// EVENTS. That makes the events the idempotency ledger for successes, at no
-// cost per send: an extra ledger write and read per recipient halved the
+// EVENTS. That makes the events the record of successes, at no cost per
+// send: an extra ledger write and read per recipient halved the
 // pipeline's throughput. Only jobs that may have been sent before are
 // checked (see Job.Recheck); the check loads the task's sent events once per
 // process, as a bitmap of recipient indexes, and then only the new ones.
