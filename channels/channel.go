@@ -7,10 +7,15 @@
 //   - channel.go: the Channel / Sender interfaces and Result.
 //   - registry.go: which channels exist.
 //   - webhook.go, sandbox.go, whatsapp.go, wxpusher.go, smtp.go: one file
-//     per adapter.
+//     per adapter, holding only its provider's protocol.
+//   - adapter.go: what every adapter shares: reading the account
+//     (options, secret_env, endpoint, timeout), the one HTTP client (no
+//     redirects, proxy from the environment, NetPolicy's address checks)
+//     and Result.Err's text (clipped, secrets and URL queries redacted).
+//   - limits.go: an account's effective max_batch and daily cap.
 //   - httpclass.go: mapping HTTP answers and Retry-After onto error classes.
-//   - httpclient.go: the one HTTP client of the adapters (no redirects,
-//     NetPolicy's address checks), URL redaction.
+//   - *_test.go: the tests of the file of the same name;
+//     retryafter_fuzz_test.go fuzzes httpclass.go's ParseRetryAfter.
 package channels
 
 import (
@@ -90,19 +95,6 @@ type BatchChannel interface {
 	Channel
 	// MaxBatch is the most recipients one provider call may carry.
 	MaxBatch() int
-}
-
-// EffectiveMaxBatch is how many messages one Send to acct may carry: the
-// account's max_batch within the channel's limit, or 1 for a channel that
-// is not a BatchChannel (its Send would only loop over single sends, which
-// the account's rate, counted per call for batch accounts, would no longer
-// pace).
-func EffectiveMaxBatch(ch Channel, acct *contract.Account) int {
-	bc, ok := ch.(BatchChannel)
-	if !ok || acct.MaxBatch <= 1 {
-		return 1
-	}
-	return min(acct.MaxBatch, bc.MaxBatch())
 }
 
 // Fail builds a failed Result for every message, for errors that hit a

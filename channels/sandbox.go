@@ -2,7 +2,6 @@ package channels
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -70,10 +69,8 @@ type SandboxOptions struct {
 // NewSender implements Channel.
 func (c Sandbox) NewSender(acct *contract.Account, _ func(string) string) (Sender, error) {
 	var o SandboxOptions
-	if len(acct.Raw) > 0 {
-		if err := json.Unmarshal(acct.Raw, &o); err != nil {
-			return nil, fmt.Errorf("sandbox options: %v", err)
-		}
+	if err := decodeOptions(acct, &o); err != nil {
+		return nil, err
 	}
 	for name, v := range map[string]float64{"fail_rate": o.FailRate, "rate_limited_rate": o.RateLimitedRate} {
 		if v < 0 || v > 1 {

@@ -81,24 +81,3 @@ func TestSandboxCallDrawIsShared(t *testing.T) {
 	require.Greater(t, failedCalls, 5)
 	require.Less(t, failedCalls, 35)
 }
-
-func TestEffectiveMaxBatch(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		ch       Channel
-		maxBatch int
-		want     int
-	}{
-		{WxPusher{}, 1, 1},
-		{WxPusher{}, 500, 500},
-		{WxPusher{}, 5000, WxPusherMaxUIDs},
-		{Sandbox{}, 250, 250},
-		{Webhook{}, 100, 1}, // a loop of single sends is not a batch
-		{WhatsApp{}, 100, 1},
-		{SMTP{}, 100, 1},
-	}
-	for _, tt := range tests {
-		got := EffectiveMaxBatch(tt.ch, &contract.Account{Channel: tt.ch.Name(), MaxBatch: tt.maxBatch})
-		require.Equal(t, tt.want, got, "%s max_batch %d", tt.ch.Name(), tt.maxBatch)
-	}
-}

@@ -173,10 +173,7 @@ func (m SMTP) NewSender(acct *contract.Account, getenv func(string) string) (Sen
 	if o.Subject == "" {
 		o.Subject = SMTPDefaultSubject
 	}
-	timeout := o.Timeout.D()
-	if timeout <= 0 {
-		timeout = smtpDefaultTimeout
-	}
+	timeout := requestTimeout(o.Timeout, smtpDefaultTimeout)
 	s := &smtpSender{
 		from:    from.String(),
 		domain:  from.Address[strings.LastIndexByte(from.Address, '@')+1:],

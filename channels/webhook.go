@@ -58,28 +58,23 @@ func (w Webhook) NewSender(acct *contract.Account, getenv func(string) string) (
 	if _, err := baseURL(acct.Endpoint, "", false); err != nil {
 		return nil, err
 	}
-	var opts webhookOptions
-	if len(acct.Raw) > 0 {
-		if err := json.Unmarshal(acct.Raw, &opts); err != nil {
-			return nil, fmt.Errorf("timeout: %v", err)
-		}
+	var o webhookOptions
+	if err := decodeOptions(acct, &o); err != nil {
+		return nil, err
 	}
-	timeout := opts.Timeout.D()
-	if timeout <= 0 {
-		timeout = 10 * time.Second
+	signing, err := secret(acct, getenv, false)
+	if err != nil {
+		return nil, err
 	}
 	s := &webhookSender{
 		account:  acct.Name,
 		endpoint: acct.Endpoint,
 		hidden:   queryValues(acct.Endpoint),
-		client:   newHTTPClient(acct, timeout, w.Net),
+		client:   newHTTPClient(acct, requestTimeout(o.Timeout, 10*time.Second), w.Net),
 	}
-	if acct.SecretEnv != "" {
-		s.secret = []byte(getenv(acct.SecretEnv))
-		if len(s.secret) == 0 {
-			return nil, fmt.Errorf("secret_env: environment variable %s is empty or unset", acct.SecretEnv)
-		}
-		s.hidden = append(s.hidden, string(s.secret))
+	if signing != "" {
+		s.secret = []byte(signing)
+		s.hidden = append(s.hidden, signing)
 	}
 	return s, nil
 }
@@ -151,13 +146,9 @@ func (s *webhookSender) sendOne(ctx context.Context, m Message) Result {
 		r.ProviderID = providerID(answer)
 		return r
 	}
-	// The answer is provider text that ends up in events, logs, the ledger
-	// and DEAD: a gateway that echoes the signing secret must not leak it
-	// there (redacted before clipping, so no prefix of it survives).
-	r.Err = redact(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer))), s.hidden...)
-	if len(r.Err) > 300 {
-		r.Err = r.Err[:300]
-	}
+	// A gateway that echoes the signing secret must not leak it into the
+	// result (redacted before clipping, so no prefix of it survives).
+	r.Err = clip(redact(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer))), s.hidden...))
 	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 		r.RetryAfter = d
 	}
@@ -177,9 +168,4 @@ func providerID(answer []byte) string {
 		return v.MessageID
 	}
 	return v.ID
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }

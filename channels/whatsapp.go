@@ -161,24 +161,6 @@ func WhatsAppTierCap(tier string) (int, error) {
 	return c, nil
 }
 
-// EffectiveDailyCap is the account's daily_cap, or for a WhatsApp account
-// whose daily_cap is 0 the cap of its tier. It returns 0 (no cap) when
-// neither is set or the tier is invalid (NewSender reports that).
-func EffectiveDailyCap(acct *contract.Account) int {
-	if acct.DailyCap > 0 || acct.Channel != (WhatsApp{}).Name() {
-		return acct.DailyCap
-	}
-	var o whatsappOptions
-	if decodeOptions(acct, &o) != nil || o.Tier == "" {
-		return 0
-	}
-	c, err := WhatsAppTierCap(o.Tier)
-	if err != nil {
-		return 0
-	}
-	return c
-}
-
 // WhatsAppTemplate is the account's "template" field.
 type WhatsAppTemplate struct {
 	// Name of the approved template.
@@ -245,10 +227,7 @@ func (w WhatsApp) NewSender(acct *contract.Account, getenv func(string) string) 
 	if err != nil {
 		return nil, err
 	}
-	timeout := o.Timeout.D()
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
+	timeout := requestTimeout(o.Timeout, 10*time.Second)
 	return &whatsappSender{
 		url:      base + "/" + o.APIVersion + "/" + o.PhoneNumberID + "/messages",
 		token:    token,
@@ -475,67 +454,4 @@ func varText(v any) (string, bool) {
 		s = fmt.Sprint(x)
 	}
 	return s, strings.TrimSpace(s) != ""
-}
-
-// The helpers below are shared by the provider adapters (whatsapp.go,
-// wxpusher.go, smtp.go).
-
-// maxErrLen bounds Result.Err so a provider's HTML error page does not end
-// up in every event.
-const maxErrLen = 300
-
-// decodeOptions reads an adapter's own fields out of the account JSON,
-// naming the field when one has the wrong type.
-func decodeOptions(acct *contract.Account, v any) error {
-	if len(acct.Raw) == 0 {
-		return nil
-	}
-	err := json.Unmarshal(acct.Raw, v)
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return &contract.FieldError{Field: typeErr.Field, Reason: fmt.Sprintf("must be %s, not JSON %s", typeErr.Type, typeErr.Value)}
-	}
-	return &contract.FieldError{Field: "account", Reason: err.Error()}
-}
-
-// secret reads the account's secret_env through getenv. A required secret
-// must be named and non-empty.
-func secret(acct *contract.Account, getenv func(string) string, required bool) (string, error) {
-	if acct.SecretEnv == "" {
-		if required {
-			return "", errors.New("secret_env: required, the environment variable holding the token")
-		}
-		return "", nil
-	}
-	v := getenv(acct.SecretEnv)
-	if v == "" {
-		return "", fmt.Errorf("secret_env: environment variable %s is empty or unset", acct.SecretEnv)
-	}
-	return v, nil
-}
-
-// redact removes the secrets from provider text: some providers echo the
-// request, and Result.Err ends up in events and logs.
-func redact(s string, secrets ...string) string {
-	for _, secret := range secrets {
-		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "[redacted]")
-		}
-	}
-	return s
-}
-
-// clip shortens s to maxErrLen bytes without splitting a character.
-func clip(s string) string {
-	if len(s) <= maxErrLen {
-		return s
-	}
-	cut := maxErrLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

@@ -345,13 +345,6 @@ func TestWhatsAppTierCap(t *testing.T) {
 	require.Error(t, err)
 	_, err = WhatsAppTierCap("1000")
 	require.ErrorContains(t, err, "want 250, 1k, 2k, 10k, 100k or unlimited")
-
-	require.Equal(t, 10000, EffectiveDailyCap(waAccount(t, "", `,"tier":"10k"`)))
-	require.Equal(t, 500, EffectiveDailyCap(waAccount(t, "", `,"tier":"10k","daily_cap":500`)), "an explicit daily_cap wins")
-	require.Equal(t, 0, EffectiveDailyCap(waAccount(t, "", "")))
-	require.Equal(t, 0, EffectiveDailyCap(waAccount(t, "", `,"tier":"unlimited"`)))
-	require.Equal(t, 0, EffectiveDailyCap(testAccount(t, `{"channel":"webhook","tier":"10k"}`)), "tier means nothing to other channels")
-	require.Equal(t, 7, EffectiveDailyCap(testAccount(t, `{"channel":"webhook","daily_cap":7}`)))
 }
 
 func TestBuiltinHasProviderChannels(t *testing.T) {

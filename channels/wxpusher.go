@@ -172,10 +172,7 @@ func (w WxPusher) NewSender(acct *contract.Account, getenv func(string) string) 
 	if err != nil {
 		return nil, err
 	}
-	timeout := o.Timeout.D()
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
+	timeout := requestTimeout(o.Timeout, 10*time.Second)
 	return &wxpusherSender{
 		url:         base + "/api/send/message",
 		token:       token,

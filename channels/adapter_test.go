@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -172,5 +173,70 @@ func TestRedactURL(t *testing.T) {
 		"https://graph.example.com/v1": "https://graph.example.com/v1",
 	} {
 		require.Equal(t, want, RedactURL(in), in)
+	}
+}
+
+// TestClip: Result.Err is cut to maxErrLen bytes on a character boundary,
+// so a provider's long answer in any script stays valid UTF-8.
+func TestClip(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "short", clip("short"))
+	exact := strings.Repeat("a", maxErrLen)
+	require.Equal(t, exact, clip(exact), "at the limit nothing is cut")
+	require.Equal(t, exact+"...", clip(exact+"b"))
+	for _, long := range []string{
+		strings.Repeat("é", maxErrLen),        // 2 bytes: the cut at 300 falls between characters
+		"a" + strings.Repeat("é", maxErrLen),  // ... and here inside one
+		"a" + strings.Repeat("你", maxErrLen),  // 3 bytes
+		"ab" + strings.Repeat("😀", maxErrLen), // 4 bytes
+	} {
+		got := clip(long)
+		require.True(t, utf8.ValidString(got), "%q", got)
+		require.True(t, strings.HasSuffix(got, "..."))
+		body := strings.TrimSuffix(got, "...")
+		require.True(t, strings.HasPrefix(long, body))
+		require.LessOrEqual(t, len(body), maxErrLen)
+		require.Greater(t, len(body), maxErrLen-utf8.UTFMax)
+	}
+}
+
+// TestHTTPAdaptersShareTheClient: every HTTP adapter's client takes its
+// proxy from the environment (HTTP_PROXY and friends), except under
+// DenyPrivate, where the address check must see the destination, and none
+// follows redirects.
+func TestHTTPAdaptersShareTheClient(t *testing.T) {
+	t.Parallel()
+	env := envWith("BROADCAST_SECRET_X", "tok")
+	build := map[string]func(NetPolicy) (Sender, error){
+		"webhook": func(p NetPolicy) (Sender, error) {
+			return Webhook{Net: p}.NewSender(testAccount(t, `{"channel":"webhook","endpoint":"http://gw.example/send","secret_env":"BROADCAST_SECRET_X"}`), env)
+		},
+		"whatsapp": func(p NetPolicy) (Sender, error) {
+			return WhatsApp{Net: p}.NewSender(testAccount(t, `{"channel":"whatsapp","secret_env":"BROADCAST_SECRET_X","phone_number_id":"1"}`), env)
+		},
+		"wxpusher": func(p NetPolicy) (Sender, error) {
+			return WxPusher{Net: p}.NewSender(testAccount(t, `{"channel":"wxpusher","secret_env":"BROADCAST_SECRET_X"}`), env)
+		},
+	}
+	for name, newSender := range build {
+		for _, p := range []NetPolicy{{}, {DenyPrivate: true}} {
+			s, err := newSender(p)
+			require.NoError(t, err, name)
+			var c *http.Client
+			switch s := s.(type) {
+			case *webhookSender:
+				c = s.client
+			case *whatsappSender:
+				c = s.client
+			case *wxpusherSender:
+				c = s.client
+			default:
+				t.Fatalf("%s: sender %T has no known client", name, s)
+			}
+			tr, ok := c.Transport.(*http.Transport)
+			require.True(t, ok, name)
+			require.Equal(t, !p.DenyPrivate, tr.Proxy != nil, "%s with %+v: proxy from the environment", name, p)
+			require.NotNil(t, c.CheckRedirect, name)
+		}
 	}
 }

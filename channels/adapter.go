@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,9 +12,91 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/broadcastd/broadcast/contract"
 )
+
+// What every adapter shares, so that an adapter's file holds only its
+// provider's protocol: reading its account (decodeOptions, secret,
+// baseURL, requestTimeout), connecting (NetPolicy, newHTTPClient) and
+// writing Result.Err (clip, redact, RedactURL, networkResult, redirected).
+// Result.Err ends up in events, logs, the ledger and DEAD, so it is
+// bounded and never carries a secret.
+
+// Reading the account.
+
+// decodeOptions reads an adapter's own fields out of the account JSON,
+// naming the field when one has the wrong type.
+func decodeOptions(acct *contract.Account, v any) error {
+	if len(acct.Raw) == 0 {
+		return nil
+	}
+	err := json.Unmarshal(acct.Raw, v)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return &contract.FieldError{Field: typeErr.Field, Reason: fmt.Sprintf("must be %s, not JSON %s", typeErr.Type, typeErr.Value)}
+	}
+	return &contract.FieldError{Field: "account", Reason: err.Error()}
+}
+
+// secret reads the account's secret_env through getenv. A required secret
+// must be named and non-empty.
+func secret(acct *contract.Account, getenv func(string) string, required bool) (string, error) {
+	if acct.SecretEnv == "" {
+		if required {
+			return "", errors.New("secret_env: required, the environment variable holding the token")
+		}
+		return "", nil
+	}
+	v := getenv(acct.SecretEnv)
+	if v == "" {
+		return "", fmt.Errorf("secret_env: environment variable %s is empty or unset", acct.SecretEnv)
+	}
+	return v, nil
+}
+
+// baseURL validates the account's endpoint (or def) as an http(s) base URL
+// and returns it without a trailing slash. A channel whose requests carry a
+// token (tokenBearing) needs https, except to a loopback host (tests, a
+// local relay). Errors show the URL without its query (RedactURL).
+func baseURL(endpoint, def string, tokenBearing bool) (string, error) {
+	if endpoint == "" {
+		endpoint = def
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("endpoint: %q is not an http(s) URL", RedactURL(endpoint))
+	}
+	if tokenBearing && u.Scheme != "https" && !IsLoopbackHost(u.Hostname()) {
+		return "", fmt.Errorf("endpoint: %q must use https: this channel sends its token with every request (plain http is allowed only to localhost, 127.0.0.0/8 and ::1)", RedactURL(endpoint))
+	}
+	return strings.TrimRight(endpoint, "/"), nil
+}
+
+// IsLoopbackHost reports whether host (a name or an IP, as in a URL) is
+// localhost or a loopback address. The name is not resolved.
+func IsLoopbackHost(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// requestTimeout is an account's "timeout" field, or def when it is unset.
+func requestTimeout(d contract.Duration, def time.Duration) time.Duration {
+	if d.D() > 0 {
+		return d.D()
+	}
+	return def
+}
+
+// Connecting.
 
 // NetPolicy says where an adapter may connect. Dispatch builds its channels
 // with BuiltinWith(policy) from its configuration (DISPATCH_DENY_PRIVATE,
@@ -118,33 +201,33 @@ func newHTTPClient(acct *contract.Account, timeout time.Duration, p NetPolicy) *
 	}
 }
 
-// baseURL validates the account's endpoint (or def) as an http(s) base URL
-// and returns it without a trailing slash. A channel whose requests carry a
-// token (tokenBearing) needs https, except to a loopback host (tests, a
-// local relay). Errors show the URL without its query (RedactURL).
-func baseURL(endpoint, def string, tokenBearing bool) (string, error) {
-	if endpoint == "" {
-		endpoint = def
+// Writing Result.Err.
+
+// maxErrLen bounds Result.Err so a provider's HTML error page does not end
+// up in every event.
+const maxErrLen = 300
+
+// clip shortens s to maxErrLen bytes without splitting a character.
+func clip(s string) string {
+	if len(s) <= maxErrLen {
+		return s
 	}
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("endpoint: %q is not an http(s) URL", RedactURL(endpoint))
+	cut := maxErrLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	if tokenBearing && u.Scheme != "https" && !IsLoopbackHost(u.Hostname()) {
-		return "", fmt.Errorf("endpoint: %q must use https: this channel sends its token with every request (plain http is allowed only to localhost, 127.0.0.0/8 and ::1)", RedactURL(endpoint))
-	}
-	return strings.TrimRight(endpoint, "/"), nil
+	return s[:cut] + "..."
 }
 
-// IsLoopbackHost reports whether host (a name or an IP, as in a URL) is
-// localhost or a loopback address. The name is not resolved.
-func IsLoopbackHost(host string) bool {
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
+// redact removes the secrets from provider text: some providers echo the
+// request, and Result.Err ends up in events and logs.
+func redact(s string, secrets ...string) string {
+	for _, secret := range secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
 	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.Unmap().IsLoopback()
+	return s
 }
 
 // RedactURL returns raw without what may hold a credential: the query
@@ -211,6 +294,11 @@ func networkResult(err error, secrets ...string) Result {
 		code = "timeout"
 	}
 	return Result{Class: class, Code: code, Err: clip(redact(errorText(err), secrets...))}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
 
 // redirected describes a 3xx answer: redirects are not followed. The
