@@ -136,7 +136,8 @@
 //   - caps.go: daily cap and per-recipient gap.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
 //   - wake.go: waking held jobs on account edits.
-//   - reap.go: stopping runners of deleted accounts.
+//   - reap.go: stopping runners of deleted accounts, and adopting the
+//     queues of accounts deleted while no dispatch ran.
 //   - requeue.go: re-queue requests (unparking, retry-dead) and the parked
 //     sweeper.
 //   - control.go: the tasks' pause and cancel.

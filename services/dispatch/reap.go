@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,7 +19,78 @@ import (
 // then, without this, stayed with its goroutines and three consumers for
 // as long as the process ran.
 func (s *Service) runReaper(ctx context.Context) {
-	shared.Every(ctx, s.cfg.ReapInterval, func(ctx context.Context) { s.reapDeleted(ctx) })
+	s.adoptOrphans(ctx)
+	shared.Every(ctx, s.cfg.ReapInterval, func(ctx context.Context) {
+		s.adoptOrphans(ctx)
+		s.reapDeleted(ctx)
+	})
+}
+
+// adoptOrphans starts a runner for every account that has jobs in its
+// lanes but no runner and no valid value in broadcast_accounts: one deleted
+// while no dispatch ran, or while the process moving its jobs died (seed
+// 21322347 left 55 jobs so, for good). Like a deleted account's runner it
+// only moves the jobs to healthy accounts of their pool; the reaper stops
+// it once nothing is left. It returns how many it started.
+func (s *Service) adoptOrphans(ctx context.Context) int {
+	stream, err := s.js.Stream(ctx, contract.StreamJobs)
+	if err != nil {
+		return 0
+	}
+	// Lanes are one subject per account and priority: few, whatever the
+	// number of jobs.
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(contract.SubjectJobsPrefix+">"))
+	if err != nil {
+		s.log.Debug("could not list the job lanes", "err", err)
+		return 0
+	}
+	n := 0
+	for subject := range info.State.Subjects {
+		rest, _ := strings.CutPrefix(subject, contract.SubjectJobsPrefix)
+		account, _, _ := strings.Cut(rest, ".")
+		s.mu.Lock()
+		running := s.runners[account] != nil
+		s.mu.Unlock()
+		if running || !contract.ValidID(account) || s.accounts.Get(account) != nil {
+			continue
+		}
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			continue
+		}
+		var job contract.Job
+		if err := contract.DecodeJob(m.Data, &job); err != nil || job.Channel == "" {
+			continue
+		}
+		if s.adopt(account, job.Channel) {
+			n++
+		}
+	}
+	return n
+}
+
+// adopt starts a disabled runner for an account that is not in
+// broadcast_accounts, marked deleted, so that it moves its queued jobs
+// away. It sends nothing, so it needs no sender.
+func (s *Service) adopt(account, channel string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runners[account] != nil || s.accounts.Get(account) != nil || s.ctx.Err() != nil {
+		return false
+	}
+	acct, err := contract.DecodeAccount(account, []byte(`{"channel":`+strconv.Quote(channel)+`,"enabled":false}`))
+	if err != nil {
+		s.log.Warn("jobs queued for an unknown account of an unusable channel; left where they are", shared.KeyAccount, account, "err", err)
+		return false
+	}
+	r := newAccountRunner(s.ctx, s, acct, nil)
+	s.runners[account] = r
+	s.deletedAccounts[account] = true
+	s.numRunners.Store(int32(len(s.runners)))
+	s.wg.Go(r.run)
+	s.log.Warn("jobs queued for an account that is not in broadcast_accounts; moving them to healthy accounts",
+		shared.KeyAccount, account, "channel", channel)
+	return true
 }
 
 // reapDeleted stops the deleted accounts' runners with nothing left.
