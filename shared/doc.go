@@ -6,7 +6,10 @@
 // NATS connection settings read from the environment, and slog setup.
 //
 // Where to edit what:
-//   - topology.go: stream / KV / object store definitions.
+//   - topology.go: stream / KV / object store definitions and
+//     EnsureTopology, which creates or updates them and says what it did.
+//   - topologycheck.go: what the services require of the topology
+//     (TopologyStreams), CheckTopology, and waiting for it at start.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return.
 //   - publisher.go: publishing without waiting on the hot paths (render's
 //     jobs, dispatch's sent events), leaner than jetstream's PublishAsync

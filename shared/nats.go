@@ -114,9 +114,9 @@ func WaitConnected(ctx context.Context, nc *nats.Conn) error {
 	return nil
 }
 
-// Setup connects, waits for the server, and ensures the topology exists:
-// what every service does first.
-func Setup(ctx context.Context, c NATSConfig, name string, topo TopologyConfig, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+// ConnectJetStream connects, waits for the server and returns the
+// connection with its JetStream context.
+func ConnectJetStream(ctx context.Context, c NATSConfig, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := Connect(c, name, log)
 	if err != nil {
 		return nil, nil, err
@@ -128,6 +128,16 @@ func Setup(ctx context.Context, c NATSConfig, name string, topo TopologyConfig, 
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// Setup connects, waits for the server, and ensures the topology exists:
+// what every service does first.
+func Setup(ctx context.Context, c NATSConfig, name string, topo TopologyConfig, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, js, err := ConnectJetStream(ctx, c, name, log)
+	if err != nil {
 		return nil, nil, err
 	}
 	// The server may still be recovering its streams right after a restart.
