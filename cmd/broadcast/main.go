@@ -1,5 +1,6 @@
 // Command broadcast runs Broadcast's services and its operator tools.
 //
+//	broadcast setup [-replicas N]            create or update the topology (before the services)
 //	broadcast ingest|render|dispatch|status   run one service against NATS_URL
 //	broadcast all                            run all four services against NATS_URL
 //	broadcast dev                            embedded nats-server + all services + a sandbox account
@@ -24,6 +25,10 @@ import (
 )
 
 const usage = `usage: broadcast <command> [flags]
+
+setup (connects to NATS_URL as a user allowed to change streams):
+  setup        create or update every stream, KV bucket and object store
+               (-replicas N; idempotent)
 
 services (connect to NATS_URL):
   ingest, render, dispatch, status   run one service
@@ -57,6 +62,8 @@ func main() {
 	cmd, args := os.Args[1], os.Args[2:]
 	var err error
 	switch cmd {
+	case "setup":
+		err = runSetup(ctx, args, os.Stdout)
 	case "ingest", "render", "dispatch", "status", "all":
 		err = runServiceCommand(ctx, cmd, args)
 	case "dev":
