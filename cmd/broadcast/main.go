@@ -11,6 +11,7 @@
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
 //	broadcast certs                          route certificates for deploy/cluster
+//	broadcast authconf [-nsc]                the servers' users and permissions (auth.conf), or nsc commands
 //	broadcast torture -seed N -n M           the randomized scenario tester (internal/scenario)
 //	broadcast tape TASK                      what the providers answered for a task, as a replayable tape
 package main
@@ -44,6 +45,7 @@ tools:
                control a task (broadcast.control.<ID>)
   gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
   certs        write the TLS certificates of deploy/cluster's routes (-dir, -hosts, -days)
+  authconf     write the servers' users and permissions (-o auth.conf), or with -nsc the nsc commands
   bench        measure the pipeline against raw JetStream publishing (-n, -replicas 1,2,4)
   torture      run randomized scenarios and check every promise (-seed N -n M, -duration, -multiprocess)
   tape TASK    write what the providers answered for a task (-json: a tape for gateway -tape)
@@ -86,6 +88,8 @@ func main() {
 		err = runTasks(ctx, args)
 	case "certs":
 		err = runCerts(args)
+	case "authconf":
+		err = runAuthconf(args)
 	case "pause", "resume", "cancel", "retry-dead":
 		err = runControl(ctx, cmd, args)
 	case "-h", "--help", "help":
