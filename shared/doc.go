@@ -1,7 +1,8 @@
 // Package shared is the runtime machinery every service uses, on top of the
 // wire contract (package contract): the one EnsureTopology that creates
-// every stream, KV bucket and object store, the consume loop that maps a
-// handler's result to Ack / dead-letter+Term / NakWithDelay (now, or once an
+// every stream, KV bucket and object store (`broadcast setup` runs it; the
+// services only CheckTopology), the consume loop that maps a handler's
+// result to Ack / dead-letter+Term / NakWithDelay (now, or once an
 // asynchronous step ends: Later), publishing without waiting, live KV views,
 // NATS connection settings read from the environment, and slog setup.
 //
@@ -27,7 +28,8 @@
 //   - kvview.go, kvwatch.go: a KV bucket kept in memory, and following a
 //     watch from its current values on.
 //   - nats.go, logging.go: connection (over a socket, or in process to an
-//     embedded server) and logging from the environment.
+//     embedded server), a service's start (ConnectService: connect, then
+//     wait for the topology) and logging from the environment.
 //
 // Nothing that only one service uses belongs here.
 package shared

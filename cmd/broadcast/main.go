@@ -27,11 +27,11 @@ import (
 
 const usage = `usage: broadcast <command> [flags]
 
-setup (connects to NATS_URL as a user allowed to change streams):
+setup (connects to NATS_URL as a user allowed to change streams: admin):
   setup        create or update every stream, KV bucket and object store
-               (-replicas N; idempotent)
+               (-replicas N; idempotent); the services only check them
 
-services (connect to NATS_URL):
+services (connect to NATS_URL; wait for setup's topology, then fail naming what is missing):
   ingest, render, dispatch, status   run one service
   all                                run all four in one process
 

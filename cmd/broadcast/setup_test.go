@@ -43,6 +43,18 @@ func TestSetupCommand(t *testing.T) {
 	require.Contains(t, out.String(), "topology in place: 0 created, 0 updated, 15 unchanged\n")
 }
 
+// TestServiceWithoutSetup: a service started where `broadcast setup` never
+// ran creates nothing, and fails naming what is missing and what to run.
+func TestServiceWithoutSetup(t *testing.T) {
+	startServer(t)
+	t.Setenv("DASHBOARD_ADDR", "off")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := runServiceCommand(ctx, "ingest", nil)
+	require.ErrorContains(t, err, "waiting for the topology: topology not in place (run `broadcast setup`): stream TASKS is missing;")
+	require.ErrorContains(t, err, "object store broadcast_status is missing")
+}
+
 // TestSetupKeepsClusterReplicas: on a three-node cluster whose topology
 // has three replicas, setup without -replicas leaves them; with -replicas
 // it changes them.
