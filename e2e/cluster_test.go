@@ -23,25 +23,29 @@ import (
 var clusterConfs = []string{"../deploy/cluster/n1.conf", "../deploy/cluster/n2.conf", "../deploy/cluster/n3.conf"}
 
 // clusterConfigs copies deploy/cluster's node configurations (and the
-// auth.conf they include) into a temporary directory, with route
-// certificates made by `broadcast certs`'s code there: the files name
-// their certificates relative to the repository root, where the README
-// runs them, and the tests run in e2e/.
+// repository's auth.conf they include) into a temporary directory, with
+// route certificates made by `broadcast certs`'s code there: the files
+// name their certificates relative to the repository root, where the
+// README runs them, and the tests run in e2e/.
 func clusterConfigs(t *testing.T) []string {
 	t.Helper()
 	dir := t.TempDir()
 	tlsDir := filepath.Join(dir, "tls")
 	require.NoError(t, pki.WriteRouteCerts(tlsDir, []string{"127.0.0.1", "localhost"}, time.Hour))
-	auth, err := os.ReadFile("../deploy/cluster/auth.conf")
+	auth, err := os.ReadFile("../auth.conf")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o644))
 	var out []string
 	for _, f := range clusterConfs {
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)
-		require.Contains(t, string(data), "deploy/cluster/tls/", "%s names its route certificates", f)
+		conf := string(data)
+		require.Contains(t, conf, "deploy/cluster/tls/", "%s names its route certificates", f)
+		require.Contains(t, conf, "include ../../auth.conf", "%s includes the repository's auth.conf", f)
+		conf = strings.ReplaceAll(conf, "deploy/cluster/tls/", tlsDir+"/")
+		conf = strings.ReplaceAll(conf, "include ../../auth.conf", "include ./auth.conf")
 		path := filepath.Join(dir, filepath.Base(f))
-		require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(data), "deploy/cluster/tls/", tlsDir+"/")), 0o644))
+		require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 		out = append(out, path)
 	}
 	return out
@@ -61,7 +65,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	}
 	t.Parallel()
 	svc, op := devCredentials(t)
-	c := natstest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfigs(t), EnsureAs: svc["ingest"], ClientAs: op})
+	c := natstest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfigs(t), EnsureAs: svc["setup"], ClientAs: op})
 	for _, name := range []string{contract.StreamTasks, contract.StreamJobs, contract.StreamEvents, "KV_" + contract.BucketLedger, "OBJ_" + contract.BucketStatus} {
 		st, err := c.JS.Stream(context.Background(), name)
 		require.NoError(t, err)
@@ -210,7 +214,7 @@ func TestClusterConfigsMatchNATSConf(t *testing.T) {
 	for i, f := range clusterConfigs(t) {
 		o, err := server.ProcessConfigFile(f)
 		require.NoError(t, err, f)
-		require.True(t, reflect.DeepEqual(perms(single), perms(o)), "%s: users and permissions differ from nats.conf (regenerate deploy/cluster/auth.conf)", f)
+		require.True(t, reflect.DeepEqual(perms(single), perms(o)), "%s: users and permissions differ from nats.conf (both should include auth.conf)", f)
 		require.True(t, o.SyncAlways, "%s: jetstream { sync_interval: always }", f)
 		require.Equal(t, fmt.Sprintf("n%d", i+1), o.ServerName)
 		require.Equal(t, 4222+i, o.Port)

@@ -20,8 +20,11 @@ import (
 	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
-// TestNATSServerRestart runs nats-server (from nats.conf, so with its users)
-// and the four services as OS processes, and restarts the server twice in
+// TestNATSServerRestart runs nats-server (from nats.conf, so with its users),
+// `broadcast setup` as admin and the four services as OS processes under
+// their users, which may not create or change streams (a service that
+// tried would leave a permission violation in the server's log), and
+// restarts the server twice in
 // the middle of a 3,000-recipient webhook broadcast on the same port and
 // store: once gracefully (SIGTERM) and once with SIGKILL. The services must
 // reconnect on their own and finish with nothing lost: every good recipient
@@ -38,6 +41,9 @@ func TestNATSServerRestart(t *testing.T) {
 	)
 	svc, op := devCredentials(t)
 	ns := proctest.StartNATS(t, t.TempDir(), 0, "-c", procNATSConf(t))
+	setup, err := proctest.RunSetup(t, "NATS_URL="+ns.URL, "NATS_USER="+svc["setup"].User, "NATS_PASSWORD="+svc["setup"].Password)
+	require.NoError(t, err, "broadcast setup:\n%s", setup)
+	require.Contains(t, setup, "topology in place: 15 created, 0 updated, 0 unchanged", "broadcast setup's output:\n%s", setup)
 	var procs []*proctest.Proc
 	for _, name := range serviceNames {
 		env := []string{"NATS_URL=" + ns.URL, "NATS_USER=" + svc[name].User, "NATS_PASSWORD=" + svc[name].Password,
@@ -134,16 +140,21 @@ func TestNATSServerRestart(t *testing.T) {
 	require.NotContains(t, ns.Logs(), "Violation", "permission violations")
 }
 
-// procNATSConf writes a copy of nats.conf without its store_dir, for
-// proctest.StartNATS, which sets the store (and ports) on the command line:
-// the server runs with the repository's users and permissions.
+// procNATSConf writes a copy of nats.conf without its store_dir, beside a
+// copy of the auth.conf it includes, for proctest.StartNATS, which sets the
+// store (and ports) on the command line: the server runs with the
+// repository's users and permissions.
 func procNATSConf(t *testing.T) string {
 	t.Helper()
 	data, err := os.ReadFile(natsConfPath)
 	require.NoError(t, err)
 	conf := storeDirLine.ReplaceAllString(string(data), "")
 	require.NotEqual(t, string(data), conf, "nats.conf has a store_dir line")
-	path := filepath.Join(t.TempDir(), "nats.conf")
+	dir := t.TempDir()
+	auth, err := os.ReadFile(filepath.Join(filepath.Dir(natsConfPath), "auth.conf"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o644))
+	path := filepath.Join(dir, "nats.conf")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 	return path
 }

@@ -25,11 +25,13 @@ var serviceNames = []string{"ingest", "render", "dispatch", "status"}
 
 var procfileCreds = regexp.MustCompile(`\bNATS_USER=(\S+)\s+NATS_PASSWORD=(\S+)`)
 
-// devCredentials reads each service's credentials from its Procfile line
-// and the operator's from .env.
-// viewerDevPassword is the development password of nats.conf's read-only
-// viewer user (nats.conf keeps its bcrypt hash).
+// viewerDevPassword is the development password of auth.conf's read-only
+// viewer user (auth.conf keeps its bcrypt hash).
 const viewerDevPassword = "dev-viewer-pw"
+
+// devCredentials reads each service's credentials from its Procfile line
+// (and admin's from the setup line, under "setup") and the operator's from
+// .env.
 
 func devCredentials(t *testing.T) (services map[string]natstest.Credentials, operator natstest.Credentials) {
 	t.Helper()
@@ -52,6 +54,8 @@ func devCredentials(t *testing.T) (services map[string]natstest.Credentials, ope
 		require.Contains(t, services, s, "Procfile line %q sets NATS_USER and NATS_PASSWORD", s)
 		require.Equal(t, s, services[s].User, "the %s line connects as user %s", s, s)
 	}
+	require.Contains(t, services, "setup", "Procfile line \"setup\" sets NATS_USER and NATS_PASSWORD")
+	require.Equal(t, "admin", services["setup"].User, "the setup line connects as admin")
 	env := readDotEnv(t)
 	operator = natstest.Credentials{User: env["NATS_USER"], Password: env["NATS_PASSWORD"]}
 	require.Equal(t, "operator", operator.User, ".env NATS_USER")
@@ -79,10 +83,10 @@ func readDotEnv(t *testing.T) map[string]string {
 }
 
 // startSecureServer runs nats.conf with its users: the topology is created
-// as ingest and the test's client is the operator.
+// as admin (as `broadcast setup` is) and the test's client is the operator.
 func startSecureServer(t *testing.T, o natstest.ConfigOptions) (*natstest.ConfigServer, map[string]natstest.Credentials, natstest.Credentials) {
 	t.Helper()
 	svc, op := devCredentials(t)
-	o.EnsureAs, o.ClientAs = svc["ingest"], op
+	o.EnsureAs, o.ClientAs = svc["setup"], op
 	return natstest.StartConfigFile(t, natsConfPath, o), svc, op
 }

@@ -19,11 +19,15 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestLeastPrivilegePipeline runs the four services under their own users
-// from nats.conf, with the operator (the test's client) submitting,
-// configuring and controlling, through every flow: a broadcast with
+// from auth.conf (which nats.conf includes), after each has connected the
+// way a service starts (shared.ConnectService: the topology, created by
+// admin, only checked; no service user may create or change a stream),
+// with the operator (the test's client) submitting, configuring and
+// controlling, through every flow: a broadcast with
 // retries, rate limits and permanent failures; retry-dead (dispatch
 // re-queues the dead letters ingest asks for); pause and resume (dispatch
 // parks jobs, and re-queues them on resume); and a recipient list uploaded
@@ -33,6 +37,13 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	cs, users, _ := startSecureServer(t, natstest.ConfigOptions{})
 	gw := startGateway(t, gateway.Config{FailRate: 0.05, RateLimitedRate: 0.03, RetryAfter: time.Second, PermanentPrefix: "bad-", Seed: 5})
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":300,"burst":20,"concurrency":8}`, gw.URL))
+	for _, name := range serviceNames {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		nc, _, err := shared.ConnectService(ctx, shared.NATSConfig{URL: cs.URL, User: users[name].User, Password: users[name].Password}, name, natstest.TestLogger())
+		cancel()
+		require.NoError(t, err, "%s starts against the topology admin created", name)
+		nc.Close()
+	}
 	cfg := fastRetries()
 	cfg.Users = users
 	natstest.StartPipeline(t, cs.Server, cfg)
@@ -159,7 +170,7 @@ type permCheck struct {
 	allowed       bool
 }
 
-// TestLeastPrivilegeDenials connects as each user of nats.conf (credentials
+// TestLeastPrivilegeDenials connects as each user of auth.conf (credentials
 // from the Procfile and .env) and attempts publishes and subscriptions:
 // every denial must come back as a permissions violation naming the
 // subject, and a few grants are checked to be grants, so a typo in a deny
@@ -170,6 +181,8 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	cs, users, op := startSecureServer(t, natstest.ConfigOptions{})
 	users["operator"] = op
 	users["viewer"] = natstest.Credentials{User: "viewer", Password: viewerDevPassword}
+	users["admin"] = users["setup"]
+	delete(users, "setup")
 
 	publishes := []permCheck{
 		// Required by the issue.
@@ -216,6 +229,29 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"dispatch", "$JS.API.STREAM.DELETE.DEAD", false},
 		{"status", "$JS.API.STREAM.PURGE.EVENTS", false},
 		{"status", "$JS.API.CONSUMER.DELETE.JOBS.dispatch-hook", false},
+		// Only admin (`broadcast setup`) creates or changes the topology:
+		// the services and the operator only read it.
+		{"ingest", "$JS.API.STREAM.CREATE.TASKS", false},
+		{"ingest", "$JS.API.STREAM.UPDATE.TASKS", false},
+		{"render", "$JS.API.STREAM.UPDATE.RENDER", false},
+		{"dispatch", "$JS.API.STREAM.UPDATE.JOBS", false},
+		{"dispatch", "$JS.API.STREAM.CREATE.KV_broadcast_leases", false},
+		{"status", "$JS.API.STREAM.UPDATE.EVENTS", false},
+		{"status", "$JS.API.STREAM.CREATE.OBJ_broadcast_status", false},
+		{"operator", "$JS.API.STREAM.CREATE.TASKS", false},
+		{"ingest", "$JS.API.STREAM.INFO.JOBS", true},
+		{"admin", "$JS.API.STREAM.UPDATE.JOBS", true},
+		{"admin", "$JS.API.STREAM.CREATE.KV_broadcast_ledger", true},
+		// ... and nothing else: no deleting, purging or other streams, no
+		// messages, no consumers.
+		{"admin", "$JS.API.STREAM.DELETE.JOBS", false},
+		{"admin", "$JS.API.STREAM.PURGE.JOBS", false},
+		{"admin", "$JS.API.STREAM.CREATE.EVIL", false},
+		{"admin", "broadcast.tasks", false},
+		{"admin", "broadcast.jobs.hook.normal", false},
+		{"admin", "$KV.broadcast_accounts.hook", false},
+		{"admin", "$JS.API.CONSUMER.CREATE.JOBS.x.broadcast.jobs.>", false},
+		{"admin", "$JS.API.DIRECT.GET.KV_broadcast_accounts.hook", false},
 		// The operator never touches the services' durable consumers: no
 		// removing or reconfiguring them, no taking or acknowledging their
 		// messages.
@@ -281,6 +317,7 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"operator", "broadcast.events.>", true},
 		{"viewer", "broadcast.events.>", false},
 		{"viewer", "broadcast.>", false},
+		{"admin", "broadcast.>", false},
 	}
 
 	probes := map[string]*permProbe{}
@@ -339,10 +376,10 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	opts, err := server.ProcessConfigFile(natsConfPath)
 	require.NoError(t, err)
 	require.Empty(t, opts.NoAuthUser, "no_auth_user must stay unset")
-	require.Len(t, opts.Users, 6)
+	require.Len(t, opts.Users, 7) // four services, operator, viewer, admin
 	for _, u := range opts.Users {
 		require.NotNil(t, u.Permissions, "user %s has permissions", u.Username)
-		require.True(t, strings.HasPrefix(u.Password, "$2a$"), "user %s: nats.conf keeps a bcrypt hash, not the password", u.Username)
+		require.True(t, strings.HasPrefix(u.Password, "$2a$"), "user %s: auth.conf keeps a bcrypt hash, not the password", u.Username)
 	}
 }
 

@@ -80,7 +80,7 @@ func newTestPKI(t *testing.T) *testPKI {
 }
 
 // TestTLSWithLeastPrivilege runs nats.conf with TLS on (a certificate made
-// here for 127.0.0.1), connects the services' way (shared.Setup with
+// here for 127.0.0.1), connects the services' way (shared.Connect with
 // NATS_CA), runs a broadcast through the four services over TLS under their
 // users, and checks that a client that does not trust the CA, or does not
 // speak TLS, is refused.

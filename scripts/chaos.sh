@@ -154,6 +154,7 @@ sed -e "s|^port: 4222$|port: $NATS_PORT|" \
 	-e "s|store_dir: \".data/nats\"|store_dir: \"$DIR/store\"|" nats.conf >"$DIR/nats.conf"
 grep -q "port: $NATS_PORT" "$DIR/nats.conf" && grep -q "$DIR/store" "$DIR/nats.conf" ||
 	die "could not rewrite nats.conf's port and store_dir (changed format?)"
+cp auth.conf "$DIR/auth.conf" # nats.conf includes it, relative to itself
 
 # Each service's credentials from its Procfile line; the operator's from .env.
 creds() { # creds NAME -> "USER PASSWORD"
@@ -170,6 +171,9 @@ nats_() { XDG_CONFIG_HOME="$DIR/natscli" "$NATS_BIN" --server "$NATS_URL" --user
 # ---------------------------------------------------------------- start
 log "seed $SEED; nats $NATS_URL, gateway $GW_URL"
 start nats "$DIR/bin/nats-server" -c "$DIR/nats.conf"
+read -r u p < <(creds setup)
+env NATS_URL="$NATS_URL" NATS_USER="$u" NATS_PASSWORD="$p" NATS_CREDS= "$DIR/bin/broadcast" setup >"$DIR/logs/setup.log" 2>&1 ||
+	die "broadcast setup failed: $(tail -3 "$DIR/logs/setup.log")"
 start gateway "$DIR/bin/broadcast" gateway -addr "127.0.0.1:$GW_PORT" -fail-rate 0.05 -rate-limited-rate 0.02 \
 	-retry-after 1s -latency 5ms -permanent-prefix bad- -seed "$SEED"
 SERVICES=(ingest render dispatch status)

@@ -30,6 +30,7 @@ go build -o "$WORK/nats-server" github.com/nats-io/nats-server/v2
 PIDS+=($!)
 NATS=(nats --server "$NATS_URL")
 for _ in $(seq 100); do "${NATS[@]}" server check connection >/dev/null 2>&1 && break; sleep 0.1; done
+"$WORK/broadcast" setup >"$WORK/setup.log"
 
 declare -A SVC
 for s in ingest render dispatch status; do

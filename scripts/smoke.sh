@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Smoke test: run the Procfile stack (nats-server + ingest, render, dispatch,
-# status) as separate OS processes under foreman, point a webhook account at
+# Smoke test: run the Procfile stack (nats-server, setup and the four services)
+# as separate OS processes under foreman, point a webhook account at
 # the fault-injecting gateway, and drive everything with the real `nats` CLI
 # only (plus curl/jq for the gateway ledger). Exits 0 when every check passes.
 #

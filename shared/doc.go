@@ -1,12 +1,16 @@
 // Package shared is the runtime machinery every service uses, on top of the
 // wire contract (package contract): the one EnsureTopology that creates
-// every stream, KV bucket and object store, the consume loop that maps a
-// handler's result to Ack / dead-letter+Term / NakWithDelay (now, or once an
+// every stream, KV bucket and object store (`broadcast setup` runs it; the
+// services only CheckTopology), the consume loop that maps a handler's
+// result to Ack / dead-letter+Term / NakWithDelay (now, or once an
 // asynchronous step ends: Later), publishing without waiting, live KV views,
 // NATS connection settings read from the environment, and slog setup.
 //
 // Where to edit what:
-//   - topology.go: stream / KV / object store definitions.
+//   - topology.go: stream / KV / object store definitions and
+//     EnsureTopology, which creates or updates them and says what it did.
+//   - topologycheck.go: what the services require of the topology
+//     (TopologyStreams), CheckTopology, and waiting for it at start.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return.
 //   - publisher.go: publishing without waiting on the hot paths (render's
 //     jobs, dispatch's sent events), leaner than jetstream's PublishAsync
@@ -24,7 +28,8 @@
 //   - kvview.go, kvwatch.go: a KV bucket kept in memory, and following a
 //     watch from its current values on.
 //   - nats.go, logging.go: connection (over a socket, or in process to an
-//     embedded server) and logging from the environment.
+//     embedded server), a service's start (ConnectService: connect, then
+//     wait for the topology) and logging from the environment.
 //
 // Nothing that only one service uses belongs here.
 package shared

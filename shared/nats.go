@@ -114,9 +114,9 @@ func WaitConnected(ctx context.Context, nc *nats.Conn) error {
 	return nil
 }
 
-// Setup connects, waits for the server, and ensures the topology exists:
-// what every service does first.
-func Setup(ctx context.Context, c NATSConfig, name string, topo TopologyConfig, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+// ConnectJetStream connects, waits for the server and returns the
+// connection with its JetStream context.
+func ConnectJetStream(ctx context.Context, c NATSConfig, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := Connect(c, name, log)
 	if err != nil {
 		return nil, nil, err
@@ -130,19 +130,20 @@ func Setup(ctx context.Context, c NATSConfig, name string, topo TopologyConfig, 
 		nc.Close()
 		return nil, nil, err
 	}
-	// The server may still be recovering its streams right after a restart.
-	var terr error
-	for attempt := 0; attempt < 50; attempt++ {
-		if terr = EnsureTopology(ctx, js, topo); terr == nil {
-			return nc, js, nil
-		}
-		select {
-		case <-ctx.Done():
-			nc.Close()
-			return nil, nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	return nc, js, nil
+}
+
+// ConnectService is what every service does first: connect, wait for the
+// server and then for the topology that `broadcast setup` creates
+// (WaitForTopology, at most TopologyWait). It creates nothing.
+func ConnectService(ctx context.Context, c NATSConfig, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, js, err := ConnectJetStream(ctx, c, name, log)
+	if err != nil {
+		return nil, nil, err
 	}
-	nc.Close()
-	return nil, nil, fmt.Errorf("ensure topology: %w", terr)
+	if err := WaitForTopology(ctx, js, TopologyWait, log); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }

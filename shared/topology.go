@@ -2,7 +2,9 @@ package shared
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +20,20 @@ type TopologyConfig struct {
 	// Retention is how long tasks, events, dead letters and ledger entries
 	// are kept. Defaults to 30 days.
 	Retention time.Duration
+	// OnChange, when set, is told what EnsureTopology did to each stream,
+	// bucket and object store (`broadcast setup` prints it).
+	OnChange func(TopologyChange)
+}
+
+// TopologyChange is what EnsureTopology did to one stream, KV bucket or
+// object store.
+type TopologyChange struct {
+	// Kind is "stream", "KV bucket" or "object store"; Name is its name.
+	Kind, Name string
+	// Action is "created", "updated" or "unchanged".
+	Action string
+	// Replicas is how many copies the server keeps now.
+	Replicas int
 }
 
 func (c TopologyConfig) withDefaults() TopologyConfig {
@@ -34,6 +50,12 @@ func (c TopologyConfig) withDefaults() TopologyConfig {
 // expires unless its owner refreshed it: after a crash, another dispatch
 // process takes the account over within about this long.
 const LeaseTTL = 5 * time.Second
+
+// KVStream is the name of the stream behind KV bucket bucket.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// ObjectStream is the name of the stream behind object store bucket.
+func ObjectStream(bucket string) string { return "OBJ_" + bucket }
 
 // Streams returns the definitions of every stream.
 func Streams(c TopologyConfig) []jetstream.StreamConfig {
@@ -127,24 +149,75 @@ func ObjectStores(c TopologyConfig) []jetstream.ObjectStoreConfig {
 	}
 }
 
-// EnsureTopology creates or updates every stream, KV bucket and object store.
-// It is idempotent and every service calls it at start, so the services can
-// start in any order.
+// EnsureTopology creates or updates every stream, KV bucket and object
+// store. It is idempotent. `broadcast setup` (a privileged user) calls it
+// before the services start, and so do the embedded dev, demo and bench
+// modes and the test harnesses; the services themselves only check the
+// topology (CheckTopology), so they need no grant to change it.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, c TopologyConfig) error {
 	for _, sc := range Streams(c) {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		apply := func() error { _, err := js.CreateOrUpdateStream(ctx, sc); return err }
+		if err := ensureOne(ctx, js, c, "stream", sc.Name, sc.Name, apply); err != nil {
+			return err
 		}
 	}
 	for _, kc := range Buckets(c) {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			return fmt.Errorf("kv %s: %w", kc.Bucket, err)
+		apply := func() error { _, err := js.CreateOrUpdateKeyValue(ctx, kc); return err }
+		if err := ensureOne(ctx, js, c, "KV bucket", kc.Bucket, KVStream(kc.Bucket), apply); err != nil {
+			return err
 		}
 	}
 	for _, oc := range ObjectStores(c) {
-		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
-			return fmt.Errorf("object store %s: %w", oc.Bucket, err)
+		apply := func() error { _, err := js.CreateOrUpdateObjectStore(ctx, oc); return err }
+		if err := ensureOne(ctx, js, c, "object store", oc.Bucket, ObjectStream(oc.Bucket), apply); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// ensureOne applies one object and, when c.OnChange is set, reports what
+// changed by comparing its stream's configuration before and after.
+func ensureOne(ctx context.Context, js jetstream.JetStream, c TopologyConfig, kind, name, stream string, apply func() error) error {
+	var before *jetstream.StreamInfo
+	if c.OnChange != nil {
+		var err error
+		if before, err = streamInfo(ctx, js, stream); err != nil {
+			return fmt.Errorf("%s %s: %w", kind, name, err)
+		}
+	}
+	if err := apply(); err != nil {
+		return fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	if c.OnChange == nil {
+		return nil
+	}
+	after, err := streamInfo(ctx, js, stream)
+	if err == nil && after == nil {
+		err = jetstream.ErrStreamNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: reading it back: %w", kind, name, err)
+	}
+	ch := TopologyChange{Kind: kind, Name: name, Action: "unchanged", Replicas: after.Config.Replicas}
+	switch {
+	case before == nil:
+		ch.Action = "created"
+	case !reflect.DeepEqual(before.Config, after.Config):
+		ch.Action = "updated"
+	}
+	c.OnChange(ch)
+	return nil
+}
+
+// streamInfo returns a stream's info, or nil when it does not exist.
+func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamInfo, error) {
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return st.CachedInfo(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -14,14 +15,22 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// startEmbedded runs a nats-server in this process and connects to it with
-// the topology in place.
+// startEmbedded runs a nats-server in this process, connects to it and
+// creates the topology, as `broadcast setup` does for a real server.
 func startEmbedded(ctx context.Context, cfg embedded.Config, log *slog.Logger) (*server.Server, *nats.Conn, jetstream.JetStream, error) {
 	s, err := embedded.Start(cfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	nc, js, err := shared.Setup(ctx, shared.NATSConfig{URL: s.ClientURL(), InProcess: s}, "embedded", shared.TopologyConfig{}, log)
+	nc, js, err := shared.ConnectJetStream(ctx, shared.NATSConfig{URL: s.ClientURL(), InProcess: s}, "embedded", log)
+	if err == nil {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err = setupTopology(sctx, nc, js, shared.TopologyConfig{})
+		cancel()
+		if err != nil {
+			nc.Close()
+		}
+	}
 	if err != nil {
 		s.Shutdown()
 		return nil, nil, nil, fmt.Errorf("embedded server: %w", err)

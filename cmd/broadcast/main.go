@@ -1,5 +1,6 @@
 // Command broadcast runs Broadcast's services and its operator tools.
 //
+//	broadcast setup [-replicas N]            create or update the topology (before the services)
 //	broadcast ingest|render|dispatch|status   run one service against NATS_URL
 //	broadcast all                            run all four services against NATS_URL
 //	broadcast dev                            embedded nats-server + all services + a sandbox account
@@ -10,6 +11,7 @@
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
 //	broadcast certs                          route certificates for deploy/cluster
+//	broadcast authconf [-nsc]                the servers' users and permissions (auth.conf), or nsc commands
 //	broadcast torture -seed N -n M           the randomized scenario tester (internal/scenario)
 //	broadcast tape TASK                      what the providers answered for a task, as a replayable tape
 package main
@@ -25,7 +27,11 @@ import (
 
 const usage = `usage: broadcast <command> [flags]
 
-services (connect to NATS_URL):
+setup (connects to NATS_URL as a user allowed to change streams: admin):
+  setup        create or update every stream, KV bucket and object store
+               (-replicas N; idempotent); the services only check them
+
+services (connect to NATS_URL; wait for setup's topology, then fail naming what is missing):
   ingest, render, dispatch, status   run one service
   all                                run all four in one process
 
@@ -39,6 +45,7 @@ tools:
                control a task (broadcast.control.<ID>)
   gateway      run a fault-injecting HTTP gateway that speaks the webhook protocol
   certs        write the TLS certificates of deploy/cluster's routes (-dir, -hosts, -days)
+  authconf     write the servers' users and permissions (-o auth.conf), or with -nsc the nsc commands
   bench        measure the pipeline against raw JetStream publishing (-n, -replicas 1,2,4)
   torture      run randomized scenarios and check every promise (-seed N -n M, -duration, -multiprocess)
   tape TASK    write what the providers answered for a task (-json: a tape for gateway -tape)
@@ -57,6 +64,8 @@ func main() {
 	cmd, args := os.Args[1], os.Args[2:]
 	var err error
 	switch cmd {
+	case "setup":
+		err = runSetup(ctx, args, os.Stdout)
 	case "ingest", "render", "dispatch", "status", "all":
 		err = runServiceCommand(ctx, cmd, args)
 	case "dev":
@@ -79,6 +88,8 @@ func main() {
 		err = runTasks(ctx, args)
 	case "certs":
 		err = runCerts(args)
+	case "authconf":
+		err = runAuthconf(args)
 	case "pause", "resume", "cancel", "retry-dead":
 		err = runControl(ctx, cmd, args)
 	case "-h", "--help", "help":

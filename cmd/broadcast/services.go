@@ -34,7 +34,6 @@ func newLogger() (*slog.Logger, error) {
 
 func runServiceCommand(ctx context.Context, name string, args []string) error {
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
-	replicas := fs.Int("replicas", 1, "replicas for streams and buckets created at start (3 on a cluster)")
 	_ = fs.Parse(args)
 	log, err := newLogger()
 	if err != nil {
@@ -45,7 +44,8 @@ func runServiceCommand(ctx context.Context, name string, args []string) error {
 		// nears it) without ever failing an allocation. GOMEMLIMIT overrides.
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
-	nc, js, err := shared.Setup(ctx, shared.NATSConfigFromEnv(), name, shared.TopologyConfig{Replicas: *replicas}, log)
+	// The topology is `broadcast setup`'s: a service only waits for it.
+	nc, js, err := shared.ConnectService(ctx, shared.NATSConfigFromEnv(), name, log)
 	if err != nil {
 		return err
 	}

@@ -28,8 +28,8 @@ type ConfigServer struct {
 
 // ConfigOptions tunes StartConfigFile.
 type ConfigOptions struct {
-	// EnsureAs is the user that creates the topology (a service user: the
-	// operator may not). Required.
+	// EnsureAs is the user that creates the topology (auth.conf's admin:
+	// no other user may). Required.
 	EnsureAs Credentials
 	// ClientAs is the user the Server's own client (NC, JS) connects as.
 	// Defaults to EnsureAs.
@@ -64,8 +64,8 @@ func StartConfigFile(t testing.TB, path string, o ConfigOptions) *ConfigServer {
 		url = strings.Replace(url, "nats://", "tls://", 1)
 	}
 	ts := &Server{Server: s, URL: url, Dir: dir, Creds: o.EnsureAs, tls: o.ClientTLS}
-	// The topology is created by a service user, then the client reconnects
-	// as ClientAs (which may be the operator, who cannot create streams).
+	// The topology is created by EnsureAs, then the client reconnects as
+	// ClientAs (which may be the operator, who cannot create streams).
 	nc, js := ts.ConnectAs(t, o.EnsureAs)
 	EnsureTopology(t, js, shared.TopologyConfig{})
 	nc.Close()

@@ -1,0 +1,143 @@
+package shared_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/embedded"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// emptyServer starts a JetStream server without the topology.
+func emptyServer(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// ensure runs EnsureTopology and returns the action it reported per object.
+func ensure(t *testing.T, js jetstream.JetStream) map[string]string {
+	t.Helper()
+	actions := map[string]string{}
+	err := shared.EnsureTopology(context.Background(), js, shared.TopologyConfig{OnChange: func(c shared.TopologyChange) {
+		require.Equal(t, 1, c.Replicas, "%s %s", c.Kind, c.Name)
+		actions[c.Kind+" "+c.Name] = c.Action
+	}})
+	require.NoError(t, err)
+	require.Len(t, actions, len(shared.TopologyStreams()))
+	return actions
+}
+
+// only returns the actions other than "unchanged".
+func only(actions map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, a := range actions {
+		if a != "unchanged" {
+			out[k] = a
+		}
+	}
+	return out
+}
+
+// TestCheckTopology: on an empty server every stream, bucket and object
+// store is reported missing; EnsureTopology creates them (reporting
+// "created"), then leaves them ("unchanged"), and puts back what was
+// changed ("updated") after CheckTopology named it.
+func TestCheckTopology(t *testing.T) {
+	js := emptyServer(t)
+	ctx := context.Background()
+	err := shared.CheckTopology(ctx, js)
+	var te *shared.TopologyError
+	require.True(t, errors.As(err, &te), "%v", err)
+	require.Len(t, te.Problems, 15)
+	require.Contains(t, te.Problems, "stream TASKS is missing")
+	require.Contains(t, te.Problems, "KV bucket broadcast_leases is missing")
+	require.Contains(t, te.Problems, "object store broadcast_status is missing")
+	require.ErrorContains(t, err, "run `broadcast setup`")
+
+	for k, a := range ensure(t, js) {
+		require.Equal(t, "created", a, k)
+	}
+	require.NoError(t, shared.CheckTopology(ctx, js))
+	require.Empty(t, only(ensure(t, js)), "a second run changes nothing")
+
+	// An older JOBS without the parked subjects, and an accounts bucket
+	// that keeps one value per key.
+	jobs := shared.Streams(shared.TopologyConfig{})[2]
+	require.Equal(t, contract.StreamJobs, jobs.Name)
+	jobs.Subjects = jobs.Subjects[:2]
+	_, err = js.UpdateStream(ctx, jobs)
+	require.NoError(t, err)
+	_, err = js.UpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: contract.BucketAccounts, History: 1, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	err = shared.CheckTopology(ctx, js)
+	require.True(t, errors.As(err, &te), "%v", err)
+	require.Equal(t, []string{
+		"stream JOBS has subjects [broadcast.jobs.> broadcast.delay.>], want [broadcast.jobs.> broadcast.delay.> broadcast.parked.>]",
+		"KV bucket broadcast_accounts keeps 1 values per key, want 5",
+	}, te.Problems)
+
+	require.Equal(t, map[string]string{"stream JOBS": "updated", "KV bucket broadcast_accounts": "updated"}, only(ensure(t, js)))
+	require.NoError(t, shared.CheckTopology(ctx, js))
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWaitForTopology: a service started before `broadcast setup` logs
+// that it waits and goes on once the topology is in place; one for which
+// setup never runs fails after the wait, naming what is missing and what
+// to run.
+func TestWaitForTopology(t *testing.T) {
+	js := emptyServer(t)
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+
+	err := shared.WaitForTopology(context.Background(), js, time.Second, log)
+	require.ErrorContains(t, err, "after waiting 1s: topology not in place (run `broadcast setup`): stream TASKS is missing; stream RENDER is missing;")
+	require.Contains(t, logs.String(), `msg="waiting for the topology"`)
+
+	done := make(chan error, 1)
+	go func() { done <- shared.WaitForTopology(context.Background(), js, time.Minute, log) }()
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, shared.EnsureTopology(context.Background(), js, shared.TopologyConfig{}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitForTopology did not notice the topology")
+	}
+	require.Contains(t, logs.String(), `msg="topology in place"`)
+}
