@@ -71,8 +71,8 @@ type Config struct {
 	metrics *metrics.Dispatch
 }
 
-// ConfigFromEnv reads DISPATCH_BACKOFF_BASE, DISPATCH_BACKOFF_MAX and
-// DISPATCH_LONG_WAIT (Go durations), DISPATCH_MAX_IN_FLIGHT (a count),
+// ConfigFromEnv reads DISPATCH_BACKOFF_BASE, DISPATCH_BACKOFF_MAX,
+// DISPATCH_LONG_WAIT and DISPATCH_REAP_INTERVAL (Go durations), DISPATCH_MAX_IN_FLIGHT (a count),
 // DISPATCH_SECRET_ENVS (comma-separated names), DISPATCH_DENY_PRIVATE and
 // DISPATCH_ALLOW_LOOPBACK (1 or true).
 func ConfigFromEnv() (Config, error) {
@@ -92,9 +92,10 @@ func ConfigFromEnv() (Config, error) {
 		}
 	}
 	for name, dst := range map[string]*time.Duration{
-		"DISPATCH_BACKOFF_BASE": &c.BackoffBase,
-		"DISPATCH_BACKOFF_MAX":  &c.BackoffMax,
-		"DISPATCH_LONG_WAIT":    &c.LongWait,
+		"DISPATCH_BACKOFF_BASE":  &c.BackoffBase,
+		"DISPATCH_BACKOFF_MAX":   &c.BackoffMax,
+		"DISPATCH_LONG_WAIT":     &c.LongWait,
+		"DISPATCH_REAP_INTERVAL": &c.ReapInterval,
 	} {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
