@@ -112,6 +112,10 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 		runners = append(runners, runFunc(func(ctx context.Context) error { return metrics.Serve(ctx, addr, reg, log) }))
 		names = append(names[:len(names):len(names)], "metrics")
 	}
+	if addr := getenv("PPROF_ADDR"); addr != "" {
+		runners = append(runners, runFunc(func(ctx context.Context) error { return servePprof(ctx, addr, log) }))
+		names = append(names[:len(names):len(names)], "pprof")
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(runners))
 	for i, r := range runners {

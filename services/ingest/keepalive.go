@@ -59,11 +59,19 @@ func (s *Service) refreshLive(ctx context.Context, ttl, every time.Duration) (in
 		if time.Since(e.Created()) < every {
 			continue
 		}
-		if final, _ := s.isFinal(ctx, id); final {
+		final, state := s.isFinal(ctx, id)
+		if final {
 			continue // finished tasks age out as intended
 		}
 		ctl := s.controls.Get(id)
 		if ctl.State == contract.StateCancelled {
+			continue
+		}
+		if state == "" && !waits(ctl.State) {
+			// No progress: status forgot the task after STATUS_RETENTION
+			// (it finished long ago), or has not seen it yet (a later round
+			// keeps it then). Rewriting it kept every record forever once
+			// status forgot its task.
 			continue
 		}
 		var rec contract.TaskRecord
@@ -87,6 +95,12 @@ func (s *Service) refreshLive(ctx context.Context, ttl, every time.Duration) (in
 		n++
 	}
 	return n, nil
+}
+
+// waits reports whether a run state holds a task back (paused, scheduled,
+// awaiting approval): it is live though it may have no progress yet.
+func waits(state contract.TaskState) bool {
+	return state == contract.StatePaused || state == contract.StateScheduled || state == contract.StateAwaitingApproval
 }
 
 // approvalWindow is how long a task may await approval: five sixths of the
