@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/ingest"
 )
@@ -23,7 +24,7 @@ func TestControlPauseWhileRetryDeadRuns(t *testing.T) {
 	t.Parallel()
 	ts := natstest.Start(t)
 	ts.PutAccount(t, "sb", `{"channel":"sandbox","rate_per_sec":10}`)
-	ing, err := ingest.New(ts.JS, ingest.Config{Logger: natstest.TestLogger()})
+	ing, err := ingest.New(ts.JS, ingest.Config{Logger: logtest.Logger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

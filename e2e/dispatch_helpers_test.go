@@ -20,6 +20,7 @@ import (
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
@@ -242,7 +243,7 @@ func (e *dispatchEnv) startReplica() *replica {
 	e.replicas = append(e.replicas, r)
 	e.mu.Unlock()
 	cfg := e.cfg
-	cfg.Logger = natstest.TestLogger().With("replica", r.id)
+	cfg.Logger = logtest.Logger().With("replica", r.id)
 	cfg.Channels = channels.Registry{}
 	for name, ch := range channels.Builtin() {
 		cfg.Channels[name] = notingChannel{Channel: ch, note: func(to string) {

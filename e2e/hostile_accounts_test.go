@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 )
 
@@ -79,7 +80,7 @@ func TestAccountCannotReadDispatchSecrets(t *testing.T) {
 	account("listed", "LISTED_TOKEN", srv.URL)
 	account("ok", "BROADCAST_SECRET_WA", srv.URL)
 	account("plain", "BROADCAST_SECRET_WA", "http://graph.example.com")
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg := withSecrets(map[string]string{"NATS_PASSWORD": natsPassword, "SHOP_TOKEN": "tok-unlisted",
 		"LISTED_TOKEN": "tok-listed", "BROADCAST_SECRET_WA": "tok-ok"})
 	cfg.Dispatch.SecretEnvs = []string{"LISTED_TOKEN"}
@@ -137,7 +138,7 @@ func TestEndpointTokenNeverLeaks(t *testing.T) {
 	ts := natstest.Start(t)
 	ts.PutAccount(t, "closed", fmt.Sprintf(`{"channel":"webhook","endpoint":"http://%s/send?token=%s","rate_per_sec":100}`, closed, token))
 	ts.PutAccount(t, "echo", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send?token=%s","rate_per_sec":100}`, echo.URL, token))
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg := fastRetries()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	natstest.StartPipeline(t, ts, cfg)

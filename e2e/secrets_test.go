@@ -20,6 +20,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -72,7 +73,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg := fastRetries()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Dispatch.Getenv = func(name string) string {
@@ -182,22 +183,4 @@ func streamMessages(t *testing.T, ts *natstest.Server, stream string) []string {
 		out = append(out, fmt.Sprintf("%s %v %s", m.Subject, m.Header, m.Data))
 	}
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for the services' concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -39,7 +40,7 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":300,"burst":20,"concurrency":8}`, gw.URL))
 	for _, name := range serviceNames {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		nc, _, err := shared.ConnectService(ctx, shared.NATSConfig{URL: cs.URL, User: users[name].User, Password: users[name].Password}, name, natstest.TestLogger())
+		nc, _, err := shared.ConnectService(ctx, shared.NATSConfig{URL: cs.URL, User: users[name].User, Password: users[name].Password}, name, logtest.Logger())
 		cancel()
 		require.NoError(t, err, "%s starts against the topology admin created", name)
 		nc.Close()

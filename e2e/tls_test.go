@@ -22,6 +22,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -96,7 +97,7 @@ func TestTLSWithLeastPrivilege(t *testing.T) {
 	// The services' own connection code, as NATS_CA configures it
 	// (shared/nats_env_test.go checks the environment mapping).
 	cfg := shared.NATSConfig{URL: cs.URL, User: op.User, Password: op.Password, CA: pki.caFile}
-	nc, err := shared.Connect(cfg, "tls-test", natstest.TestLogger())
+	nc, err := shared.Connect(cfg, "tls-test", logtest.Logger())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

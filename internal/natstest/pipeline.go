@@ -2,9 +2,7 @@ package natstest
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/ingest"
 	"github.com/broadcastd/broadcast/services/render"
@@ -28,7 +27,7 @@ type PipelineConfig struct {
 	// "dispatch", "status") as its own user, as the Procfile does against
 	// nats.conf. Defaults to the credentials of the Server.
 	Users map[string]Credentials
-	// Logger receives every service's log lines. Defaults to TestLogger().
+	// Logger receives every service's log lines. Defaults to logtest.Logger().
 	Logger *slog.Logger
 }
 
@@ -42,23 +41,13 @@ type Pipeline struct {
 	wg       sync.WaitGroup
 }
 
-// TestLogger logs to stderr at LOG_LEVEL when set (debugging), else nowhere.
-func TestLogger() *slog.Logger {
-	if lvl := os.Getenv("LOG_LEVEL"); lvl != "" {
-		var l slog.Level
-		_ = l.UnmarshalText([]byte(lvl))
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // StartPipeline runs ingest, render, dispatch and status, each on its own
 // connection as in production, until the test ends.
 func StartPipeline(t testing.TB, ts *Server, c PipelineConfig) *Pipeline {
 	t.Helper()
 	log := c.Logger
 	if log == nil {
-		log = TestLogger()
+		log = logtest.Logger()
 	}
 	c.Ingest.Logger, c.Render.Logger, c.Dispatch.Logger, c.Status.Logger = log, log, log, log
 	ctx, cancel := context.WithCancel(context.Background())

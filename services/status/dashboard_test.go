@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/status"
@@ -26,7 +27,7 @@ import (
 func startStatus(t *testing.T, ts *natstest.Server, reg *prometheus.Registry) string {
 	t.Helper()
 	svc, err := status.New(ts.JS, status.Config{DashboardAddr: "127.0.0.1:0", PollInterval: 100 * time.Millisecond,
-		Metrics: reg, Logger: natstest.TestLogger()})
+		Metrics: reg, Logger: logtest.Logger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
