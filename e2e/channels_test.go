@@ -15,12 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // withSecrets makes dispatch read secrets from a map instead of the
 // process environment (tests run in parallel).
-func withSecrets(secrets map[string]string) natstest.PipelineConfig {
+func withSecrets(secrets map[string]string) pipelinetest.PipelineConfig {
 	cfg := fastRetries()
 	cfg.Dispatch.Getenv = func(name string) string { return secrets[name] }
 	return cfg
@@ -56,9 +56,9 @@ func TestWhatsAppBroadcast(t *testing.T) {
 		fmt.Fprintf(w, `{"messaging_product":"whatsapp","contacts":[{"input":%q,"wa_id":"x"}],"messages":[{"id":"wamid.%s"}]}`, req.To, strings.TrimPrefix(req.To, "+"))
 	}))
 	t.Cleanup(srv.Close)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
+	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
 
 	task := contract.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
 	for i := 1; i <= 9; i++ {
@@ -120,9 +120,9 @@ func TestWxPusherBroadcast(t *testing.T) {
 		fmt.Fprintf(w, `{"code":1000,"msg":"处理成功","data":[%s],"success":true}`, strings.Join(data, ","))
 	}))
 	t.Cleanup(srv.Close)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	submit(t, ts, `{"id":"wx-1","channel":"wxpusher","template":"Order {{.to}} shipped","recipients":[
 		{"to":"UID_a"},{"to":"UID_b"},{"to":"UID_c"},{"to":"UID_d"},{"to":"UID_gone"},{"to":"not-a-uid"}]}`)
@@ -149,10 +149,10 @@ func TestWxPusherBroadcast(t *testing.T) {
 func TestSMTPBroadcast(t *testing.T) {
 	t.Parallel()
 	srv := startSMTP(t, map[string]string{"gone@shop.example": "550 5.1.1 mailbox unavailable"})
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 		"from":"Shop <noreply@shop.example>","subject":"Your order","rate_per_sec":50,"concurrency":2}`, srv.port))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	submit(t, ts, `{"id":"mail-1","channel":"smtp","template":"Dear {{.name}}","recipients":[
 		{"to":"li@Shop.Example","vars":{"name":"Li"}},{"to":"wang@shop.example","vars":{"name":"Wang"}},
@@ -266,12 +266,12 @@ func (s *smtpSink) connections() int {
 func TestSMTPHTMLEscapesVariables(t *testing.T) {
 	t.Parallel()
 	srv := startSMTP(t, nil)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	for name, html := range map[string]bool{"mail-html": true, "mail-text": false} {
 		ts.PutAccount(t, name, fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 			"from":"Shop <noreply@shop.example>","html":%v,"rate_per_sec":50}`, srv.port, html))
 	}
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 	for id, acct := range map[string]string{"mail-h": "mail-html", "mail-t": "mail-text"} {
 		submit(t, ts, fmt.Sprintf(`{"id":%q,"channel":"smtp","accounts":[%q],"template":"<p>Dear {{.name}}</p>",
 			"recipients":[{"to":"%s@shop.example","vars":{"name":"<a href='x'>Li</a> & co"}}]}`, id, acct, id))

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestPausedTaskIsNotCheckpointedEverySecond: a paused task's progress is
@@ -16,10 +16,10 @@ import (
 // checkpointed every second, a 1M-recipient one included.
 func TestPausedTaskIsNotCheckpointedEverySecond(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "ck", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
-	p := natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	p := pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	task := contract.Task{ID: "ckpt", Channel: "webhook", Template: "hi", Recipients: recipients("k", 200)}
 	submit(t, ts, task)
 	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")

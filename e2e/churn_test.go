@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
@@ -33,8 +33,8 @@ func TestChurnMemoryIsFlat(t *testing.T) {
 	// The server's history (TASKS, EVENTS, DEAD, task records) is kept 3 s
 	// here, as it is kept 30 days in production: a month of it is what a
 	// real server holds.
-	ts := natstest.StartWithTopology(t, shared.TopologyConfig{Retention: 3 * time.Second})
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{
+	ts := pipelinetest.StartWithTopology(t, shared.TopologyConfig{Retention: 3 * time.Second})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{
 		Dispatch: dispatch.Config{ReapInterval: 300 * time.Millisecond},
 		Status:   status.Config{Retention: 2 * time.Second},
 	})

@@ -17,11 +17,12 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
 
-func control(t *testing.T, ts *natstest.Server, taskID, action string) *contract.ControlReply {
+func control(t *testing.T, ts *pipelinetest.Server, taskID, action string) *contract.ControlReply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -38,7 +39,7 @@ func ctlRecipients(n int, prefix string) []contract.Recipient {
 	return out
 }
 
-func waitProgress(t *testing.T, ts *natstest.Server, id string, timeout time.Duration, cond func(p *contract.Progress) bool) *contract.Progress {
+func waitProgress(t *testing.T, ts *pipelinetest.Server, id string, timeout time.Duration, cond func(p *contract.Progress) bool) *contract.Progress {
 	t.Helper()
 	var p *contract.Progress
 	natstest.Eventually(t, timeout, func() bool {
@@ -52,10 +53,10 @@ func waitProgress(t *testing.T, ts *natstest.Server, id string, timeout time.Dur
 // stop, resumes it, then cancels it and checks the counts are exact.
 func TestPauseResumeCancel(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":50,"burst":5,"concurrency":4}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	const n = 600
 	submit(t, ts, contract.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: ctlRecipients(n, "u")})
@@ -97,10 +98,10 @@ func TestPauseResumeCancel(t *testing.T) {
 // for a resume, then sends the rest.
 func TestTestRecipientsAwaitApproval(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	task := contract.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(50, "c"),
 		TestRecipients: []contract.Recipient{{To: "qa-1"}, {To: "qa-2"}}}
@@ -134,10 +135,10 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 // TestExpiresAtTurnsTheRestExpired runs a task slower than its expiry.
 func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":2}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	expires := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
 	submit(t, ts, contract.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: ctlRecipients(200, "e"), ExpiresAt: expires})
@@ -154,7 +155,7 @@ func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 // fixes the gateway, and re-queues the dead letters.
 func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	g, err := gateway.New(gatewayOK())
 	require.NoError(t, err)
 	var fixed atomic.Bool
@@ -167,7 +168,7 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	submit(t, ts, contract.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: ctlRecipients(30, "d")})
 	first := ts.WaitFinal(t, "rd", 20*time.Second)
@@ -191,12 +192,12 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 // everything; the task pauses itself with the reason.
 func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gateway.Config{FailRate: 1, Seed: 1})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
 	cfg := fastRetries()
 	cfg.Status = status.Config{CircuitWindow: 40, CircuitThreshold: 0.5}
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
 	submit(t, ts, contract.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: ctlRecipients(500, "f"), MaxAttempts: 50})
 	p := waitProgress(t, ts, "cb", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
@@ -213,10 +214,10 @@ func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
 // checks its first send comes within a second of send_at.
 func TestScheduledTaskStartsOnTime(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	sendAt := time.Now().Add(4 * time.Second).Truncate(time.Second)
 	submit(t, ts, contract.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "s"), SendAt: sendAt.UTC().Format(time.RFC3339)})
@@ -236,10 +237,10 @@ func TestScheduledTaskStartsOnTime(t *testing.T) {
 // start message comes back and the release is finished, not ignored.
 func TestScheduledStartFinishesAnInterruptedRelease(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	// Scheduled an hour ahead, then left as a release cut short leaves it:
 	// released and processing, nothing published.

@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // deadLetters reads every dead letter of a task.
-func deadLetters(t *testing.T, ts *natstest.Server, taskID string) []contract.DeadLetter {
+func deadLetters(t *testing.T, ts *pipelinetest.Server, taskID string) []contract.DeadLetter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -24,7 +25,7 @@ func distinctAccepted(rec *recorder) map[string]bool {
 }
 
 // capWaits returns the distinct jobs of a task with a daily_cap retrying event.
-func capWaits(t *testing.T, ts *natstest.Server, taskID string) map[string]contract.Event {
+func capWaits(t *testing.T, ts *pipelinetest.Server, taskID string) map[string]contract.Event {
 	out := map[string]contract.Event{}
 	for _, e := range eventsOf(ts.Events(t, taskID), contract.EventRetrying) {
 		if e.Code == "daily_cap" {
@@ -130,10 +131,10 @@ func TestDispatchDailyCap(t *testing.T) {
 // apart, while the other recipients are not held back.
 func TestDispatchPerRecipientInterval(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	_, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	ts.PutAccount(t, "gap", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"per_recipient_interval":"2s"`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	for i := range 2 {
 		task := contract.Task{ID: fmt.Sprintf("gap-%d", i), Channel: "webhook", Template: "n{{.n}} {{.to}}",
 			Defaults: map[string]any{"n": i}, Recipients: append([]contract.Recipient{{To: "r1"}}, recipients(fmt.Sprintf("other%d", i), 5)...)}

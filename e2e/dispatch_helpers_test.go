@@ -21,7 +21,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -200,7 +200,7 @@ func (f pacingFigures) String() string {
 // are the only senders.
 type dispatchEnv struct {
 	t   *testing.T
-	ts  *natstest.Server
+	ts  *pipelinetest.Server
 	cfg dispatch.Config
 
 	mu       sync.Mutex
@@ -226,8 +226,8 @@ type replica struct {
 
 func newDispatchEnv(t *testing.T, cfg dispatch.Config) *dispatchEnv {
 	t.Helper()
-	ts := natstest.Start(t)
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{Channels: channels.Registry{}}})
+	ts := pipelinetest.Start(t)
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{Channels: channels.Registry{}}})
 	return &dispatchEnv{t: t, ts: ts, cfg: cfg}
 }
 
@@ -398,7 +398,7 @@ func eventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
 }
 
 // kvGet reads a key of a bucket.
-func kvGet(t *testing.T, ts *natstest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
+func kvGet(t *testing.T, ts *pipelinetest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -408,7 +408,7 @@ func kvGet(t *testing.T, ts *natstest.Server, bucket, key string) (jetstream.Key
 }
 
 // accountHealth reads an account's health value, or nil.
-func accountHealth(t *testing.T, ts *natstest.Server, name string) *contract.AccountHealth {
+func accountHealth(t *testing.T, ts *pipelinetest.Server, name string) *contract.AccountHealth {
 	t.Helper()
 	e, err := kvGet(t, ts, contract.BucketHealth, name)
 	if err != nil {

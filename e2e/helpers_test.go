@@ -16,7 +16,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // recordingGateway is the fault-injecting gateway behind an httptest server,
@@ -65,7 +65,7 @@ func (rg *recordingGateway) maxInAnySecond() int {
 
 // submit publishes a task as JSON without a Nats-Msg-Id, so only ingest's
 // own ledger can recognise a repeated id.
-func submit(t *testing.T, ts *natstest.Server, task any) {
+func submit(t *testing.T, ts *pipelinetest.Server, task any) {
 	t.Helper()
 	var data []byte
 	switch v := task.(type) {
@@ -85,7 +85,7 @@ func submit(t *testing.T, ts *natstest.Server, task any) {
 }
 
 // submitWithMsgID publishes raw bytes with a Nats-Msg-Id header.
-func submitWithMsgID(t *testing.T, ts *natstest.Server, data []byte, msgID string) {
+func submitWithMsgID(t *testing.T, ts *pipelinetest.Server, data []byte, msgID string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

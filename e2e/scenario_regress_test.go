@@ -9,7 +9,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // Regression tests for the bugs the scenario tester found (its seeds 15
@@ -20,10 +20,10 @@ import (
 // may be sent (it used to be overwritten: the task was sent anyway).
 func TestCancelWhileScheduledStartWaits(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	// send_at is whole seconds (RFC 3339): pick one 2-3 s ahead and cancel
 	// half a second before it, inside the start's one-second lead.
@@ -44,10 +44,10 @@ func TestCancelWhileScheduledStartWaits(t *testing.T) {
 // failed event used to be dropped as a duplicate of the first one).
 func TestRetryDeadFailsAgain(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	g := startGateway(t, gateway.Config{Seed: 1, PermanentPrefix: "bad-"})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, g.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	rs := append(ctlRecipients(5, "ok"), contract.Recipient{To: "bad-1"}, contract.Recipient{To: "bad-2"})
 	submit(t, ts, contract.Task{ID: "redead", Channel: "webhook", Template: "x", Recipients: rs})

@@ -21,7 +21,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -37,7 +37,7 @@ import (
 // recorded.
 func TestSecretsNeverLeak(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	random := make([]byte, 12)
 	_, _ = rand.Read(random)
 	secret := "SECRET-XYZZY-" + hex.EncodeToString(random)
@@ -83,7 +83,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		return ""
 	}
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_TEST_HOOK","rate_per_sec":500,"burst":20,"concurrency":8}`, srv.URL))
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
 	task := contract.Task{ID: "secret-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 5}
 	const n, echo, refuse = 200, 20, 5
@@ -166,7 +166,7 @@ func allStreams() []string {
 
 // streamMessages returns every stored message of stream, subject, headers
 // and data as one string each.
-func streamMessages(t *testing.T, ts *natstest.Server, stream string) []string {
+func streamMessages(t *testing.T, ts *pipelinetest.Server, stream string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // The files the least-privilege tests read: the repository's own, so the
@@ -84,9 +85,9 @@ func readDotEnv(t *testing.T) map[string]string {
 
 // startSecureServer runs nats.conf with its users: the topology is created
 // as admin (as `broadcast setup` is) and the test's client is the operator.
-func startSecureServer(t *testing.T, o natstest.ConfigOptions) (*natstest.ConfigServer, map[string]natstest.Credentials, natstest.Credentials) {
+func startSecureServer(t *testing.T, o natstest.ConfigOptions) (*pipelinetest.ConfigServer, map[string]natstest.Credentials, natstest.Credentials) {
 	t.Helper()
 	svc, op := devCredentials(t)
-	o.EnsureAs, o.ClientAs = svc["setup"], op
-	return natstest.StartConfigFile(t, natsConfPath, o), svc, op
+	o.SetupAs, o.ClientAs = svc["setup"], op
+	return pipelinetest.StartConfigFile(t, natsConfPath, o), svc, op
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -47,7 +48,7 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	}
 	cfg := fastRetries()
 	cfg.Users = users
-	natstest.StartPipeline(t, cs.Server, cfg)
+	pipelinetest.StartPipeline(t, cs.Server, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, v := range uniqueViolations(cs.Log.Violations()) {
@@ -126,7 +127,7 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 }
 
 // submitAsOperator publishes task with the Server's own client.
-func submitAsOperator(t *testing.T, ts *natstest.Server, task contract.Task) {
+func submitAsOperator(t *testing.T, ts *pipelinetest.Server, task contract.Task) {
 	t.Helper()
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
@@ -392,7 +393,7 @@ type permProbe struct {
 	violations chan string
 }
 
-func newPermProbe(t *testing.T, ts *natstest.Server, creds natstest.Credentials) *permProbe {
+func newPermProbe(t *testing.T, ts *pipelinetest.Server, creds natstest.Credentials) *permProbe {
 	t.Helper()
 	p := &permProbe{violations: make(chan string, 64)}
 	p.nc, p.js = ts.ConnectAs(t, creds, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {

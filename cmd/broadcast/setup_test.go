@@ -10,6 +10,7 @@ import (
 
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // startServer runs an embedded JetStream server without the topology and
@@ -62,7 +63,7 @@ func TestSetupKeepsClusterReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the three-node cluster test")
 	}
-	c := natstest.StartCluster(t, natstest.ClusterOptions{})
+	c := pipelinetest.StartCluster(t, natstest.ClusterOptions{})
 	t.Setenv("NATS_URL", c.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

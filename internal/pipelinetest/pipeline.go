@@ -1,4 +1,4 @@
-package natstest
+package pipelinetest
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/ingest"
 	"github.com/broadcastd/broadcast/services/render"
@@ -26,7 +27,7 @@ type PipelineConfig struct {
 	// Users, when set, connects each service ("ingest", "render",
 	// "dispatch", "status") as its own user, as the Procfile does against
 	// nats.conf. Defaults to the credentials of the Server.
-	Users map[string]Credentials
+	Users map[string]natstest.Credentials
 	// Logger receives every service's log lines. Defaults to logtest.Logger().
 	Logger *slog.Logger
 }
@@ -53,13 +54,13 @@ func StartPipeline(t testing.TB, ts *Server, c PipelineConfig) *Pipeline {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{cancel: cancel}
 	var err error
-	p.Ingest, err = ingest.New(ts.newJS(t, ts.credsFor(c.Users, "ingest")), c.Ingest)
+	p.Ingest, err = ingest.New(ts.serviceJS(t, c.Users, "ingest"), c.Ingest)
 	require.NoError(t, err)
-	p.Render, err = render.New(ts.newJS(t, ts.credsFor(c.Users, "render")), c.Render)
+	p.Render, err = render.New(ts.serviceJS(t, c.Users, "render"), c.Render)
 	require.NoError(t, err)
-	p.Dispatch, err = dispatch.New(ts.newJS(t, ts.credsFor(c.Users, "dispatch")), c.Dispatch)
+	p.Dispatch, err = dispatch.New(ts.serviceJS(t, c.Users, "dispatch"), c.Dispatch)
 	require.NoError(t, err)
-	p.Status, err = status.New(ts.newJS(t, ts.credsFor(c.Users, "status")), c.Status)
+	p.Status, err = status.New(ts.serviceJS(t, c.Users, "status"), c.Status)
 	require.NoError(t, err)
 	for _, r := range []interface{ Run(context.Context) error }{p.Ingest, p.Render, p.Dispatch, p.Status} {
 		p.wg.Go(func() {
@@ -83,15 +84,14 @@ func (p *Pipeline) Stop() {
 	}
 }
 
-// credsFor picks the credentials service connects with.
-func (ts *Server) credsFor(users map[string]Credentials, service string) Credentials {
-	if c, ok := users[service]; ok {
-		return c
+// serviceJS connects service as its user in users, or with the Server's
+// credentials when it has none there.
+func (ts *Server) serviceJS(t testing.TB, users map[string]natstest.Credentials, service string) jetstream.JetStream {
+	t.Helper()
+	creds, ok := users[service]
+	if !ok {
+		creds = ts.Creds
 	}
-	return ts.Creds
-}
-
-func (ts *Server) newJS(t testing.TB, creds Credentials) jetstream.JetStream {
 	_, js := ts.ConnectAs(t, creds)
 	return js
 }
