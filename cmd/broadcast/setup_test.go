@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
@@ -17,10 +16,7 @@ import (
 // points NATS_URL at it.
 func startServer(t *testing.T) {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(s.Shutdown)
-	t.Setenv("NATS_URL", s.ClientURL())
+	t.Setenv("NATS_URL", natstest.Start(t).URL)
 	t.Setenv("NATS_USER", "")
 	t.Setenv("NATS_PASSWORD", "")
 	t.Setenv("NATS_CREDS", "")
