@@ -3,10 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -151,7 +149,7 @@ func TestSMTPBroadcast(t *testing.T) {
 	srv := startSMTP(t, map[string]string{"gone@shop.example": "550 5.1.1 mailbox unavailable"})
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
-		"from":"Shop <noreply@shop.example>","subject":"Your order","rate_per_sec":50,"concurrency":2}`, srv.port))
+		"from":"Shop <noreply@shop.example>","subject":"Your order","rate_per_sec":50,"concurrency":2}`, srv.Port()))
 	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	submit(t, ts, `{"id":"mail-1","channel":"smtp","template":"Dear {{.name}}","recipients":[
@@ -161,102 +159,17 @@ func TestSMTPBroadcast(t *testing.T) {
 	require.Equal(t, 2, p.Sent)
 	require.Equal(t, 1, p.Failed, "550 is permanent")
 	require.Equal(t, 1, p.Skipped)
-	mails := srv.received()
+	mails := srv.Received()
 	require.Len(t, mails, 2)
 	var li string
 	for _, m := range mails {
-		if m.to == "li@shop.example" {
-			li = m.data
+		if m.To[0] == "li@shop.example" {
+			li = string(m.Data)
 		}
 	}
 	require.Contains(t, li, "Dear Li")
 	require.Contains(t, li, "Subject: Your order")
-	require.LessOrEqual(t, srv.connections(), 2, "connections are reused (at most the account's concurrency)")
-}
-
-// smtpSink is a minimal SMTP server that accepts mail, except for the
-// addresses given a reply.
-type smtpSink struct {
-	port  int
-	mu    sync.Mutex
-	mails []struct{ to, data string }
-	conns int
-}
-
-func startSMTP(t *testing.T, replies map[string]string) *smtpSink {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	s := &smtpSink{port: ln.Addr().(*net.TCPAddr).Port}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns++
-			s.mu.Unlock()
-			go s.serve(c, replies)
-		}
-	}()
-	return s
-}
-
-func (s *smtpSink) serve(c net.Conn, replies map[string]string) {
-	defer c.Close()
-	tp := textproto.NewConn(c)
-	_ = tp.PrintfLine("220 sink ESMTP")
-	var to string
-	for {
-		line, err := tp.ReadLine()
-		if err != nil {
-			return
-		}
-		verb, arg, _ := strings.Cut(line, " ")
-		switch strings.ToUpper(verb) {
-		case "EHLO":
-			_ = tp.PrintfLine("250-sink\r\n250 8BITMIME")
-		case "MAIL", "RSET", "NOOP":
-			_ = tp.PrintfLine("250 Ok")
-		case "RCPT":
-			to = strings.Trim(strings.TrimPrefix(arg, "TO:"), "<> ")
-			if r := replies[to]; r != "" {
-				_ = tp.PrintfLine("%s", r)
-				to = ""
-				continue
-			}
-			_ = tp.PrintfLine("250 Ok")
-		case "DATA":
-			_ = tp.PrintfLine("354 go ahead")
-			data, err := tp.ReadDotBytes()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.mails = append(s.mails, struct{ to, data string }{to, string(data)})
-			s.mu.Unlock()
-			_ = tp.PrintfLine("250 queued")
-		case "QUIT":
-			_ = tp.PrintfLine("221 bye")
-			return
-		default:
-			_ = tp.PrintfLine("502 unknown")
-		}
-	}
-}
-
-func (s *smtpSink) received() []struct{ to, data string } {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]struct{ to, data string }(nil), s.mails...)
-}
-
-func (s *smtpSink) connections() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conns
+	require.LessOrEqual(t, srv.Connections(), 2, "connections are reused (at most the account's concurrency)")
 }
 
 // TestSMTPHTMLEscapesVariables: for an account that sends HTML
@@ -269,7 +182,7 @@ func TestSMTPHTMLEscapesVariables(t *testing.T) {
 	ts := pipelinetest.Start(t)
 	for name, html := range map[string]bool{"mail-html": true, "mail-text": false} {
 		ts.PutAccount(t, name, fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
-			"from":"Shop <noreply@shop.example>","html":%v,"rate_per_sec":50}`, srv.port, html))
+			"from":"Shop <noreply@shop.example>","html":%v,"rate_per_sec":50}`, srv.Port(), html))
 	}
 	pipelinetest.StartPipeline(t, ts, fastRetries())
 	for id, acct := range map[string]string{"mail-h": "mail-html", "mail-t": "mail-text"} {
@@ -279,8 +192,8 @@ func TestSMTPHTMLEscapesVariables(t *testing.T) {
 		require.Equal(t, 1, p.Sent, id)
 	}
 	byTo := map[string]string{}
-	for _, m := range srv.received() {
-		byTo[m.to] = m.data
+	for _, m := range srv.Received() {
+		byTo[m.To[0]] = string(m.Data)
 	}
 	require.Contains(t, byTo["mail-h@shop.example"], "<p>Dear &lt;a href=3D&#39;x&#39;&gt;Li&lt;/a&gt; &amp; co</p>", "quoted-printable HTML part")
 	_, htmlPart, _ := strings.Cut(byTo["mail-h@shop.example"], "text/html")

@@ -3,10 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
-	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,53 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
-
-// recordingGateway is the fault-injecting gateway behind an httptest server,
-// also recording when every request arrived (answered or not).
-type recordingGateway struct {
-	*gateway.Gateway
-	URL string
-	mu  sync.Mutex
-	at  []time.Time
-}
-
-func startGateway(t *testing.T, cfg gateway.Config) *recordingGateway {
-	t.Helper()
-	g, err := gateway.New(cfg)
-	require.NoError(t, err)
-	rg := &recordingGateway{Gateway: g}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			rg.mu.Lock()
-			rg.at = append(rg.at, time.Now())
-			rg.mu.Unlock()
-		}
-		g.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	rg.URL = srv.URL
-	return rg
-}
-
-// maxInAnySecond is the largest number of requests that arrived within any
-// one-second sliding window.
-func (rg *recordingGateway) maxInAnySecond() int {
-	rg.mu.Lock()
-	ts := append([]time.Time(nil), rg.at...)
-	rg.mu.Unlock()
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-	best, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= time.Second {
-			lo++
-		}
-		best = max(best, hi-lo+1)
-	}
-	return best
-}
 
 // submit publishes a task as JSON without a Nats-Msg-Id, so only ingest's
 // own ledger can recognise a repeated id.
@@ -105,30 +56,4 @@ func countByKind(evs []contract.Event) map[contract.EventKind]int {
 		out[e.Kind]++
 	}
 	return out
-}
-
-func gatewayOK() gateway.Config { return gateway.Config{Seed: 1} }
-
-func (rg *recordingGateway) lastArrival() time.Time {
-	rg.mu.Lock()
-	defer rg.mu.Unlock()
-	var last time.Time
-	for _, t := range rg.at {
-		if t.After(last) {
-			last = t
-		}
-	}
-	return last
-}
-
-func (rg *recordingGateway) firstArrival() time.Time {
-	rg.mu.Lock()
-	defer rg.mu.Unlock()
-	var first time.Time
-	for _, t := range rg.at {
-		if first.IsZero() || t.Before(first) {
-			first = t
-		}
-	}
-	return first
 }
