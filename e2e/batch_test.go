@@ -233,7 +233,7 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 
 	control(t, ts, "wx-ctl", contract.ActionPause)
 	pausedAt := time.Now()
-	waitProgress(t, ts, "wx-ctl", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	ts.WaitProgress(t, "wx-ctl", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond)
 	atPause := fake.snapshot()
 	lastCall := time.Time{}

@@ -16,14 +16,6 @@ import (
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
-// withSecrets makes dispatch read secrets from a map instead of the
-// process environment (tests run in parallel).
-func withSecrets(secrets map[string]string) pipelinetest.PipelineConfig {
-	cfg := fastRetries()
-	cfg.Dispatch.Getenv = func(name string) string { return secrets[name] }
-	return cfg
-}
-
 // TestWhatsAppBroadcast runs a broadcast through the WhatsApp adapter
 // against a fake Graph API.
 func TestWhatsAppBroadcast(t *testing.T) {

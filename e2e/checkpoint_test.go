@@ -24,7 +24,7 @@ func TestPausedTaskIsNotCheckpointedEverySecond(t *testing.T) {
 	submit(t, ts, task)
 	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
 	require.True(t, control(t, ts, task.ID, contract.ActionPause).OK)
-	waitProgress(t, ts, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	ts.WaitProgress(t, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // in-flight outcomes land and are saved
 
 	before, first := p.Status.CheckpointsSaved(), ts.Progress(t, task.ID)

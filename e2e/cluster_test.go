@@ -85,13 +85,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	pipelinetest.StartPipeline(t, c.Server, cfg)
 
 	task := contract.Task{ID: "cluster-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
-	for i := range n {
-		to := fmt.Sprintf("user-%04d", i)
-		if i%100 == 50 {
-			to = fmt.Sprintf("bad-%04d", i)
-		}
-		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
-	}
+	task.Recipients, _ = recipientsWithRejects(n, 100, 50)
 	start := time.Now()
 	submitAsOperator(t, c.Server, task)
 

@@ -202,7 +202,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// A rejected task whose error quotes markup: the page must show it as text.
 	submit(t, ts, `{"id":"xss","channel":"<img id=pwned src=x onerror=alert(1)>","template":"x","recipients":[{"to":"a"}]}`)
 	const n = 400
-	submit(t, ts, contract.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(n, "b")})
+	submit(t, ts, contract.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: recipients("b", n)})
 
 	ctx, cancel := context.WithTimeout(browser, 30*time.Second)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`tr[data-task="dash"]`))))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
@@ -40,10 +39,8 @@ func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 	task := contract.Task{ID: "capwake", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("w", 100)}
 	submit(t, ts, task)
 
-	var p *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p = ts.Progress(t, task.ID)
-		return p != nil && strings.Contains(p.Error, "daily_cap 40 reached")
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return strings.Contains(p.Error, "daily_cap 40 reached")
 	}, "progress says the daily cap holds the rest")
 	said := time.Now()
 	reached := capReachedAt(t, ts, task.ID)
@@ -112,10 +109,8 @@ func TestDispatchHeldJobsWakeWhenAccountEnabled(t *testing.T) {
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	task := contract.Task{ID: "enwake", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"en-a", "en-b"}, Recipients: recipients("e", 60)}
 	submit(t, ts, task)
-	var p *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p = ts.Progress(t, task.ID)
-		return p != nil && p.Sent == 20 && p.Retrying == 40 && strings.Contains(p.Error, "daily_cap")
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Sent == 20 && p.Retrying == 40 && strings.Contains(p.Error, "daily_cap")
 	}, "20 sent, 40 waiting for the cap")
 	enabled := time.Now()
 	ts.PutAccount(t, "en-b", webhookAccount(recB.URL, strings.Replace(off, "false", "true", 1)))

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -181,66 +179,13 @@ func (s notingSender) Send(ctx context.Context, msgs []channels.Message) []chann
 	return s.Sender.Send(ctx, msgs)
 }
 
-// webhookAccount is an account JSON for a webhook endpoint with extra fields.
-func webhookAccount(endpoint string, fields string) string {
-	if fields != "" {
-		fields = "," + fields
-	}
-	return fmt.Sprintf(`{"channel":"webhook","endpoint":%q%s}`, endpoint, fields)
-}
-
-// recipients builds n recipients named prefix-0000, prefix-0001, ...
-func recipients(prefix string, n int) []contract.Recipient {
-	out := make([]contract.Recipient, n)
-	for i := range out {
-		out[i] = contract.Recipient{To: fmt.Sprintf("%s-%04d", prefix, i)}
-	}
-	return out
-}
-
-// waitCount polls until count() reaches want or timeout passes.
-func waitCount(t *testing.T, timeout time.Duration, want int, count func() int, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var n int
-	for time.Now().Before(deadline) {
-		if n = count(); n >= want {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.FailNowf(t, "timed out", "%s: %d of %d after %s", what, n, want, timeout)
-}
-
-// eventsOf filters events by kind.
-func eventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
-	var out []contract.Event
-	for _, e := range evs {
-		if e.Kind == kind {
-			out = append(out, e)
+// capWaits returns the distinct jobs of a task with a daily_cap retrying event.
+func capWaits(t *testing.T, ts *pipelinetest.Server, taskID string) map[string]contract.Event {
+	out := map[string]contract.Event{}
+	for _, e := range eventsOf(ts.Events(t, taskID), contract.EventRetrying) {
+		if e.Code == "daily_cap" {
+			out[e.JobID] = e
 		}
 	}
 	return out
-}
-
-// kvGet reads a key of a bucket.
-func kvGet(t *testing.T, ts *pipelinetest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, bucket)
-	require.NoError(t, err)
-	return kv.Get(ctx, key)
-}
-
-// accountHealth reads an account's health value, or nil.
-func accountHealth(t *testing.T, ts *pipelinetest.Server, name string) *contract.AccountHealth {
-	t.Helper()
-	e, err := kvGet(t, ts, contract.BucketHealth, name)
-	if err != nil {
-		return nil
-	}
-	var h contract.AccountHealth
-	require.NoError(t, json.Unmarshal(e.Value(), &h))
-	return &h
 }

@@ -174,10 +174,8 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 		}
 		return out
 	}
-	var p *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p = ts.Progress(t, task.ID)
-		return p != nil && p.Retrying == n && len(waiting()) == n
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Retrying == n && len(waiting()) == n
 	}, "every recipient waiting for a healthy account")
 	w := waiting()
 	var sample contract.Event

@@ -45,7 +45,7 @@ func TestAbsurdAccountValues(t *testing.T) {
 		require.Contains(t, p.Error, c.want, id)
 	}
 
-	task := contract.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: ctlRecipients(50, "u")}
+	task := contract.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: recipients("u", 50)}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)

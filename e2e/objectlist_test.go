@@ -16,16 +16,6 @@ import (
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
-func putObject(t *testing.T, ts *pipelinetest.Server, name, data string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	obs, err := ts.JS.ObjectStore(ctx, contract.BucketRecipients)
-	require.NoError(t, err)
-	_, err = obs.PutString(ctx, name, data)
-	require.NoError(t, err)
-}
-
 // TestRecipientsFromObjectStore streams JSONL and CSV lists, with repeated
 // addresses, unusable lines and per-recipient variables.
 func TestRecipientsFromObjectStore(t *testing.T) {
@@ -107,7 +97,7 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	require.Equal(t, int64(30), pl.Ingest.Stats.BatchesPublished.Load(), "only the 3,000 recipients after the checkpoint")
 	// The 2,000 planted as published never were (this test made them up),
 	// so the task stays open with exactly the other 3,000 sent.
-	waitProgress(t, ts, "resume", 60*time.Second, func(p *contract.Progress) bool { return p.Sent == 3000 })
+	ts.WaitProgress(t, "resume", 60*time.Second, func(p *contract.Progress) bool { return p.Sent == 3000 })
 	lowest := 5000
 	for _, ev := range ts.Events(t, "resume") {
 		if ev.Kind == contract.EventSent {
@@ -142,7 +132,7 @@ func TestScheduledListReplacedIsNotSent(t *testing.T) {
 	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
 	task := contract.Task{ID: "pinned", Channel: "webhook", Template: "hi", RecipientsObject: "lists/pinned.jsonl", SendAt: sendAt.UTC().Format(time.RFC3339)}
 	submit(t, ts, task)
-	waitProgress(t, ts, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
+	ts.WaitProgress(t, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	putObject(t, ts, "lists/pinned.jsonl", line("b", 25)) // replaced before the start
 
 	p := ts.WaitFinal(t, task.ID, 15*time.Second)

@@ -12,12 +12,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/services/dispatch"
 )
-
-func fastRetries() pipelinetest.PipelineConfig {
-	return pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}}
-}
 
 // TestWebhookBroadcastEndToEnd sends 1,000 recipients through a gateway
 // that answers 10% 503 and 5% 429, and checks every count against the

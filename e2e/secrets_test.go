@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestSecretsNeverLeak plants a recognisable signing secret in the
@@ -135,52 +133,4 @@ func TestSecretsNeverLeak(t *testing.T) {
 	for _, d := range deadLetters(t, ts, task.ID) {
 		require.Contains(t, d.Error, "invalid recipient for key [redacted]")
 	}
-}
-
-// requireNoSecret fails the test when text contains secret, quoting the
-// line it is on (with the secret marked) rather than the whole text.
-func requireNoSecret(t *testing.T, where, text, secret string) {
-	t.Helper()
-	for line := range strings.SplitSeq(text, "\n") {
-		if strings.Contains(line, secret) {
-			t.Fatalf("%s contains the secret: %s", where, strings.ReplaceAll(line, secret, "<<THE SECRET>>"))
-		}
-	}
-}
-
-// allStreams is every stream of the topology: the work streams, and the
-// streams behind every KV bucket and object store.
-func allStreams() []string {
-	var out []string
-	for _, s := range shared.Streams(shared.TopologyConfig{}) {
-		out = append(out, s.Name)
-	}
-	for _, b := range shared.Buckets(shared.TopologyConfig{}) {
-		out = append(out, "KV_"+b.Bucket)
-	}
-	for _, o := range shared.ObjectStores(shared.TopologyConfig{}) {
-		out = append(out, "OBJ_"+o.Bucket)
-	}
-	return out
-}
-
-// streamMessages returns every stored message of stream, subject, headers
-// and data as one string each.
-func streamMessages(t *testing.T, ts *pipelinetest.Server, stream string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := ts.JS.Stream(ctx, stream)
-	require.NoError(t, err)
-	info, err := st.Info(ctx)
-	require.NoError(t, err)
-	var out []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			continue // deleted (acknowledged work, replaced KV values)
-		}
-		out = append(out, fmt.Sprintf("%s %v %s", m.Subject, m.Header, m.Data))
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
@@ -88,14 +86,14 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 
 	stage("retry-dead done")
 	// 3. Pause and resume: parked jobs come back.
-	slow := contract.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: ctlRecipients(400, "p")}
+	slow := contract.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: recipients("p", 400)}
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":80}`, gw.URL))
 	before := gw.Ledger().AcceptedKeys()
 	submitAsOperator(t, cs.Server, slow)
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().AcceptedKeys() >= before+50 })
 	stage("lp-2 sending")
 	control(t, cs.Server, slow.ID, contract.ActionPause)
-	waitProgress(t, cs.Server, slow.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	cs.Server.WaitProgress(t, slow.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // jobs get parked
 	stage("lp-2 paused")
 	control(t, cs.Server, slow.ID, contract.ActionResume)
@@ -124,17 +122,6 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	require.Equal(t, before+50, gw.Ledger().AcceptedKeys())
 
 	require.Empty(t, cs.Log.Violations(), "permission violations while the pipeline ran")
-}
-
-// submitAsOperator publishes task with the Server's own client.
-func submitAsOperator(t *testing.T, ts *pipelinetest.Server, task contract.Task) {
-	t.Helper()
-	data, err := json.Marshal(task)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = client.Submit(ctx, ts.JS, data)
-	require.NoError(t, err)
 }
 
 // uniqueViolations drops repeats, with random consumer names, inboxes and

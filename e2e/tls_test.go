@@ -121,7 +121,7 @@ func TestTLSWithLeastPrivilege(t *testing.T) {
 	pcfg := fastRetries()
 	pcfg.Users = users
 	pipelinetest.StartPipeline(t, cs.Server, pcfg)
-	submitAsOperator(t, cs.Server, contract.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: ctlRecipients(100, "t")})
+	submitAsOperator(t, cs.Server, contract.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: recipients("t", 100)})
 	p := cs.WaitFinal(t, "tls-1", 30*time.Second)
 	t.Logf("over TLS: %s sent=%d; gateway accepted %d", p.State, p.Sent, gw.Ledger().AcceptedKeys())
 	require.Equal(t, contract.StateSucceeded, p.State)
