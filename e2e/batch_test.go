@@ -16,6 +16,7 @@ import (
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // fakeWxPusher is a WxPusher API that records every call. fail answers a
@@ -86,10 +87,10 @@ func TestWxPusherBatchesIdenticalTexts(t *testing.T) {
 	t.Parallel()
 	const n = 10_000
 	fake := startFakeWxPusher(t, "AT_wx", nil)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wxb", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := contract.Task{ID: "wx-batch", Channel: "wxpusher", Template: "Your {{.tier}} coupon is ready"}
 	want := map[string]string{} // uid -> text
@@ -137,10 +138,10 @@ func TestWxPusherBatchRetriesOnlyFailedUIDs(t *testing.T) {
 	const n = 50
 	failed := map[string]int{"UID_p03": 1005, "UID_p17": 1007, "UID_p42": 1009}
 	fake := startFakeWxPusher(t, "AT_wx", failed)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wxp", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := contract.Task{ID: "wx-partial", Channel: "wxpusher", Template: "Same for everyone"}
 	for i := range n {
@@ -217,11 +218,11 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 	t.Parallel()
 	const n = 2000
 	fake := startFakeWxPusher(t, "AT_wx", nil)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	// 2 calls/s of up to 100 uids: the task takes about 10 s of calls.
 	ts.PutAccount(t, "wxc", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":2,"min_rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":100}`, fake.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := contract.Task{ID: "wx-ctl", Channel: "wxpusher", Template: "Sale starts now"}
 	for i := range n {
@@ -232,7 +233,7 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 
 	control(t, ts, "wx-ctl", contract.ActionPause)
 	pausedAt := time.Now()
-	waitProgress(t, ts, "wx-ctl", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	ts.WaitProgress(t, "wx-ctl", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond)
 	atPause := fake.snapshot()
 	lastCall := time.Time{}
@@ -276,12 +277,12 @@ func TestSandboxBatchCallFailures(t *testing.T) {
 	stats := &channels.SandboxStats{}
 	reg := channels.Builtin()
 	reg["sandbox"] = channels.Sandbox{Stats: stats}
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "sbx", fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":40,"burst":2,"concurrency":2,
 		"max_batch":%d,"latency":"30ms","fail_rate":0.3,"permanent_prefix":"gone-"}`, maxBatch))
 	cfg := fastRetries()
 	cfg.Ingest.Channels, cfg.Render.Channels, cfg.Dispatch.Channels = reg, reg, reg
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
 	task := contract.Task{ID: "sbx-batch", Channel: "sandbox", Template: "{{.a}} news", MaxAttempts: 20}
 	for i := range n {

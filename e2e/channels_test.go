@@ -3,10 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -15,16 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
-
-// withSecrets makes dispatch read secrets from a map instead of the
-// process environment (tests run in parallel).
-func withSecrets(secrets map[string]string) natstest.PipelineConfig {
-	cfg := fastRetries()
-	cfg.Dispatch.Getenv = func(name string) string { return secrets[name] }
-	return cfg
-}
 
 // TestWhatsAppBroadcast runs a broadcast through the WhatsApp adapter
 // against a fake Graph API.
@@ -56,9 +46,9 @@ func TestWhatsAppBroadcast(t *testing.T) {
 		fmt.Fprintf(w, `{"messaging_product":"whatsapp","contacts":[{"input":%q,"wa_id":"x"}],"messages":[{"id":"wamid.%s"}]}`, req.To, strings.TrimPrefix(req.To, "+"))
 	}))
 	t.Cleanup(srv.Close)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
+	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
 
 	task := contract.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
 	for i := 1; i <= 9; i++ {
@@ -120,9 +110,9 @@ func TestWxPusherBroadcast(t *testing.T) {
 		fmt.Fprintf(w, `{"code":1000,"msg":"处理成功","data":[%s],"success":true}`, strings.Join(data, ","))
 	}))
 	t.Cleanup(srv.Close)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
-	natstest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	submit(t, ts, `{"id":"wx-1","channel":"wxpusher","template":"Order {{.to}} shipped","recipients":[
 		{"to":"UID_a"},{"to":"UID_b"},{"to":"UID_c"},{"to":"UID_d"},{"to":"UID_gone"},{"to":"not-a-uid"}]}`)
@@ -149,10 +139,10 @@ func TestWxPusherBroadcast(t *testing.T) {
 func TestSMTPBroadcast(t *testing.T) {
 	t.Parallel()
 	srv := startSMTP(t, map[string]string{"gone@shop.example": "550 5.1.1 mailbox unavailable"})
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
-		"from":"Shop <noreply@shop.example>","subject":"Your order","rate_per_sec":50,"concurrency":2}`, srv.port))
-	natstest.StartPipeline(t, ts, fastRetries())
+		"from":"Shop <noreply@shop.example>","subject":"Your order","rate_per_sec":50,"concurrency":2}`, srv.Port()))
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	submit(t, ts, `{"id":"mail-1","channel":"smtp","template":"Dear {{.name}}","recipients":[
 		{"to":"li@Shop.Example","vars":{"name":"Li"}},{"to":"wang@shop.example","vars":{"name":"Wang"}},
@@ -161,102 +151,17 @@ func TestSMTPBroadcast(t *testing.T) {
 	require.Equal(t, 2, p.Sent)
 	require.Equal(t, 1, p.Failed, "550 is permanent")
 	require.Equal(t, 1, p.Skipped)
-	mails := srv.received()
+	mails := srv.Received()
 	require.Len(t, mails, 2)
 	var li string
 	for _, m := range mails {
-		if m.to == "li@shop.example" {
-			li = m.data
+		if m.To[0] == "li@shop.example" {
+			li = string(m.Data)
 		}
 	}
 	require.Contains(t, li, "Dear Li")
 	require.Contains(t, li, "Subject: Your order")
-	require.LessOrEqual(t, srv.connections(), 2, "connections are reused (at most the account's concurrency)")
-}
-
-// smtpSink is a minimal SMTP server that accepts mail, except for the
-// addresses given a reply.
-type smtpSink struct {
-	port  int
-	mu    sync.Mutex
-	mails []struct{ to, data string }
-	conns int
-}
-
-func startSMTP(t *testing.T, replies map[string]string) *smtpSink {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	s := &smtpSink{port: ln.Addr().(*net.TCPAddr).Port}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns++
-			s.mu.Unlock()
-			go s.serve(c, replies)
-		}
-	}()
-	return s
-}
-
-func (s *smtpSink) serve(c net.Conn, replies map[string]string) {
-	defer c.Close()
-	tp := textproto.NewConn(c)
-	_ = tp.PrintfLine("220 sink ESMTP")
-	var to string
-	for {
-		line, err := tp.ReadLine()
-		if err != nil {
-			return
-		}
-		verb, arg, _ := strings.Cut(line, " ")
-		switch strings.ToUpper(verb) {
-		case "EHLO":
-			_ = tp.PrintfLine("250-sink\r\n250 8BITMIME")
-		case "MAIL", "RSET", "NOOP":
-			_ = tp.PrintfLine("250 Ok")
-		case "RCPT":
-			to = strings.Trim(strings.TrimPrefix(arg, "TO:"), "<> ")
-			if r := replies[to]; r != "" {
-				_ = tp.PrintfLine("%s", r)
-				to = ""
-				continue
-			}
-			_ = tp.PrintfLine("250 Ok")
-		case "DATA":
-			_ = tp.PrintfLine("354 go ahead")
-			data, err := tp.ReadDotBytes()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.mails = append(s.mails, struct{ to, data string }{to, string(data)})
-			s.mu.Unlock()
-			_ = tp.PrintfLine("250 queued")
-		case "QUIT":
-			_ = tp.PrintfLine("221 bye")
-			return
-		default:
-			_ = tp.PrintfLine("502 unknown")
-		}
-	}
-}
-
-func (s *smtpSink) received() []struct{ to, data string } {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]struct{ to, data string }(nil), s.mails...)
-}
-
-func (s *smtpSink) connections() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conns
+	require.LessOrEqual(t, srv.Connections(), 2, "connections are reused (at most the account's concurrency)")
 }
 
 // TestSMTPHTMLEscapesVariables: for an account that sends HTML
@@ -266,12 +171,12 @@ func (s *smtpSink) connections() int {
 func TestSMTPHTMLEscapesVariables(t *testing.T) {
 	t.Parallel()
 	srv := startSMTP(t, nil)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	for name, html := range map[string]bool{"mail-html": true, "mail-text": false} {
 		ts.PutAccount(t, name, fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
-			"from":"Shop <noreply@shop.example>","html":%v,"rate_per_sec":50}`, srv.port, html))
+			"from":"Shop <noreply@shop.example>","html":%v,"rate_per_sec":50}`, srv.Port(), html))
 	}
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 	for id, acct := range map[string]string{"mail-h": "mail-html", "mail-t": "mail-text"} {
 		submit(t, ts, fmt.Sprintf(`{"id":%q,"channel":"smtp","accounts":[%q],"template":"<p>Dear {{.name}}</p>",
 			"recipients":[{"to":"%s@shop.example","vars":{"name":"<a href='x'>Li</a> & co"}}]}`, id, acct, id))
@@ -279,8 +184,8 @@ func TestSMTPHTMLEscapesVariables(t *testing.T) {
 		require.Equal(t, 1, p.Sent, id)
 	}
 	byTo := map[string]string{}
-	for _, m := range srv.received() {
-		byTo[m.to] = m.data
+	for _, m := range srv.Received() {
+		byTo[m.To[0]] = string(m.Data)
 	}
 	require.Contains(t, byTo["mail-h@shop.example"], "<p>Dear &lt;a href=3D&#39;x&#39;&gt;Li&lt;/a&gt; &amp; co</p>", "quoted-printable HTML part")
 	_, htmlPart, _ := strings.Cut(byTo["mail-h@shop.example"], "text/html")

@@ -69,9 +69,9 @@ func (c *chaosClient) progress(taskID string) *contract.Progress {
 	return p
 }
 
-// waitProgress polls a task's progress every 50ms until cond holds or the
+// pollProgress polls a task's progress every 50ms until cond holds or the
 // deadline passes, and returns the last progress read.
-func (c *chaosClient) waitProgress(taskID string, deadline time.Time, cond func(*contract.Progress) bool) *contract.Progress {
+func (c *chaosClient) pollProgress(taskID string, deadline time.Time, cond func(*contract.Progress) bool) *contract.Progress {
 	for {
 		p := c.progress(taskID)
 		if cond(p) || !time.Now().Before(deadline) {

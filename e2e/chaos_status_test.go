@@ -48,15 +48,8 @@ func TestChaosKillStatus(t *testing.T) {
 	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":150,"min_rate_per_sec":150,"burst":10,"concurrency":8}`, gw.URL))
 
 	task := contract.Task{ID: "chaos-kill-status", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
-	bad := 0
-	for i := range n {
-		to := fmt.Sprintf("user-%04d", i)
-		if i%badEvery == 7 {
-			to = fmt.Sprintf("bad-%04d", i)
-			bad++
-		}
-		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
-	}
+	var bad int
+	task.Recipients, bad = recipientsWithRejects(n, badEvery, 7)
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	c.submit(data)
@@ -68,7 +61,7 @@ func TestChaosKillStatus(t *testing.T) {
 	var last contract.Progress
 	for kills < wantKills {
 		killAt := time.Now().Add(time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
-		p := c.waitProgress(task.ID, killAt, final)
+		p := c.pollProgress(task.ID, killAt, final)
 		if p != nil && final(p) {
 			break
 		}
@@ -83,7 +76,7 @@ func TestChaosKillStatus(t *testing.T) {
 		time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
 		status.Restart()
 	}
-	got := c.waitProgress(task.ID, deadline, final)
+	got := c.pollProgress(task.ID, deadline, final)
 	require.NotNil(t, got)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	l, err := gateway.FetchLedger(ctx, gw.URL)

@@ -62,15 +62,8 @@ func TestChaosKillDispatch(t *testing.T) {
 	dispatch.WaitLog("account started", 10*time.Second)
 
 	task := contract.Task{ID: "chaos-kill-dispatch", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
-	bad := 0
-	for i := range n {
-		to := fmt.Sprintf("user-%04d", i)
-		if i%badEvery == badEvery/2 {
-			to = fmt.Sprintf("bad-%04d", i)
-			bad++
-		}
-		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
-	}
+	var bad int
+	task.Recipients, bad = recipientsWithRejects(n, badEvery, badEvery/2)
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	c.submit(data)
@@ -112,7 +105,7 @@ func TestChaosKillDispatch(t *testing.T) {
 			recoveries = append(recoveries, time.Since(restarted).Round(10*time.Millisecond))
 		}
 		killAt := time.Now().Add(2*time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
-		p := c.waitProgress(task.ID, killAt, final)
+		p := c.pollProgress(task.ID, killAt, final)
 		if final(p) {
 			break
 		}
@@ -129,7 +122,7 @@ func TestChaosKillDispatch(t *testing.T) {
 		dispatch.Restart()
 	}
 
-	last := c.waitProgress(task.ID, deadline, final)
+	last := c.pollProgress(task.ID, deadline, final)
 	elapsed := time.Since(start)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	l, err := gateway.FetchLedger(ctx, gw.URL)

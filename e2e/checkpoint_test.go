@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestPausedTaskIsNotCheckpointedEverySecond: a paused task's progress is
@@ -16,15 +16,15 @@ import (
 // checkpointed every second, a 1M-recipient one included.
 func TestPausedTaskIsNotCheckpointedEverySecond(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "ck", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
-	p := natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	p := pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	task := contract.Task{ID: "ckpt", Channel: "webhook", Template: "hi", Recipients: recipients("k", 200)}
 	submit(t, ts, task)
 	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
 	require.True(t, control(t, ts, task.ID, contract.ActionPause).OK)
-	waitProgress(t, ts, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	ts.WaitProgress(t, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // in-flight outcomes land and are saved
 
 	before, first := p.Status.CheckpointsSaved(), ts.Progress(t, task.ID)

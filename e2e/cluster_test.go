@@ -17,6 +17,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/pki"
 )
 
@@ -65,7 +66,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	}
 	t.Parallel()
 	svc, op := devCredentials(t)
-	c := natstest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfigs(t), EnsureAs: svc["setup"], ClientAs: op})
+	c := pipelinetest.StartCluster(t, natstest.ClusterOptions{ConfigFiles: clusterConfigs(t), SetupAs: svc["setup"], ClientAs: op})
 	for _, name := range []string{contract.StreamTasks, contract.StreamJobs, contract.StreamEvents, "KV_" + contract.BucketLedger, "OBJ_" + contract.BucketStatus} {
 		st, err := c.JS.Stream(context.Background(), name)
 		require.NoError(t, err)
@@ -81,16 +82,10 @@ func TestClusterLeaderFailover(t *testing.T) {
 	c.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":250,"burst":10,"concurrency":%d}`, gw.URL, concurrency))
 	cfg := fastRetries()
 	cfg.Users = svc
-	natstest.StartPipeline(t, c.Server, cfg)
+	pipelinetest.StartPipeline(t, c.Server, cfg)
 
 	task := contract.Task{ID: "cluster-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
-	for i := range n {
-		to := fmt.Sprintf("user-%04d", i)
-		if i%100 == 50 {
-			to = fmt.Sprintf("bad-%04d", i)
-		}
-		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
-	}
+	task.Recipients, _ = recipientsWithRejects(n, 100, 50)
 	start := time.Now()
 	submitAsOperator(t, c.Server, task)
 
@@ -158,7 +153,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 
 // dumpClusterState logs what a failed failover test needs to be understood:
 // stream and consumer leaders and the consumers' delivery state.
-func dumpClusterState(t *testing.T, c *natstest.Cluster) {
+func dumpClusterState(t *testing.T, c *pipelinetest.Cluster) {
 	for i, s := range c.Nodes.Servers {
 		if s == nil {
 			t.Logf("node n%d: down", i+1)

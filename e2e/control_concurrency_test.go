@@ -11,7 +11,9 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/ingest"
 )
 
@@ -21,9 +23,9 @@ import (
 // concurrently, so the pause is answered within a second.
 func TestControlPauseWhileRetryDeadRuns(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "sb", `{"channel":"sandbox","rate_per_sec":10}`)
-	ing, err := ingest.New(ts.JS, ingest.Config{Logger: natstest.TestLogger()})
+	ing, err := ingest.New(ts.JS, ingest.Config{Logger: logtest.Logger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -17,53 +17,27 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
-
-func control(t *testing.T, ts *natstest.Server, taskID, action string) *contract.ControlReply {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	r, err := client.Control(ctx, ts.NC, taskID, action)
-	require.NoError(t, err)
-	return r
-}
-
-func ctlRecipients(n int, prefix string) []contract.Recipient {
-	out := make([]contract.Recipient, n)
-	for i := range out {
-		out[i] = contract.Recipient{To: fmt.Sprintf("%s%04d", prefix, i)}
-	}
-	return out
-}
-
-func waitProgress(t *testing.T, ts *natstest.Server, id string, timeout time.Duration, cond func(p *contract.Progress) bool) *contract.Progress {
-	t.Helper()
-	var p *contract.Progress
-	natstest.Eventually(t, timeout, func() bool {
-		p = ts.Progress(t, id)
-		return p != nil && cond(p)
-	}, "task %s", id)
-	return p
-}
 
 // TestPauseResumeCancel pauses a running broadcast, measures how soon sends
 // stop, resumes it, then cancels it and checks the counts are exact.
 func TestPauseResumeCancel(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":50,"burst":5,"concurrency":4}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	const n = 600
-	submit(t, ts, contract.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: ctlRecipients(n, "u")})
+	submit(t, ts, contract.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: recipients("u", n)})
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= 100 })
 
 	control(t, ts, "prc", contract.ActionPause)
 	pausedAt := time.Now()
-	p := waitProgress(t, ts, "prc", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	p := ts.WaitProgress(t, "prc", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(2 * time.Second)
 	last := gw.lastArrival()
 	atPause := gw.Ledger().Accepted
@@ -75,7 +49,7 @@ func TestPauseResumeCancel(t *testing.T) {
 	require.Less(t, p.Sent, n)
 
 	control(t, ts, "prc", contract.ActionResume)
-	waitProgress(t, ts, "prc", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateProcessing })
+	ts.WaitProgress(t, "prc", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateProcessing })
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= atPause+100 })
 
 	control(t, ts, "prc", contract.ActionCancel)
@@ -97,16 +71,16 @@ func TestPauseResumeCancel(t *testing.T) {
 // for a resume, then sends the rest.
 func TestTestRecipientsAwaitApproval(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
-	task := contract.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(50, "c"),
+	task := contract.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: recipients("c", 50),
 		TestRecipients: []contract.Recipient{{To: "qa-1"}, {To: "qa-2"}}}
 	submit(t, ts, task)
 	natstest.Eventually(t, 10*time.Second, func() bool { return gw.Ledger().Accepted == 2 })
-	p := waitProgress(t, ts, "approve", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
+	p := ts.WaitProgress(t, "approve", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
 	require.Equal(t, 50, p.Total)
 	require.Zero(t, p.Sent)
 	time.Sleep(time.Second)
@@ -123,7 +97,7 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 	// Cancelling instead of approving cancels every recipient.
 	task.ID = "reject-approval"
 	submit(t, ts, task)
-	waitProgress(t, ts, task.ID, 10*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
+	ts.WaitProgress(t, task.ID, 10*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
 	control(t, ts, task.ID, contract.ActionCancel)
 	final = ts.WaitFinal(t, task.ID, 10*time.Second)
 	require.Equal(t, contract.StateCancelled, final.State)
@@ -134,13 +108,13 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 // TestExpiresAtTurnsTheRestExpired runs a task slower than its expiry.
 func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":2}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	expires := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
-	submit(t, ts, contract.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: ctlRecipients(200, "e"), ExpiresAt: expires})
+	submit(t, ts, contract.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: recipients("e", 200), ExpiresAt: expires})
 	final := ts.WaitFinal(t, "exp", 30*time.Second)
 	t.Logf("expiry: sent %d, expired %d", final.Sent, final.Expired)
 	require.Equal(t, contract.StatePartial, final.State)
@@ -154,7 +128,7 @@ func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 // fixes the gateway, and re-queues the dead letters.
 func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	g, err := gateway.New(gatewayOK())
 	require.NoError(t, err)
 	var fixed atomic.Bool
@@ -167,9 +141,9 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
-	submit(t, ts, contract.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: ctlRecipients(30, "d")})
+	submit(t, ts, contract.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: recipients("d", 30)})
 	first := ts.WaitFinal(t, "rd", 20*time.Second)
 	// Keys rd.1 and rd.10..rd.19 were refused: 11 recipients.
 	require.Equal(t, 11, first.Failed)
@@ -179,7 +153,7 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	fixed.Store(true)
 	reply := control(t, ts, "rd", contract.ActionRetryDead)
 	require.Equal(t, 11, reply.Requeued)
-	final := waitProgress(t, ts, "rd", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateSucceeded })
+	final := ts.WaitProgress(t, "rd", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateSucceeded })
 	require.Equal(t, 30, final.Sent)
 	require.Zero(t, final.Failed)
 	require.Empty(t, deadLetters(t, ts, "rd"), "re-queued dead letters are purged")
@@ -191,15 +165,15 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 // everything; the task pauses itself with the reason.
 func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gateway.Config{FailRate: 1, Seed: 1})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
 	cfg := fastRetries()
 	cfg.Status = status.Config{CircuitWindow: 40, CircuitThreshold: 0.5}
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
-	submit(t, ts, contract.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: ctlRecipients(500, "f"), MaxAttempts: 50})
-	p := waitProgress(t, ts, "cb", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	submit(t, ts, contract.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: recipients("f", 500), MaxAttempts: 50})
+	p := ts.WaitProgress(t, "cb", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	require.Contains(t, p.Error, "circuit breaker: 100% of the last 40 attempts failed")
 	time.Sleep(1500 * time.Millisecond)
 	before := gw.Ledger().Requests
@@ -213,14 +187,14 @@ func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
 // checks its first send comes within a second of send_at.
 func TestScheduledTaskStartsOnTime(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	sendAt := time.Now().Add(4 * time.Second).Truncate(time.Second)
-	submit(t, ts, contract.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "s"), SendAt: sendAt.UTC().Format(time.RFC3339)})
-	p := waitProgress(t, ts, "sched", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
+	submit(t, ts, contract.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: recipients("s", 20), SendAt: sendAt.UTC().Format(time.RFC3339)})
+	p := ts.WaitProgress(t, "sched", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	require.Equal(t, 20, p.Total)
 	final := ts.WaitFinal(t, "sched", 20*time.Second)
 	first := gw.firstArrival()
@@ -236,16 +210,16 @@ func TestScheduledTaskStartsOnTime(t *testing.T) {
 // start message comes back and the release is finished, not ignored.
 func TestScheduledStartFinishesAnInterruptedRelease(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	// Scheduled an hour ahead, then left as a release cut short leaves it:
 	// released and processing, nothing published.
 	sendAt := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	submit(t, ts, contract.Task{ID: "cut", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "c"), SendAt: sendAt.Format(time.RFC3339)})
-	waitProgress(t, ts, "cut", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
+	submit(t, ts, contract.Task{ID: "cut", Channel: "webhook", Template: "x", Recipients: recipients("c", 20), SendAt: sendAt.Format(time.RFC3339)})
+	ts.WaitProgress(t, "cut", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tasks, err := ts.JS.KeyValue(ctx, contract.BucketTasks)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // chromiumPath finds the browser the dashboard test drives. Where it is
@@ -186,7 +187,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":2}`, gw.URL))
 	cfg := fastRetries()
@@ -194,14 +195,14 @@ func TestDashboardInABrowser(t *testing.T) {
 	cfg.Status.PollInterval = 500 * time.Millisecond
 	reg := prometheus.NewRegistry()
 	cfg.Ingest.Metrics, cfg.Render.Metrics, cfg.Dispatch.Metrics, cfg.Status.Metrics = reg, reg, reg, reg
-	p := natstest.StartPipeline(t, ts, cfg)
+	p := pipelinetest.StartPipeline(t, ts, cfg)
 	natstest.Eventually(t, 10*time.Second, func() bool { return p.Status.DashboardURL() != "" })
 	url := p.Status.DashboardURL()
 
 	// A rejected task whose error quotes markup: the page must show it as text.
 	submit(t, ts, `{"id":"xss","channel":"<img id=pwned src=x onerror=alert(1)>","template":"x","recipients":[{"to":"a"}]}`)
 	const n = 400
-	submit(t, ts, contract.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: ctlRecipients(n, "b")})
+	submit(t, ts, contract.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: recipients("b", n)})
 
 	ctx, cancel := context.WithTimeout(browser, 30*time.Second)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`tr[data-task="dash"]`))))

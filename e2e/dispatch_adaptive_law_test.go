@@ -15,7 +15,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -32,7 +32,7 @@ const (
 // provider handler, with every request recorded and the account's
 // effective rate (KV broadcast_health) sampled every 100 ms.
 type lawRun struct {
-	ts    *natstest.Server
+	ts    *pipelinetest.Server
 	rec   *recorder
 	task  string
 	start time.Time // the first request's arrival
@@ -50,10 +50,10 @@ type rateSample struct {
 // against h, and returns once the first request arrived.
 func startLawRun(t *testing.T, h http.Handler, n int) *lawRun {
 	t.Helper()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	run := &lawRun{ts: ts, rec: startRecorder(t, h, 0), task: "law"}
 	ts.PutAccount(t, "law", webhookAccount(run.rec.URL, lawAccount))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{
 		Dispatch: dispatch.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
 	})
 	ctx, cancel := context.WithCancel(context.Background())

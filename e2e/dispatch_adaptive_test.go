@@ -10,7 +10,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"
 )
@@ -32,12 +32,12 @@ const adaptiveWindow = 10 * time.Second
 // the first adaptiveWindow of traffic. circuitWindow configures status's
 // circuit breaker (-1: off).
 func runAgainstThrottlingGateway(t *testing.T, extra string, circuitWindow int) adaptiveRun {
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw, err := gateway.New(gateway.Config{Seed: 1, RatePerSec: 20, Burst: 2, RetryAfter: time.Second})
 	require.NoError(t, err)
 	rec := startRecorder(t, gw, 0)
 	ts.PutAccount(t, "adapt", webhookAccount(rec.URL, `"rate_per_sec":60,"burst":5,"concurrency":8,"recover_after":10`+extra))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{
 		Dispatch: dispatch.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
 		Status:   status.Config{CircuitWindow: circuitWindow},
 	})

@@ -10,7 +10,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -19,17 +19,6 @@ func distinctAccepted(rec *recorder) map[string]bool {
 	out := map[string]bool{}
 	for _, h := range rec.accepted() {
 		out[h.to] = true
-	}
-	return out
-}
-
-// capWaits returns the distinct jobs of a task with a daily_cap retrying event.
-func capWaits(t *testing.T, ts *natstest.Server, taskID string) map[string]contract.Event {
-	out := map[string]contract.Event{}
-	for _, e := range eventsOf(ts.Events(t, taskID), contract.EventRetrying) {
-		if e.Code == "daily_cap" {
-			out[e.JobID] = e
-		}
 	}
 	return out
 }
@@ -49,10 +38,8 @@ func TestDispatchDailyCap(t *testing.T) {
 	// (a) 50 distinct recipients: 30 sent, 20 wait.
 	t1 := contract.Task{ID: "cap-1", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("c", 50)}
 	submit(t, e.ts, t1)
-	var p1 *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p1 = e.ts.Progress(t, t1.ID)
-		return p1 != nil && p1.Sent+p1.Retrying == 50 && len(capWaits(t, e.ts, t1.ID)) == 20
+	p1 := e.ts.WaitProgress(t, t1.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Sent+p.Retrying == 50 && len(capWaits(t, e.ts, t1.ID)) == 20
 	}, "30 sent and 20 waiting for the cap")
 	time.Sleep(500 * time.Millisecond) // a wrongly admitted send would show now
 	sent := distinctAccepted(rec)
@@ -103,10 +90,8 @@ func TestDispatchDailyCap(t *testing.T) {
 	mixed = append(mixed, recipients("new", 10)...)
 	t3 := contract.Task{ID: "cap-3", Channel: "webhook", Template: "third {{.to}}", Recipients: mixed}
 	submit(t, e.ts, t3)
-	var p3 *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p3 = e.ts.Progress(t, t3.ID)
-		return p3 != nil && p3.Sent == 5 && p3.Retrying == 10 && len(capWaits(t, e.ts, t3.ID)) == 10
+	p3 := e.ts.WaitProgress(t, t3.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Sent == 5 && p.Retrying == 10 && len(capWaits(t, e.ts, t3.ID)) == 10
 	}, "after the handover: 5 counted recipients sent, 10 new ones waiting")
 	time.Sleep(500 * time.Millisecond)
 	newSent := 0
@@ -130,10 +115,10 @@ func TestDispatchDailyCap(t *testing.T) {
 // apart, while the other recipients are not held back.
 func TestDispatchPerRecipientInterval(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	_, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	ts.PutAccount(t, "gap", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"per_recipient_interval":"2s"`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	for i := range 2 {
 		task := contract.Task{ID: fmt.Sprintf("gap-%d", i), Channel: "webhook", Template: "n{{.n}} {{.to}}",
 			Defaults: map[string]any{"n": i}, Recipients: append([]contract.Recipient{{To: "r1"}}, recipients(fmt.Sprintf("other%d", i), 5)...)}

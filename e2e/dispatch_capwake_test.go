@@ -10,11 +10,11 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // capReachedAt is the time of the first daily_cap retrying event of a task.
-func capReachedAt(t *testing.T, ts *natstest.Server, taskID string) time.Time {
+func capReachedAt(t *testing.T, ts *pipelinetest.Server, taskID string) time.Time {
 	var first time.Time
 	for _, e := range capWaits(t, ts, taskID) {
 		if first.IsZero() || e.At.Before(first) {
@@ -31,18 +31,16 @@ func capReachedAt(t *testing.T, ts *natstest.Server, taskID string) time.Time {
 // 24 h window before).
 func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	fields := `"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":%d`
 	ts.PutAccount(t, "cap-a", webhookAccount(rec.URL, fmt.Sprintf(fields, 40)))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	task := contract.Task{ID: "capwake", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("w", 100)}
 	submit(t, ts, task)
 
-	var p *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p = ts.Progress(t, task.ID)
-		return p != nil && strings.Contains(p.Error, "daily_cap 40 reached")
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return strings.Contains(p.Error, "daily_cap 40 reached")
 	}, "progress says the daily cap holds the rest")
 	said := time.Now()
 	reached := capReachedAt(t, ts, task.ID)
@@ -78,12 +76,12 @@ func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 // a day, and neither account sends beyond its cap.
 func TestDispatchDailyCapMovesToCapacity(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gwA, recA := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	gwB, recB := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
 	ts.PutAccount(t, "cm-a", webhookAccount(recA.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
 	ts.PutAccount(t, "cm-b", webhookAccount(recB.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	task := contract.Task{ID: "capmove", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"cm-a", "cm-b"}, Recipients: recipients("m", 120)}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
@@ -102,19 +100,17 @@ func TestDispatchDailyCapMovesToCapacity(t *testing.T) {
 // account sends them within 5 s.
 func TestDispatchHeldJobsWakeWhenAccountEnabled(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	_, recA := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	gwB, recB := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
 	ts.PutAccount(t, "en-a", webhookAccount(recA.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":20`))
 	off := `"rate_per_sec":100,"burst":10,"concurrency":4,"enabled":false`
 	ts.PutAccount(t, "en-b", webhookAccount(recB.URL, off))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	task := contract.Task{ID: "enwake", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"en-a", "en-b"}, Recipients: recipients("e", 60)}
 	submit(t, ts, task)
-	var p *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p = ts.Progress(t, task.ID)
-		return p != nil && p.Sent == 20 && p.Retrying == 40 && strings.Contains(p.Error, "daily_cap")
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Sent == 20 && p.Retrying == 40 && strings.Contains(p.Error, "daily_cap")
 	}, "20 sent, 40 waiting for the cap")
 	enabled := time.Now()
 	ts.PutAccount(t, "en-b", webhookAccount(recB.URL, strings.Replace(off, "false", "true", 1)))

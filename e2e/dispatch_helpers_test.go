@@ -1,13 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"sort"
 	"sync"
 	"testing"
@@ -19,179 +13,10 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
-
-// hit is one send request as a recording provider saw it.
-type hit struct {
-	at      time.Time
-	to      string
-	key     string
-	account string
-	status  int
-}
-
-// recorder wraps a provider handler, recording every send request with its
-// arrival time and answer. With windowLimit > 0 it also refuses (429) any
-// request that would make more than windowLimit accepted requests in one
-// second, sliding: the strict gateway that pacing must never trip.
-type recorder struct {
-	URL         string
-	windowLimit int
-
-	mu      sync.Mutex
-	hits    []hit
-	window  []time.Time // accepted arrivals of the last second
-	refused int
-}
-
-// startRecorder serves h behind a recorder until the test ends.
-func startRecorder(t *testing.T, h http.Handler, windowLimit int) *recorder {
-	t.Helper()
-	rec := &recorder{windowLimit: windowLimit}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			h.ServeHTTP(w, r)
-			return
-		}
-		at := time.Now()
-		raw, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(raw))
-		var body struct {
-			To      string `json:"to"`
-			Account string `json:"account"`
-		}
-		_ = json.Unmarshal(raw, &body)
-		hi := hit{at: at, to: body.To, key: r.Header.Get("Idempotency-Key"), account: body.Account}
-		if rec.overLimit(at) {
-			hi.status = http.StatusTooManyRequests
-			rec.add(hi)
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, `{"error":"more than rate+burst in one second"}`, http.StatusTooManyRequests)
-			return
-		}
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		h.ServeHTTP(sw, r)
-		hi.status = sw.status
-		rec.add(hi)
-	}))
-	t.Cleanup(srv.Close)
-	rec.URL = srv.URL
-	return rec
-}
-
-// startRecordedGateway serves a fault-injecting gateway behind a recorder.
-func startRecordedGateway(t *testing.T, cfg gateway.Config, windowLimit int) (*gateway.Gateway, *recorder) {
-	t.Helper()
-	g, err := gateway.New(cfg)
-	require.NoError(t, err)
-	return g, startRecorder(t, g, windowLimit)
-}
-
-func (rec *recorder) overLimit(at time.Time) bool {
-	if rec.windowLimit <= 0 {
-		return false
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	i := 0
-	for i < len(rec.window) && at.Sub(rec.window[i]) >= time.Second {
-		i++
-	}
-	rec.window = rec.window[i:]
-	if len(rec.window) >= rec.windowLimit {
-		rec.refused++
-		return true
-	}
-	rec.window = append(rec.window, at)
-	return false
-}
-
-func (rec *recorder) add(h hit) {
-	rec.mu.Lock()
-	rec.hits = append(rec.hits, h)
-	rec.mu.Unlock()
-}
-
-// all returns the recorded hits in arrival order.
-func (rec *recorder) all() []hit {
-	rec.mu.Lock()
-	out := append([]hit(nil), rec.hits...)
-	rec.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
-	return out
-}
-
-// accepted returns the 2xx hits in arrival order.
-func (rec *recorder) accepted() []hit {
-	return filterHits(rec.all(), func(h hit) bool { return h.status/100 == 2 })
-}
-
-func (rec *recorder) refusedByWindow() int {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return rec.refused
-}
-
-func filterHits(hs []hit, keep func(hit) bool) []hit {
-	var out []hit
-	for _, h := range hs {
-		if keep(h) {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// pacingFigures summarises arrival times against a rate and burst.
-type pacingFigures struct {
-	n             int
-	period        time.Duration
-	rate          float64 // (n-1) / period
-	maxInSecond   int     // sliding one-second window
-	overLimitSecs int     // fixed one-second slots above rate+burst
-}
-
-func measurePacing(hs []hit, limit int) pacingFigures {
-	f := pacingFigures{n: len(hs)}
-	if len(hs) < 2 {
-		return f
-	}
-	f.period = hs[len(hs)-1].at.Sub(hs[0].at)
-	f.rate = float64(len(hs)-1) / f.period.Seconds()
-	lo := 0
-	slots := map[int]int{}
-	for i, h := range hs {
-		for h.at.Sub(hs[lo].at) >= time.Second {
-			lo++
-		}
-		f.maxInSecond = max(f.maxInSecond, i-lo+1)
-		slots[int(h.at.Sub(hs[0].at)/time.Second)]++
-	}
-	for _, c := range slots {
-		if c > limit {
-			f.overLimitSecs++
-		}
-	}
-	return f
-}
-
-func (f pacingFigures) String() string {
-	return fmt.Sprintf("%d requests in %s: %.1f/s, max %d in any 1-s window, %d fixed seconds over the limit",
-		f.n, f.period.Round(time.Millisecond), f.rate, f.maxInSecond, f.overLimitSecs)
-}
 
 // dispatchEnv is a server with ingest, render and status running, and
 // dispatch replicas the test starts and stops one by one. The pipeline's own
@@ -199,7 +24,7 @@ func (f pacingFigures) String() string {
 // are the only senders.
 type dispatchEnv struct {
 	t   *testing.T
-	ts  *natstest.Server
+	ts  *pipelinetest.Server
 	cfg dispatch.Config
 
 	mu       sync.Mutex
@@ -225,8 +50,8 @@ type replica struct {
 
 func newDispatchEnv(t *testing.T, cfg dispatch.Config) *dispatchEnv {
 	t.Helper()
-	ts := natstest.Start(t)
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{Channels: channels.Registry{}}})
+	ts := pipelinetest.Start(t)
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{Channels: channels.Registry{}}})
 	return &dispatchEnv{t: t, ts: ts, cfg: cfg}
 }
 
@@ -242,7 +67,7 @@ func (e *dispatchEnv) startReplica() *replica {
 	e.replicas = append(e.replicas, r)
 	e.mu.Unlock()
 	cfg := e.cfg
-	cfg.Logger = natstest.TestLogger().With("replica", r.id)
+	cfg.Logger = logtest.Logger().With("replica", r.id)
 	cfg.Channels = channels.Registry{}
 	for name, ch := range channels.Builtin() {
 		cfg.Channels[name] = notingChannel{Channel: ch, note: func(to string) {
@@ -354,66 +179,13 @@ func (s notingSender) Send(ctx context.Context, msgs []channels.Message) []chann
 	return s.Sender.Send(ctx, msgs)
 }
 
-// webhookAccount is an account JSON for a webhook endpoint with extra fields.
-func webhookAccount(endpoint string, fields string) string {
-	if fields != "" {
-		fields = "," + fields
-	}
-	return fmt.Sprintf(`{"channel":"webhook","endpoint":%q%s}`, endpoint, fields)
-}
-
-// recipients builds n recipients named prefix-0000, prefix-0001, ...
-func recipients(prefix string, n int) []contract.Recipient {
-	out := make([]contract.Recipient, n)
-	for i := range out {
-		out[i] = contract.Recipient{To: fmt.Sprintf("%s-%04d", prefix, i)}
-	}
-	return out
-}
-
-// waitCount polls until count() reaches want or timeout passes.
-func waitCount(t *testing.T, timeout time.Duration, want int, count func() int, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var n int
-	for time.Now().Before(deadline) {
-		if n = count(); n >= want {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.FailNowf(t, "timed out", "%s: %d of %d after %s", what, n, want, timeout)
-}
-
-// eventsOf filters events by kind.
-func eventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
-	var out []contract.Event
-	for _, e := range evs {
-		if e.Kind == kind {
-			out = append(out, e)
+// capWaits returns the distinct jobs of a task with a daily_cap retrying event.
+func capWaits(t *testing.T, ts *pipelinetest.Server, taskID string) map[string]contract.Event {
+	out := map[string]contract.Event{}
+	for _, e := range eventsOf(ts.Events(t, taskID), contract.EventRetrying) {
+		if e.Code == "daily_cap" {
+			out[e.JobID] = e
 		}
 	}
 	return out
-}
-
-// kvGet reads a key of a bucket.
-func kvGet(t *testing.T, ts *natstest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, bucket)
-	require.NoError(t, err)
-	return kv.Get(ctx, key)
-}
-
-// accountHealth reads an account's health value, or nil.
-func accountHealth(t *testing.T, ts *natstest.Server, name string) *contract.AccountHealth {
-	t.Helper()
-	e, err := kvGet(t, ts, contract.BucketHealth, name)
-	if err != nil {
-		return nil
-	}
-	var h contract.AccountHealth
-	require.NoError(t, json.Unmarshal(e.Value(), &h))
-	return &h
 }

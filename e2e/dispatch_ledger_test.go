@@ -14,6 +14,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -27,10 +28,10 @@ import (
 // stored sent event is the record.
 func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	ts.PutAccount(t, "idem", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -92,7 +93,7 @@ func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 // and every attempt's error.
 func TestDispatchDeadLetterHistory(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	var mu sync.Mutex
 	attempts := map[string]int{}
 	rec := startRecorder(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +113,7 @@ func TestDispatchDeadLetterHistory(t *testing.T) {
 		}
 	}), 0)
 	ts.PutAccount(t, "dl", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
 	task := contract.Task{ID: "deadhist", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
 		Recipients: []contract.Recipient{{To: "fine"}, {To: "doomed"}}}
 	submit(t, ts, task)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/status"
 )
@@ -39,13 +40,13 @@ func failPrefixHandler() http.Handler {
 // healthy ones. The failing recipients come first so that the healthy ones
 // are measured while all 100 wait: a failed attempt is a real request and
 // takes a token, so interleaved they would cap the healthy share at 80%.
-func longWaitRun(t *testing.T, cfg dispatch.Config) (*natstest.Server, *recorder, string) {
-	ts := natstest.Start(t)
+func longWaitRun(t *testing.T, cfg dispatch.Config) (*pipelinetest.Server, *recorder, string) {
+	ts := pipelinetest.Start(t)
 	rec := startRecorder(t, failPrefixHandler(), 0)
 	ts.PutAccount(t, "slow", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":4,"min_rate_per_sec":50`))
 	// Half of the first 200 attempts fail, which would trip status's circuit
 	// breaker and pause the task; this test is about slots, so it is off.
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: cfg, Status: status.Config{CircuitWindow: -1}})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: cfg, Status: status.Config{CircuitWindow: -1}})
 	task := contract.Task{ID: "longwait", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
 		Recipients: append(recipients("fail", 100), recipients("ok", 400)...)}
 	submit(t, ts, task)
@@ -108,7 +109,7 @@ func TestDispatchLongWaitsHoldNoSlot(t *testing.T) {
 }
 
 // countSubjects counts the messages in JOBS on subjects matching filter.
-func countSubjects(t *testing.T, ts *natstest.Server, filter string) int {
+func countSubjects(t *testing.T, ts *pipelinetest.Server, filter string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -25,7 +26,7 @@ var unauthorized = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request)
 // queueDrained watches an account's consumer from now on and returns a
 // function reporting when its queue first became empty (no pending and no
 // unacknowledged jobs) after it had held work.
-func queueDrained(t *testing.T, ts *natstest.Server, account string) func() time.Time {
+func queueDrained(t *testing.T, ts *pipelinetest.Server, account string) func() time.Time {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var drainedAt time.Time
@@ -67,12 +68,12 @@ func queueDrained(t *testing.T, ts *natstest.Server, account string) func() time
 func TestDispatchPoolFailover(t *testing.T) {
 	t.Parallel()
 	const n, concurrency = 200, 4
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	bad := startRecorder(t, unauthorized, 0)
 	gw, good := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	ts.PutAccount(t, "hook-a", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	ts.PutAccount(t, "hook-b", webhookAccount(good.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond}})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond}})
 	drainedA := queueDrained(t, ts, "hook-a")
 
 	task := contract.Task{ID: "pool", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-a", "hook-b"}, Recipients: recipients("u", n)}
@@ -114,12 +115,12 @@ func TestDispatchPoolFailover(t *testing.T) {
 func TestDispatchPoolDisable(t *testing.T) {
 	t.Parallel()
 	const n = 200
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gwC, recC := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	gwD, recD := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
 	ts.PutAccount(t, "hook-c", webhookAccount(recC.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
 	ts.PutAccount(t, "hook-d", webhookAccount(recD.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	drainedC := queueDrained(t, ts, "hook-c")
 
 	task := contract.Task{ID: "disable", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-c", "hook-d"}, Recipients: recipients("d", n)}
@@ -156,11 +157,11 @@ func TestDispatchPoolDisable(t *testing.T) {
 func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 	t.Parallel()
 	const n, concurrency = 50, 4
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	bad := startRecorder(t, unauthorized, 0)
 	ts.PutAccount(t, "hook-e", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	ts.PutAccount(t, "hook-f", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	task := contract.Task{ID: "nohealthy", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-e", "hook-f"}, Recipients: recipients("h", n)}
 	submit(t, ts, task)
 
@@ -173,10 +174,8 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 		}
 		return out
 	}
-	var p *contract.Progress
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		p = ts.Progress(t, task.ID)
-		return p != nil && p.Retrying == n && len(waiting()) == n
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Retrying == n && len(waiting()) == n
 	}, "every recipient waiting for a healthy account")
 	w := waiting()
 	var sample contract.Event
@@ -205,12 +204,12 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 func TestDeletedAccountIsReaped(t *testing.T) {
 	t.Parallel()
 	const n = 150
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gwA, recA := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	gwB, recB := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
 	ts.PutAccount(t, "rp-a", webhookAccount(recA.URL, `"rate_per_sec":60,"burst":5,"concurrency":4`))
 	ts.PutAccount(t, "rp-b", webhookAccount(recB.URL, `"rate_per_sec":30,"burst":5,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Dispatch: dispatch.Config{ReapInterval: 300 * time.Millisecond}})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{ReapInterval: 300 * time.Millisecond}})
 	task := contract.Task{ID: "reap", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"rp-a", "rp-b"}, Recipients: recipients("r", n)}
 	submit(t, ts, task)
 	waitCount(t, 15*time.Second, 10, func() int { return len(recB.accepted()) }, "rp-b sends before it is deleted")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -65,7 +66,7 @@ func TestDispatchReplicasShareAccounts(t *testing.T) {
 // waitShares waits until the accounts' leases are held by as many replicas
 // as want has entries, holding want[i] accounts each (in any order), and
 // returns the counts.
-func waitShares(t *testing.T, ts *natstest.Server, accounts []string, want []int, timeout time.Duration) []int {
+func waitShares(t *testing.T, ts *pipelinetest.Server, accounts []string, want []int, timeout time.Duration) []int {
 	t.Helper()
 	var got []int
 	natstest.Eventually(t, timeout, func() bool {
@@ -85,7 +86,7 @@ func waitShares(t *testing.T, ts *natstest.Server, accounts []string, want []int
 
 // leaseShares counts the accounts per replica from the leases, sorted from
 // most to fewest. A lease's value is "<replica>/<runner>".
-func leaseShares(t *testing.T, ts *natstest.Server, accounts []string) []int {
+func leaseShares(t *testing.T, ts *pipelinetest.Server, accounts []string) []int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv, err := ts.JS.KeyValue(ctx, contract.BucketLeases)

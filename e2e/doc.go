@@ -1,12 +1,53 @@
 // Package e2e holds end-to-end tests: all four services in one process
-// against an embedded nats-server and a real HTTP gateway.
+// (internal/pipelinetest) against an embedded nats-server or a three-node
+// cluster, with real HTTP and SMTP stand-ins for the providers, and a few
+// tests that run every service as an OS process (internal/proctest) to
+// kill and restart them. The randomized scenario tester runs from its own
+// package, e2e/scenarios. See docs/testing.md.
 //
-// TestScenarios (scenario_test.go) is the randomized scenario tester of
-// internal/scenario: fixed seeds plus fresh ones in process by default;
-// -scenario.seed=N replays one seed, -scenario.n / -scenario.duration run
-// many (the long mode), -scenario.multiprocess runs each service as a
-// process with kill -9 and nats-server restarts (scenario_multi_test.go),
-// -scenario.known fails on the known causes being fixed elsewhere too.
-// TestScenarioTapeReplay (scenario_tape_test.go) records a faulty run,
-// tapes it (internal/tape) and plays it back. See docs/testing.md.
+// Helpers shared by the tests, one file each:
+//   - helpers_test.go: the pipeline's test configs (fastRetries,
+//     withSecrets), accounts, recipients, submitting tasks and operator
+//     actions, reading KV, dead letters and events, waitCount.
+//   - providers_test.go: the provider stand-ins: a recorder of send
+//     requests (with an optional sliding-window limit and the pacing
+//     figures), the fault-injecting gateway behind it, and the SMTP fake.
+//   - dispatch_helpers_test.go: dispatch replicas started and stopped one
+//     by one (dispatchEnv), with a log of which replica sent what.
+//   - security_helpers_test.go: the users of nats.conf and .env, a server
+//     from nats.conf, submitting as the operator, leak checks.
+//   - chaos_helpers_test.go: the client of a nats-server run as a process.
+//   - dispatch_race_test.go / dispatch_norace_test.go: whether the race
+//     detector is on (its slowdown widens some bounds).
+//
+// Tests:
+//   - pipeline_test.go: a 1,000-recipient webhook broadcast against the
+//     gateway's ledger; duplicate task ids.
+//   - channels_test.go: WhatsApp, WxPusher and SMTP broadcasts.
+//   - batch_test.go: batch calls (WxPusher, sandbox).
+//   - control_test.go, control_concurrency_test.go: pause, resume, cancel,
+//     approval, expiry, retry-dead, the circuit breaker, scheduled starts.
+//   - scenario_regress_test.go: bugs the scenario tester found.
+//   - checkpoint_test.go, objectlist_test.go, payload_test.go,
+//     reject_test.go, giveup_test.go, retention_test.go, metrics_test.go,
+//     churn_test.go: checkpoints, recipients from the object store, large
+//     variables, rejected tasks, every give-up dead-lettered, retention,
+//     metrics, memory under churn.
+//   - dispatch (its own replicas from dispatch_helpers_test.go, or the
+//     pipeline's): dispatch_pacing_test.go (pacing, one and three
+//     replicas), dispatch_adaptive_test.go and dispatch_adaptive_law_test.go
+//     (adaptive rates), dispatch_pool_test.go (pools), dispatch_caps_test.go
+//     and dispatch_capwake_test.go (daily caps, per-recipient intervals),
+//     dispatch_failover_test.go (failover, leases), dispatch_share_test.go
+//     (accounts shared between replicas), dispatch_priority_test.go,
+//     dispatch_ledger_test.go (the send ledger, dead-letter history),
+//     dispatch_longwait_test.go (long waits hold no slot).
+//   - security_test.go, tls_test.go, hostile_accounts_test.go,
+//     secrets_test.go: least privilege under nats.conf's users, TLS,
+//     hostile account values, secrets that never leak.
+//   - dashboard_test.go: the dashboard in headless Chromium.
+//   - cluster_test.go: a leader killed in a three-node cluster.
+//   - setup_test.go, restart_test.go, chaos_test.go, chaos_status_test.go:
+//     as processes, `broadcast setup` before or after the services,
+//     nats-server restarted, dispatch and status killed with SIGKILL.
 package e2e

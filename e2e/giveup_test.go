@@ -10,6 +10,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestEveryGiveUpHasAnEventAndADeadLetter: the give-ups that used to leave
@@ -20,10 +21,10 @@ import (
 // before).
 func TestEveryGiveUpHasAnEventAndADeadLetter(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "gu", webhookAccount(gw.URL, `"rate_per_sec":100,"burst":10,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	publish := func(subject, data string) {

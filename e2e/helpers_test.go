@@ -3,10 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
-	"sort"
-	"sync"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,58 +11,62 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
-// recordingGateway is the fault-injecting gateway behind an httptest server,
-// also recording when every request arrived (answered or not).
-type recordingGateway struct {
-	*gateway.Gateway
-	URL string
-	mu  sync.Mutex
-	at  []time.Time
+// fastRetries is the pipeline with dispatch's backoff cut to 50 ms-500 ms,
+// so retries take a test's seconds, not minutes.
+func fastRetries() pipelinetest.PipelineConfig {
+	return pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}}
 }
 
-func startGateway(t *testing.T, cfg gateway.Config) *recordingGateway {
-	t.Helper()
-	g, err := gateway.New(cfg)
-	require.NoError(t, err)
-	rg := &recordingGateway{Gateway: g}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			rg.mu.Lock()
-			rg.at = append(rg.at, time.Now())
-			rg.mu.Unlock()
-		}
-		g.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	rg.URL = srv.URL
-	return rg
+// withSecrets makes dispatch read secrets from a map instead of the
+// process environment (tests run in parallel).
+func withSecrets(secrets map[string]string) pipelinetest.PipelineConfig {
+	cfg := fastRetries()
+	cfg.Dispatch.Getenv = func(name string) string { return secrets[name] }
+	return cfg
 }
 
-// maxInAnySecond is the largest number of requests that arrived within any
-// one-second sliding window.
-func (rg *recordingGateway) maxInAnySecond() int {
-	rg.mu.Lock()
-	ts := append([]time.Time(nil), rg.at...)
-	rg.mu.Unlock()
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-	best, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= time.Second {
-			lo++
-		}
-		best = max(best, hi-lo+1)
+// webhookAccount is an account JSON for a webhook endpoint with extra fields.
+func webhookAccount(endpoint string, fields string) string {
+	if fields != "" {
+		fields = "," + fields
 	}
-	return best
+	return fmt.Sprintf(`{"channel":"webhook","endpoint":%q%s}`, endpoint, fields)
+}
+
+// recipients builds n recipients named prefix-0000, prefix-0001, ...
+func recipients(prefix string, n int) []contract.Recipient {
+	out := make([]contract.Recipient, n)
+	for i := range out {
+		out[i] = contract.Recipient{To: fmt.Sprintf("%s-%04d", prefix, i)}
+	}
+	return out
+}
+
+// recipientsWithRejects builds n recipients named user-0000, user-0001,
+// ..., except that those whose index i has i%every == at are named bad-NNNN
+// (which a gateway run with -permanent-prefix bad- rejects); it also
+// returns how many of those there are.
+func recipientsWithRejects(n, every, at int) (rs []contract.Recipient, rejected int) {
+	for i := range n {
+		to := fmt.Sprintf("user-%04d", i)
+		if i%every == at {
+			to = fmt.Sprintf("bad-%04d", i)
+			rejected++
+		}
+		rs = append(rs, contract.Recipient{To: to})
+	}
+	return rs, rejected
 }
 
 // submit publishes a task as JSON without a Nats-Msg-Id, so only ingest's
 // own ledger can recognise a repeated id.
-func submit(t *testing.T, ts *natstest.Server, task any) {
+func submit(t *testing.T, ts *pipelinetest.Server, task any) {
 	t.Helper()
 	var data []byte
 	switch v := task.(type) {
@@ -85,7 +86,7 @@ func submit(t *testing.T, ts *natstest.Server, task any) {
 }
 
 // submitWithMsgID publishes raw bytes with a Nats-Msg-Id header.
-func submitWithMsgID(t *testing.T, ts *natstest.Server, data []byte, msgID string) {
+func submitWithMsgID(t *testing.T, ts *pipelinetest.Server, data []byte, msgID string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -98,6 +99,83 @@ func submitWithMsgID(t *testing.T, ts *natstest.Server, data []byte, msgID strin
 	require.NoError(t, err)
 }
 
+// putObject stores a recipient list in the broadcast_recipients object
+// store.
+func putObject(t *testing.T, ts *pipelinetest.Server, name, data string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	obs, err := ts.JS.ObjectStore(ctx, contract.BucketRecipients)
+	require.NoError(t, err)
+	_, err = obs.PutString(ctx, name, data)
+	require.NoError(t, err)
+}
+
+// control sends an operator action for a task and returns the reply.
+func control(t *testing.T, ts *pipelinetest.Server, taskID, action string) *contract.ControlReply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	r, err := client.Control(ctx, ts.NC, taskID, action)
+	require.NoError(t, err)
+	return r
+}
+
+// kvGet reads a key of a bucket.
+func kvGet(t *testing.T, ts *pipelinetest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := ts.JS.KeyValue(ctx, bucket)
+	require.NoError(t, err)
+	return kv.Get(ctx, key)
+}
+
+// accountHealth reads an account's health value, or nil.
+func accountHealth(t *testing.T, ts *pipelinetest.Server, name string) *contract.AccountHealth {
+	t.Helper()
+	e, err := kvGet(t, ts, contract.BucketHealth, name)
+	if err != nil {
+		return nil
+	}
+	var h contract.AccountHealth
+	require.NoError(t, json.Unmarshal(e.Value(), &h))
+	return &h
+}
+
+// deadLetters reads every dead letter of a task.
+func deadLetters(t *testing.T, ts *pipelinetest.Server, taskID string) []contract.DeadLetter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ts.JS.OrderedConsumer(ctx, contract.StreamDead, jetstream.OrderedConsumerConfig{FilterSubjects: []string{contract.DeadSubject(taskID)}})
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	var out []contract.DeadLetter
+	for uint64(len(out)) < info.NumPending {
+		b, err := c.Fetch(int(min(100, info.NumPending-uint64(len(out)))), jetstream.FetchMaxWait(2*time.Second))
+		require.NoError(t, err)
+		for m := range b.Messages() {
+			var d contract.DeadLetter
+			require.NoError(t, json.Unmarshal(m.Data(), &d))
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// eventsOf filters events by kind.
+func eventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
+	var out []contract.Event
+	for _, e := range evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // countByKind tallies events per kind.
 func countByKind(evs []contract.Event) map[contract.EventKind]int {
 	out := map[contract.EventKind]int{}
@@ -107,28 +185,16 @@ func countByKind(evs []contract.Event) map[contract.EventKind]int {
 	return out
 }
 
-func gatewayOK() gateway.Config { return gateway.Config{Seed: 1} }
-
-func (rg *recordingGateway) lastArrival() time.Time {
-	rg.mu.Lock()
-	defer rg.mu.Unlock()
-	var last time.Time
-	for _, t := range rg.at {
-		if t.After(last) {
-			last = t
+// waitCount polls until count() reaches want or timeout passes.
+func waitCount(t *testing.T, timeout time.Duration, want int, count func() int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var n int
+	for time.Now().Before(deadline) {
+		if n = count(); n >= want {
+			return
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return last
-}
-
-func (rg *recordingGateway) firstArrival() time.Time {
-	rg.mu.Lock()
-	defer rg.mu.Unlock()
-	var first time.Time
-	for _, t := range rg.at {
-		if first.IsZero() || t.Before(first) {
-			first = t
-		}
-	}
-	return first
+	require.FailNowf(t, "timed out", "%s: %d of %d after %s", what, n, want, timeout)
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestAbsurdAccountValues writes accounts whose numbers overflowed the
@@ -24,13 +26,13 @@ import (
 // are rejected, and dispatch keeps sending for the other accounts.
 func TestAbsurdAccountValues(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "ok", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10}`, gw.URL))
 	ts.PutAccount(t, "huge-rate", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":1e19}`, gw.URL))
 	ts.PutAccount(t, "huge-burst", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"burst":9223372036854775807}`, gw.URL))
 	ts.PutAccount(t, "huge-batch", `{"channel":"sandbox","rate_per_sec":1e19,"max_batch":50}`)
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	for id, c := range map[string]struct{ channel, account, want string }{
 		"abs-rate":  {"webhook", "huge-rate", `accounts[0]: account "huge-rate" is misconfigured: rate_per_sec: must be above 0 and at most 1e+06, got 1e+19`},
@@ -43,7 +45,7 @@ func TestAbsurdAccountValues(t *testing.T) {
 		require.Contains(t, p.Error, c.want, id)
 	}
 
-	task := contract.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: ctlRecipients(50, "u")}
+	task := contract.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: recipients("u", 50)}
 	submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
@@ -70,7 +72,7 @@ func TestAccountCannotReadDispatchSecrets(t *testing.T) {
 		fmt.Fprint(w, `{"messages":[{"id":"wamid.1"}]}`)
 	}))
 	t.Cleanup(srv.Close)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	account := func(name, env, endpoint string) {
 		ts.PutAccount(t, name, fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":%q,"phone_number_id":"1065","rate_per_sec":50}`, endpoint, env))
 	}
@@ -79,12 +81,12 @@ func TestAccountCannotReadDispatchSecrets(t *testing.T) {
 	account("listed", "LISTED_TOKEN", srv.URL)
 	account("ok", "BROADCAST_SECRET_WA", srv.URL)
 	account("plain", "BROADCAST_SECRET_WA", "http://graph.example.com")
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg := withSecrets(map[string]string{"NATS_PASSWORD": natsPassword, "SHOP_TOKEN": "tok-unlisted",
 		"LISTED_TOKEN": "tok-listed", "BROADCAST_SECRET_WA": "tok-ok"})
 	cfg.Dispatch.SecretEnvs = []string{"LISTED_TOKEN"}
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
 	task := func(id, account string) contract.Task {
 		return contract.Task{ID: id, Channel: "whatsapp", Template: "hi", Accounts: []string{account},
@@ -134,13 +136,13 @@ func TestEndpointTokenNeverLeaks(t *testing.T) {
 		http.Error(w, "cannot handle "+r.URL.String(), http.StatusBadGateway)
 	}))
 	t.Cleanup(echo.Close)
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "closed", fmt.Sprintf(`{"channel":"webhook","endpoint":"http://%s/send?token=%s","rate_per_sec":100}`, closed, token))
 	ts.PutAccount(t, "echo", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send?token=%s","rate_per_sec":100}`, echo.URL, token))
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg := fastRetries()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
 	for _, acct := range []string{"closed", "echo"} {
 		id := "leak-" + acct
@@ -180,13 +182,13 @@ func TestDenyPrivateDestinations(t *testing.T) {
 	for _, allowLoopback := range []bool{false, true} {
 		t.Run(fmt.Sprintf("allow_loopback=%v", allowLoopback), func(t *testing.T) {
 			t.Parallel()
-			ts := natstest.Start(t)
+			ts := pipelinetest.Start(t)
 			gw := startGateway(t, gatewayOK())
 			// localhost: the check is on the resolved address.
 			ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":100}`, strings.Replace(gw.URL, "127.0.0.1", "localhost", 1)))
 			cfg := fastRetries()
 			cfg.Dispatch.DenyPrivate, cfg.Dispatch.AllowLoopback = true, allowLoopback
-			natstest.StartPipeline(t, ts, cfg)
+			pipelinetest.StartPipeline(t, ts, cfg)
 			submit(t, ts, contract.Task{ID: "dp", Channel: "webhook", Template: "hi", Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
 			if allowLoopback {
 				p := ts.WaitFinal(t, "dp", 30*time.Second)

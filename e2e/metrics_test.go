@@ -12,6 +12,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestMetricsMatchWhatWasSent runs a small broadcast through a faulty
@@ -20,7 +21,7 @@ import (
 // counter against the gateway's ledger, the final progress and the events.
 func TestMetricsMatchWhatWasSent(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gateway.Config{FailRate: 0.15, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "bad-", Seed: 3})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
 	reg := prometheus.NewRegistry()
@@ -28,7 +29,7 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 	cfg.Ingest.Metrics, cfg.Render.Metrics, cfg.Dispatch.Metrics, cfg.Status.Metrics = reg, reg, reg, reg
 	cfg.Status.DashboardAddr = "127.0.0.1:0"
 	cfg.Status.PollInterval = 200 * time.Millisecond
-	p := natstest.StartPipeline(t, ts, cfg)
+	p := pipelinetest.StartPipeline(t, ts, cfg)
 
 	const n, bad, noName = 80, 5, 3
 	task := contract.Task{ID: "metrics", Channel: "webhook", Template: "Hi {{.name}}", MaxAttempts: 20}

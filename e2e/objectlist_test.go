@@ -13,26 +13,17 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
-
-func putObject(t *testing.T, ts *natstest.Server, name, data string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	obs, err := ts.JS.ObjectStore(ctx, contract.BucketRecipients)
-	require.NoError(t, err)
-	_, err = obs.PutString(ctx, name, data)
-	require.NoError(t, err)
-}
 
 // TestRecipientsFromObjectStore streams JSONL and CSV lists, with repeated
 // addresses, unusable lines and per-recipient variables.
 func TestRecipientsFromObjectStore(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":1000,"burst":50,"concurrency":16}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	var b strings.Builder
 	for i := range 3000 {
@@ -75,7 +66,7 @@ func TestRecipientsFromObjectStore(t *testing.T) {
 // redelivered submission publishes only the rest.
 func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "sbx", `{"channel":"sandbox","rate_per_sec":5000,"burst":100,"concurrency":32}`)
 	var b strings.Builder
 	for i := range 5000 {
@@ -101,12 +92,12 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 
 	cfg := fastRetries()
 	cfg.Ingest.BatchSize = 100
-	pl := natstest.StartPipeline(t, ts, cfg)
+	pl := pipelinetest.StartPipeline(t, ts, cfg)
 	natstest.Eventually(t, 20*time.Second, func() bool { return pl.Ingest.Stats.Accepted.Load() == 1 })
 	require.Equal(t, int64(30), pl.Ingest.Stats.BatchesPublished.Load(), "only the 3,000 recipients after the checkpoint")
 	// The 2,000 planted as published never were (this test made them up),
 	// so the task stays open with exactly the other 3,000 sent.
-	waitProgress(t, ts, "resume", 60*time.Second, func(p *contract.Progress) bool { return p.Sent == 3000 })
+	ts.WaitProgress(t, "resume", 60*time.Second, func(p *contract.Progress) bool { return p.Sent == 3000 })
 	lowest := 5000
 	for _, ev := range ts.Events(t, "resume") {
 		if ev.Kind == contract.EventSent {
@@ -126,10 +117,10 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 // gateway.
 func TestScheduledListReplacedIsNotSent(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":10,"concurrency":8`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	line := func(prefix string, n int) string {
 		var b strings.Builder
 		for i := range n {
@@ -141,7 +132,7 @@ func TestScheduledListReplacedIsNotSent(t *testing.T) {
 	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
 	task := contract.Task{ID: "pinned", Channel: "webhook", Template: "hi", RecipientsObject: "lists/pinned.jsonl", SendAt: sendAt.UTC().Format(time.RFC3339)}
 	submit(t, ts, task)
-	waitProgress(t, ts, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
+	ts.WaitProgress(t, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	putObject(t, ts, "lists/pinned.jsonl", line("b", 25)) // replaced before the start
 
 	p := ts.WaitFinal(t, task.ID, 15*time.Second)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestLargeVariablesFitMaxPayload: a list of 300 recipients with 40 KiB of
@@ -20,10 +20,10 @@ import (
 // the reason, and the task still ends.
 func TestLargeVariablesFitMaxPayload(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "big", webhookAccount(gw.URL, `"rate_per_sec":500,"burst":50,"concurrency":16`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 
 	blob := strings.Repeat("v", 40<<10)
 	var b strings.Builder

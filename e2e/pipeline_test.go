@@ -11,19 +11,15 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
-
-func fastRetries() natstest.PipelineConfig {
-	return natstest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}}
-}
 
 // TestWebhookBroadcastEndToEnd sends 1,000 recipients through a gateway
 // that answers 10% 503 and 5% 429, and checks every count against the
 // gateway's own ledger.
 func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	const secret = "e2e-signing-secret"
 	gw := startGateway(t, gateway.Config{FailRate: 0.10, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "reject-", Seed: 7, Secret: secret})
 	const rate, burst = 200, 10
@@ -36,7 +32,7 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 		}
 		return ""
 	}
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
 	task := contract.Task{ID: "e2e-1000", Channel: "webhook", Template: "Hi {{.name}}, code {{.code}}", Defaults: map[string]any{"code": "C-9"}, MaxAttempts: 10}
 	const n = 1000
@@ -84,7 +80,7 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	}
 
 	// Pacing: no second carries more than rate+burst requests.
-	require.LessOrEqual(t, gw.maxInAnySecond(), rate+burst)
+	require.LessOrEqual(t, measurePacing(gw.all(), rate+burst).maxInSecond, rate+burst)
 
 	// Failed recipients are in DEAD, one each.
 	dead := deadLetters(t, ts, task.ID)
@@ -107,10 +103,10 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 // is sent again.
 func TestDuplicateTaskIDIgnored(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gateway.Config{Seed: 1})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":500,"burst":50,"concurrency":8}`, gw.URL))
-	pl := natstest.StartPipeline(t, ts, fastRetries())
+	pl := pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	task := contract.Task{ID: "dup-task", Channel: "webhook", Template: "x {{.to}}"}
 	for i := range 20 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestMalformedTasksRejected submits every kind of bad task and checks each
@@ -18,11 +19,11 @@ import (
 // sent.
 func TestMalformedTasksRejected(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q}`, gw.URL))
 	ts.PutAccount(t, "sbx", `{"channel":"sandbox"}`)
-	pl := natstest.StartPipeline(t, ts, fastRetries())
+	pl := pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
@@ -104,10 +105,10 @@ func TestMalformedTasksRejected(t *testing.T) {
 // a few megabytes, not the 800-900 MB these tasks once cost ingest and
 // render. Not parallel, so the heap is this test's alone.
 func TestHostileTemplatesRejected(t *testing.T) {
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q}`, gw.URL))
-	pl := natstest.StartPipeline(t, ts, fastRetries())
+	pl := pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	big := strings.Repeat("x", 60_000)
 	var vars strings.Builder

@@ -17,6 +17,7 @@ import (
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
@@ -67,10 +68,7 @@ func TestNATSServerRestart(t *testing.T) {
 	require.NoError(t, err)
 	procs[2].WaitLog("account started", 30*time.Second)
 
-	task := contract.Task{ID: "restart-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
-	for i := range n {
-		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("user-%04d", i)})
-	}
+	task := contract.Task{ID: "restart-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20, Recipients: recipients("user", n)}
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	start := time.Now()
@@ -88,7 +86,7 @@ func TestNATSServerRestart(t *testing.T) {
 	}
 	restart := func(how string, at int) {
 		t.Helper()
-		waitFor(t, 2*time.Minute, func() bool { return gw.Ledger().AcceptedKeys() >= at }, "%d accepted before the %s restart", at, how)
+		natstest.Eventually(t, 2*time.Minute, func() bool { return gw.Ledger().AcceptedKeys() >= at }, "%d accepted before the %s restart", at, how)
 		before := gw.Ledger()
 		down := time.Now()
 		if how == "SIGKILL" {
@@ -96,7 +94,7 @@ func TestNATSServerRestart(t *testing.T) {
 		}
 		ns.Restart() // SIGTERM first when still running
 		up := time.Since(down)
-		waitFor(t, time.Minute, func() bool { return gw.Ledger().Requests > before.Requests+20 }, "sends resume after the %s restart", how)
+		natstest.Eventually(t, time.Minute, func() bool { return gw.Ledger().Requests > before.Requests+20 }, "sends resume after the %s restart", how)
 		t.Logf("%s restart at %s: server down %s, sends resumed %s after the restart began; gateway had accepted %d",
 			how, down.Sub(start).Round(time.Millisecond), up.Round(time.Millisecond), time.Since(down).Round(time.Millisecond), before.AcceptedKeys())
 	}
@@ -105,7 +103,7 @@ func TestNATSServerRestart(t *testing.T) {
 
 	var p *contract.Progress
 	last := time.Now()
-	waitFor(t, 3*time.Minute, func() bool {
+	natstest.Eventually(t, 3*time.Minute, func() bool {
 		p = progress()
 		if time.Since(last) > time.Second {
 			last = time.Now()
@@ -160,16 +158,3 @@ func procNATSConf(t *testing.T) string {
 }
 
 var storeDirLine = regexp.MustCompile(`(?m)^\s*store_dir:.*$`)
-
-// waitFor polls cond every 100ms until it holds, failing the test after
-// timeout.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting: %s", timeout, fmt.Sprintf(msg, args...))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

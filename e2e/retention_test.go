@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/ingest"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
@@ -25,10 +26,10 @@ import (
 func TestLiveTasksOutliveRetention(t *testing.T) {
 	t.Parallel()
 	const retention = 4 * time.Second
-	ts := natstest.StartWithTopology(t, shared.TopologyConfig{Retention: retention})
+	ts := pipelinetest.StartWithTopology(t, shared.TopologyConfig{Retention: retention})
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "ret", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Ingest: ingest.Config{KeepAliveEvery: 500 * time.Millisecond}})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Ingest: ingest.Config{KeepAliveEvery: 500 * time.Millisecond}})
 
 	paused := contract.Task{ID: "ret-paused", Channel: "webhook", Template: "hi", Recipients: recipients("p", 60)}
 	submit(t, ts, paused)
@@ -68,10 +69,10 @@ func TestLiveTasksOutliveRetention(t *testing.T) {
 // long; a paused task of the same age is kept.
 func TestFinishedTasksAreForgotten(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "fg", webhookAccount(gw.URL, `"rate_per_sec":50,"burst":5,"concurrency":4`))
-	natstest.StartPipeline(t, ts, natstest.PipelineConfig{Status: status.Config{Retention: 2 * time.Second}})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Status: status.Config{Retention: 2 * time.Second}})
 	done := contract.Task{ID: "fg-done", Channel: "webhook", Template: "hi", Recipients: recipients("d", 5)}
 	submit(t, ts, done)
 	ts.WaitFinal(t, done.ID, 10*time.Second)

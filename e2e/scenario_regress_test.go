@@ -9,7 +9,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // Regression tests for the bugs the scenario tester found (its seeds 15
@@ -20,16 +20,16 @@ import (
 // may be sent (it used to be overwritten: the task was sent anyway).
 func TestCancelWhileScheduledStartWaits(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
 	// send_at is whole seconds (RFC 3339): pick one 2-3 s ahead and cancel
 	// half a second before it, inside the start's one-second lead.
 	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
-	submit(t, ts, contract.Task{ID: "sched-cancel", Channel: "webhook", Template: "x", Recipients: ctlRecipients(20, "c"), SendAt: sendAt.UTC().Format(time.RFC3339)})
-	waitProgress(t, ts, "sched-cancel", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
+	submit(t, ts, contract.Task{ID: "sched-cancel", Channel: "webhook", Template: "x", Recipients: recipients("c", 20), SendAt: sendAt.UTC().Format(time.RFC3339)})
+	ts.WaitProgress(t, "sched-cancel", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	time.Sleep(time.Until(sendAt.Add(-400 * time.Millisecond)))
 	require.True(t, control(t, ts, "sched-cancel", contract.ActionCancel).OK)
 	p := ts.WaitFinal(t, "sched-cancel", 10*time.Second)
@@ -44,12 +44,12 @@ func TestCancelWhileScheduledStartWaits(t *testing.T) {
 // failed event used to be dropped as a duplicate of the first one).
 func TestRetryDeadFailsAgain(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	g := startGateway(t, gateway.Config{Seed: 1, PermanentPrefix: "bad-"})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, g.URL))
-	natstest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, fastRetries())
 
-	rs := append(ctlRecipients(5, "ok"), contract.Recipient{To: "bad-1"}, contract.Recipient{To: "bad-2"})
+	rs := append(recipients("ok", 5), contract.Recipient{To: "bad-1"}, contract.Recipient{To: "bad-2"})
 	submit(t, ts, contract.Task{ID: "redead", Channel: "webhook", Template: "x", Recipients: rs})
 	p := ts.WaitFinal(t, "redead", 15*time.Second)
 	require.Equal(t, 2, p.Failed)
@@ -57,6 +57,6 @@ func TestRetryDeadFailsAgain(t *testing.T) {
 	require.Equal(t, 2, rep.Requeued)
 	waitCount(t, 10*time.Second, 4, func() int { return g.Ledger().RequestsByKey["redead.5"] + g.Ledger().RequestsByKey["redead.6"] }, "bad recipients sent again")
 	time.Sleep(1500 * time.Millisecond) // status folds the re-queue and the new failures
-	p = waitProgress(t, ts, "redead", 10*time.Second, func(p *contract.Progress) bool { return p.State.Final() && p.Failed == 2 })
+	p = ts.WaitProgress(t, "redead", 10*time.Second, func(p *contract.Progress) bool { return p.State.Final() && p.Failed == 2 })
 	require.Equal(t, 5, p.Sent)
 }

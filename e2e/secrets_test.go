@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -20,8 +19,8 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
-	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestSecretsNeverLeak plants a recognisable signing secret in the
@@ -36,7 +35,7 @@ import (
 // recorded.
 func TestSecretsNeverLeak(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	random := make([]byte, 12)
 	_, _ = rand.Read(random)
 	secret := "SECRET-XYZZY-" + hex.EncodeToString(random)
@@ -72,7 +71,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg := fastRetries()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Dispatch.Getenv = func(name string) string {
@@ -82,7 +81,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		return ""
 	}
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_TEST_HOOK","rate_per_sec":500,"burst":20,"concurrency":8}`, srv.URL))
-	natstest.StartPipeline(t, ts, cfg)
+	pipelinetest.StartPipeline(t, ts, cfg)
 
 	task := contract.Task{ID: "secret-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 5}
 	const n, echo, refuse = 200, 20, 5
@@ -134,70 +133,4 @@ func TestSecretsNeverLeak(t *testing.T) {
 	for _, d := range deadLetters(t, ts, task.ID) {
 		require.Contains(t, d.Error, "invalid recipient for key [redacted]")
 	}
-}
-
-// requireNoSecret fails the test when text contains secret, quoting the
-// line it is on (with the secret marked) rather than the whole text.
-func requireNoSecret(t *testing.T, where, text, secret string) {
-	t.Helper()
-	for line := range strings.SplitSeq(text, "\n") {
-		if strings.Contains(line, secret) {
-			t.Fatalf("%s contains the secret: %s", where, strings.ReplaceAll(line, secret, "<<THE SECRET>>"))
-		}
-	}
-}
-
-// allStreams is every stream of the topology: the work streams, and the
-// streams behind every KV bucket and object store.
-func allStreams() []string {
-	var out []string
-	for _, s := range shared.Streams(shared.TopologyConfig{}) {
-		out = append(out, s.Name)
-	}
-	for _, b := range shared.Buckets(shared.TopologyConfig{}) {
-		out = append(out, "KV_"+b.Bucket)
-	}
-	for _, o := range shared.ObjectStores(shared.TopologyConfig{}) {
-		out = append(out, "OBJ_"+o.Bucket)
-	}
-	return out
-}
-
-// streamMessages returns every stored message of stream, subject, headers
-// and data as one string each.
-func streamMessages(t *testing.T, ts *natstest.Server, stream string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := ts.JS.Stream(ctx, stream)
-	require.NoError(t, err)
-	info, err := st.Info(ctx)
-	require.NoError(t, err)
-	var out []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			continue // deleted (acknowledged work, replaced KV values)
-		}
-		out = append(out, fmt.Sprintf("%s %v %s", m.Subject, m.Header, m.Data))
-	}
-	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for the services' concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

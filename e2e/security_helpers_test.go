@@ -2,14 +2,22 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/client"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/shared"
 )
 
 // The files the least-privilege tests read: the repository's own, so the
@@ -84,9 +92,68 @@ func readDotEnv(t *testing.T) map[string]string {
 
 // startSecureServer runs nats.conf with its users: the topology is created
 // as admin (as `broadcast setup` is) and the test's client is the operator.
-func startSecureServer(t *testing.T, o natstest.ConfigOptions) (*natstest.ConfigServer, map[string]natstest.Credentials, natstest.Credentials) {
+func startSecureServer(t *testing.T, o natstest.ConfigOptions) (*pipelinetest.ConfigServer, map[string]natstest.Credentials, natstest.Credentials) {
 	t.Helper()
 	svc, op := devCredentials(t)
-	o.EnsureAs, o.ClientAs = svc["setup"], op
-	return natstest.StartConfigFile(t, natsConfPath, o), svc, op
+	o.SetupAs, o.ClientAs = svc["setup"], op
+	return pipelinetest.StartConfigFile(t, natsConfPath, o), svc, op
+}
+
+// submitAsOperator publishes task with the Server's own client.
+func submitAsOperator(t *testing.T, ts *pipelinetest.Server, task contract.Task) {
+	t.Helper()
+	data, err := json.Marshal(task)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = client.Submit(ctx, ts.JS, data)
+	require.NoError(t, err)
+}
+
+// requireNoSecret fails the test when text contains secret, quoting the
+// line it is on (with the secret marked) rather than the whole text.
+func requireNoSecret(t *testing.T, where, text, secret string) {
+	t.Helper()
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, secret) {
+			t.Fatalf("%s contains the secret: %s", where, strings.ReplaceAll(line, secret, "<<THE SECRET>>"))
+		}
+	}
+}
+
+// allStreams is every stream of the topology: the work streams, and the
+// streams behind every KV bucket and object store.
+func allStreams() []string {
+	var out []string
+	for _, s := range shared.Streams(shared.TopologyConfig{}) {
+		out = append(out, s.Name)
+	}
+	for _, b := range shared.Buckets(shared.TopologyConfig{}) {
+		out = append(out, "KV_"+b.Bucket)
+	}
+	for _, o := range shared.ObjectStores(shared.TopologyConfig{}) {
+		out = append(out, "OBJ_"+o.Bucket)
+	}
+	return out
+}
+
+// streamMessages returns every stored message of stream, subject, headers
+// and data as one string each.
+func streamMessages(t *testing.T, ts *pipelinetest.Server, stream string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := ts.JS.Stream(ctx, stream)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	var out []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted (acknowledged work, replaced KV values)
+		}
+		out = append(out, fmt.Sprintf("%s %v %s", m.Subject, m.Header, m.Data))
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -15,10 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -39,14 +39,14 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":300,"burst":20,"concurrency":8}`, gw.URL))
 	for _, name := range serviceNames {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		nc, _, err := shared.ConnectService(ctx, shared.NATSConfig{URL: cs.URL, User: users[name].User, Password: users[name].Password}, name, natstest.TestLogger())
+		nc, _, err := shared.ConnectService(ctx, shared.NATSConfig{URL: cs.URL, User: users[name].User, Password: users[name].Password}, name, logtest.Logger())
 		cancel()
 		require.NoError(t, err, "%s starts against the topology admin created", name)
 		nc.Close()
 	}
 	cfg := fastRetries()
 	cfg.Users = users
-	natstest.StartPipeline(t, cs.Server, cfg)
+	pipelinetest.StartPipeline(t, cs.Server, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, v := range uniqueViolations(cs.Log.Violations()) {
@@ -86,14 +86,14 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 
 	stage("retry-dead done")
 	// 3. Pause and resume: parked jobs come back.
-	slow := contract.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: ctlRecipients(400, "p")}
+	slow := contract.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: recipients("p", 400)}
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":80}`, gw.URL))
 	before := gw.Ledger().AcceptedKeys()
 	submitAsOperator(t, cs.Server, slow)
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().AcceptedKeys() >= before+50 })
 	stage("lp-2 sending")
 	control(t, cs.Server, slow.ID, contract.ActionPause)
-	waitProgress(t, cs.Server, slow.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
+	cs.Server.WaitProgress(t, slow.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // jobs get parked
 	stage("lp-2 paused")
 	control(t, cs.Server, slow.ID, contract.ActionResume)
@@ -122,17 +122,6 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	require.Equal(t, before+50, gw.Ledger().AcceptedKeys())
 
 	require.Empty(t, cs.Log.Violations(), "permission violations while the pipeline ran")
-}
-
-// submitAsOperator publishes task with the Server's own client.
-func submitAsOperator(t *testing.T, ts *natstest.Server, task contract.Task) {
-	t.Helper()
-	data, err := json.Marshal(task)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = client.Submit(ctx, ts.JS, data)
-	require.NoError(t, err)
 }
 
 // uniqueViolations drops repeats, with random consumer names, inboxes and
@@ -391,7 +380,7 @@ type permProbe struct {
 	violations chan string
 }
 
-func newPermProbe(t *testing.T, ts *natstest.Server, creds natstest.Credentials) *permProbe {
+func newPermProbe(t *testing.T, ts *pipelinetest.Server, creds natstest.Credentials) *permProbe {
 	t.Helper()
 	p := &permProbe{violations: make(chan string, 64)}
 	p.nc, p.js = ts.ConnectAs(t, creds, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {

@@ -22,7 +22,9 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -96,7 +98,7 @@ func TestTLSWithLeastPrivilege(t *testing.T) {
 	// The services' own connection code, as NATS_CA configures it
 	// (shared/nats_env_test.go checks the environment mapping).
 	cfg := shared.NATSConfig{URL: cs.URL, User: op.User, Password: op.Password, CA: pki.caFile}
-	nc, err := shared.Connect(cfg, "tls-test", natstest.TestLogger())
+	nc, err := shared.Connect(cfg, "tls-test", logtest.Logger())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -108,10 +110,9 @@ func TestTLSWithLeastPrivilege(t *testing.T) {
 	nc.Close()
 
 	// Refused: an untrusted CA, plain text.
-	bad := *cs.Server
-	_, err = natstest.DialTLS(&bad, op, &tls.Config{RootCAs: pki.otherPool, MinVersion: tls.VersionTLS12})
+	_, err = cs.DialTLS(op, &tls.Config{RootCAs: pki.otherPool, MinVersion: tls.VersionTLS12})
 	require.ErrorContains(t, err, "certificate signed by unknown authority")
-	_, err = natstest.DialTLS(&bad, op, nil)
+	_, err = cs.DialTLS(op, nil)
 	require.Error(t, err, "a plain-text client is refused")
 
 	// A broadcast over TLS under the services' users.
@@ -119,8 +120,8 @@ func TestTLSWithLeastPrivilege(t *testing.T) {
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":500,"burst":20,"concurrency":8}`, gw.URL))
 	pcfg := fastRetries()
 	pcfg.Users = users
-	natstest.StartPipeline(t, cs.Server, pcfg)
-	submitAsOperator(t, cs.Server, contract.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: ctlRecipients(100, "t")})
+	pipelinetest.StartPipeline(t, cs.Server, pcfg)
+	submitAsOperator(t, cs.Server, contract.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: recipients("t", 100)})
 	p := cs.WaitFinal(t, "tls-1", 30*time.Second)
 	t.Logf("over TLS: %s sent=%d; gateway accepted %d", p.State, p.Sent, gw.Ledger().AcceptedKeys())
 	require.Equal(t, contract.StateSucceeded, p.State)

@@ -26,6 +26,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+SCRIPT=chaos
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 N="${CHAOS_N:-5000}"
@@ -34,49 +37,26 @@ TASK_TIMEOUT="${CHAOS_TIMEOUT:-150}"
 CONCURRENCY=8
 BAD_EVERY=100 # every 100th recipient is rejected permanently (400)
 DIR="$ROOT/.chaos"
+LOG_DIR="$DIR/logs"
 START_TS=$(date +%s)
 RANDOM=$SEED
+WAIT_INTERVAL=0.3
 
-log() { printf 'chaos: %s\n' "$*"; }
-die() {
-	printf 'chaos: FATAL: %s\n' "$*" >&2
-	FATAL=1
-	exit 1
-}
-
-need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found ($2)"; }
 need go "install Go 1.26"
 need jq "apt-get install -y jq"
 need curl "apt-get install -y curl"
 need setsid "util-linux"
-NATS_BIN="$(command -v nats 2>/dev/null || true)"
-[[ -n "$NATS_BIN" ]] || NATS_BIN="$(go env GOPATH)/bin/nats"
-[[ -x "$NATS_BIN" ]] || die "nats CLI not found: go install github.com/nats-io/natscli/nats@v0.5.0"
+find_nats_cli
+load_dotenv # the operator, for the nats CLI
 
-# ---------------------------------------------------------------- state and cleanup
-declare -A PID CMD
-FATAL=0
-PASSED=0
-FAILED=0
-
-stop_all() {
-	local name
-	for name in "${!PID[@]}"; do
-		kill -KILL -- "-${PID[$name]}" 2>/dev/null || true
-	done
-}
+# ---------------------------------------------------------------- cleanup
 cleanup() {
 	local rc=$?
 	set +e
 	trap - EXIT INT TERM
 	stop_all
 	if ((rc != 0 || FAILED > 0 || FATAL)); then
-		local f
-		for f in "$DIR"/logs/*.log; do
-			[[ -f "$f" ]] || continue
-			printf '\n----- %s (last 30 lines) -----\n' "${f#"$ROOT"/}"
-			tail -n 30 "$f"
-		done
+		print_log_tails 30 "$LOG_DIR"/*.log
 		log "logs kept in ${DIR#"$ROOT"/}/"
 	elif [[ "${CHAOS_KEEP:-0}" != 1 ]]; then
 		rm -rf "$DIR"
@@ -87,57 +67,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-report() {
-	local name=$1
-	shift
-	if (($# == 0)); then
-		PASSED=$((PASSED + 1))
-		log "PASS $name"
-	else
-		FAILED=$((FAILED + 1))
-		log "FAIL $name"
-		local m
-		for m in "$@"; do printf '        %s\n' "$m"; done
-	fi
-}
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-	local p=$1
-	while port_in_use "$p"; do p=$((p + 1)); done
-	echo "$p"
-}
-
-# start NAME CMD...: run CMD in its own process group, output to logs/NAME.log.
-start() {
-	local name=$1
-	shift
-	CMD[$name]="$*"
-	printf '=== chaos: start %s at %s\n' "$name" "$(date +%T.%N | cut -c1-12)" >>"$DIR/logs/$name.log"
-	setsid "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
-	PID[$name]=$!
-}
-# kill9 NAME: SIGKILL the process group and wait until it is gone.
-kill9() {
-	local name=$1 i
-	kill -KILL -- "-${PID[$name]}" 2>/dev/null || true
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "${PID[$name]}" 2>/dev/null || break
-		sleep 0.05
-	done
-	wait "${PID[$name]}" 2>/dev/null || true
-	printf '=== chaos: killed %s (kill -9) at %s\n' "$name" "$(date +%T.%N | cut -c1-12)" >>"$DIR/logs/$name.log"
-}
-restart() {
-	local name=$1
-	# shellcheck disable=SC2086
-	start "$name" ${CMD[$name]}
-}
-running() { kill -0 "${PID[$1]}" 2>/dev/null; }
-
 # ---------------------------------------------------------------- build and configure
 rm -rf "$DIR"
-mkdir -p "$DIR/bin" "$DIR/logs" "$DIR/natscli"
+mkdir -p "$DIR/bin" "$LOG_DIR"
 log "building broadcast and nats-server into ${DIR#"$ROOT"/}/bin"
 go build -o "$DIR/bin/broadcast" ./cmd/broadcast || die "go build ./cmd/broadcast failed"
 go build -o "$DIR/bin/nats-server" github.com/nats-io/nats-server/v2 || die "building nats-server failed"
@@ -145,7 +77,7 @@ go build -o "$DIR/bin/nats-server" github.com/nats-io/nats-server/v2 || die "bui
 NATS_PORT=$(free_port 14222)
 MON_PORT=$(free_port 18222)
 GW_PORT=$(free_port 19500)
-NATS_URL="nats://127.0.0.1:$NATS_PORT"
+NATS_URL="nats://127.0.0.1:$NATS_PORT" # this run's server, not the one .env names
 GW_URL="http://127.0.0.1:$GW_PORT"
 
 # nats.conf as it is (users and permissions), with this run's ports and store.
@@ -156,17 +88,15 @@ grep -q "port: $NATS_PORT" "$DIR/nats.conf" && grep -q "$DIR/store" "$DIR/nats.c
 	die "could not rewrite nats.conf's port and store_dir (changed format?)"
 cp auth.conf "$DIR/auth.conf" # nats.conf includes it, relative to itself
 
-# Each service's credentials from its Procfile line; the operator's from .env.
+# Each service's credentials from its Procfile line (the operator's came
+# from .env).
 creds() { # creds NAME -> "USER PASSWORD"
 	local line
 	line=$(grep -E "^$1:" Procfile) || die "no Procfile line for $1"
 	[[ "$line" =~ NATS_USER=([^[:space:]]+)[[:space:]]+NATS_PASSWORD=([^[:space:]]+) ]] || die "Procfile line $1 sets no NATS_USER/NATS_PASSWORD"
 	echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
 }
-OP_USER=$(sed -n 's/^NATS_USER=//p' .env)
-OP_PASSWORD=$(sed -n 's/^NATS_PASSWORD=//p' .env)
-[[ -n "$OP_USER" && -n "$OP_PASSWORD" ]] || die ".env must set NATS_USER and NATS_PASSWORD"
-nats_() { XDG_CONFIG_HOME="$DIR/natscli" "$NATS_BIN" --server "$NATS_URL" --user "$OP_USER" --password "$OP_PASSWORD" --timeout 5s "$@"; }
+nats_init "$DIR/natscli" 5s
 
 # ---------------------------------------------------------------- start
 log "seed $SEED; nats $NATS_URL, gateway $GW_URL"
@@ -183,17 +113,6 @@ for s in "${SERVICES[@]}"; do
 		DISPATCH_BACKOFF_BASE=100ms DISPATCH_BACKOFF_MAX=2s "$DIR/bin/broadcast" "$s"
 done
 
-wait_for() { # wait_for SECONDS WHAT CMD...
-	local secs=$1 what=$2
-	shift 2
-	local deadline=$(($(date +%s) + secs))
-	until "$@" >/dev/null 2>&1; do
-		(($(date +%s) < deadline)) || die "timed out after ${secs}s waiting for $what"
-		sleep 0.3
-	done
-}
-has_consumer() { nats_ consumer ls "$1" --names 2>/dev/null | grep -qx "$2"; }
-services_ready() { has_consumer TASKS ingest && has_consumer RENDER render && has_consumer EVENTS status; }
 wait_for 60 "nats-server" nats_ stream ls --names
 wait_for 60 "the gateway" curl -fsS "$GW_URL/ledger"
 wait_for 90 "the services" services_ready
@@ -211,14 +130,13 @@ jq -cn --arg id "$TASK_ID" --argjson n "$N" --argjson bad "$BAD_EVERY" '{
 }' >"$DIR/task.json"
 BAD=$(jq '[.recipients[].to | select(startswith("bad-"))] | length' "$DIR/task.json")
 log "publishing $TASK_ID: $N recipients ($BAD rejected permanently by the gateway), account concurrency $CONCURRENCY"
-nats_ pub --jetstream --no-templates --force-stdin broadcast.tasks <"$DIR/task.json" >"$DIR/pub.out" 2>&1 ||
-	die "publish failed: $(cat "$DIR/pub.out")"
-T0=$(date +%s)
+publish_task "$DIR/task.json" >"$DIR/pub.out" 2>&1 || die "publish failed: $(cat "$DIR/pub.out")"
+T0_NS=$(date +%s%N)
+T0=$((T0_NS / 1000000000))
 
-progress() { nats_ kv get --raw broadcast_progress "$TASK_ID" 2>/dev/null || echo '{}'; }
+progress() { get_progress "$TASK_ID" || echo "$EMPTY"; }
 requests() { curl -fsS "$GW_URL/ledger" 2>/dev/null | jq -r '.requests // 0' || echo 0; }
 sends_above() { (($(requests) > $1)); }
-is_final() { case "$1" in succeeded | partial | failed | cancelled | rejected) return 0 ;; esac; return 1; }
 
 # Kill each process in turn once the broadcast is sending: ingest and render
 # while their work may still be in flight, then dispatch, status and the
@@ -251,22 +169,7 @@ for victim in "${ORDER[@]}"; do
 done
 
 # ---------------------------------------------------------------- finish
-STATE=""
-PROGRESS='{}'
-deadline=$(($(date +%s) + TASK_TIMEOUT))
-last=0
-while :; do
-	PROGRESS=$(progress)
-	STATE=$(jq -r '.state // ""' <<<"$PROGRESS")
-	is_final "$STATE" && break
-	now=$(date +%s)
-	((now < deadline)) || break
-	if ((now - last >= 5)); then
-		log "  +$((now - T0))s $(jq -r '"\(.state) sent=\(.sent) retrying=\(.retrying) failed=\(.failed)"' <<<"$PROGRESS")"
-		last=$now
-	fi
-	sleep 1
-done
+wait_final "$TASK_ID" "$TASK_TIMEOUT" 5 "$T0_NS"
 ELAPSED=$(($(date +%s) - T0))
 curl -fsS "$GW_URL/ledger" >"$DIR/ledger.json" || echo '{}' >"$DIR/ledger.json"
 echo "$PROGRESS" >"$DIR/progress.json"
@@ -306,9 +209,9 @@ for name in nats ingest render dispatch status; do
 done
 report "every process killed with -9 and running again (${KILLED[*]})" "${errs[@]}"
 
-VIOLATIONS=$(grep -c "Violation" "$DIR/logs/nats.log" || true)
+VIOLATIONS=$(grep -c "Violation" "$LOG_DIR/nats.log" || true)
 errs=()
-((VIOLATIONS == 0)) || errs+=("$(grep -m3 "Violation" "$DIR/logs/nats.log")")
+((VIOLATIONS == 0)) || errs+=("$(grep -m3 "Violation" "$LOG_DIR/nats.log")")
 report "no permission violations under the nats.conf users ($VIOLATIONS)" "${errs[@]}"
 
 INJ=$(jq -c '.injected // {}' "$DIR/ledger.json")

@@ -19,6 +19,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+SCRIPT=smoke
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 NATS_SERVER_URL="nats://127.0.0.1:4222"
 SMOKE_DIR="$ROOT/.smoke"
@@ -29,25 +32,11 @@ START_TS=$(date +%s)
 # nats.conf admits no anonymous client: the CLI connects as the `operator`
 # user from .env (which foreman also loads; each Procfile line then sets its
 # own service's user).
-[[ -f "$ROOT/.env" ]] || { echo "smoke: $ROOT/.env (operator credentials) is missing" >&2; exit 1; }
-unset NATS_USER NATS_PASSWORD NATS_CREDS NATS_CONTEXT || true
-set -a
-# shellcheck source=/dev/null
-. "$ROOT/.env"
-set +a
+load_dotenv
 export NATS_URL="$NATS_SERVER_URL"
-[[ -n "${NATS_USER:-}" && -n "${NATS_PASSWORD:-}" ]] || { echo "smoke: .env must set NATS_USER and NATS_PASSWORD" >&2; exit 1; }
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
-log() { printf 'smoke: %s\n' "$*"; }
-die() {
-	printf 'smoke: FATAL: %s\n' "$*" >&2
-	FATAL=1
-	exit 1
-}
-
 # ---------------------------------------------------------------- tools
-need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found ($2)"; }
 need go "install Go 1.26"
 need foreman "apt-get install -y ruby-foreman"
 need jq "apt-get install -y jq"
@@ -55,45 +44,13 @@ need curl "apt-get install -y curl"
 need setsid "util-linux"
 need timeout "coreutils"
 
-NATS_BIN="$(command -v nats 2>/dev/null || true)"
-if [[ -z "$NATS_BIN" ]]; then
-	NATS_BIN="$(go env GOPATH)/bin/nats"
-fi
-[[ -x "$NATS_BIN" ]] || die "nats CLI not found: go install github.com/nats-io/natscli/nats@v0.5.0"
-
-# Every nats CLI call goes to the smoke server with an empty config dir, so a
-# developer's selected nats context (credentials, other servers) never leaks in.
-NATS_CFG_DIR="$SMOKE_DIR/natscli"
-nats_() { XDG_CONFIG_HOME="$NATS_CFG_DIR" "$NATS_BIN" --server "$NATS_SERVER_URL" --user "$NATS_USER" --password "$NATS_PASSWORD" --timeout 10s "$@"; }
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+find_nats_cli
 
 # ---------------------------------------------------------------- state / cleanup
 FOREMAN_PID=""
 GATEWAY_PID=""
 WATCH_PID=""
-FATAL=0
-PASSED=0
-FAILED=0
 CREATED_STORE=0
-
-# stop_group PGID NAME: TERM the process group, wait up to 15 s, then KILL it.
-stop_group() {
-	local pgid=$1 name=$2 i
-	[[ -n "$pgid" ]] || return 0
-	kill -0 -- "-$pgid" 2>/dev/null || return 0
-	kill -TERM -- "-$pgid" 2>/dev/null || true
-	for ((i = 0; i < 150; i++)); do
-		kill -0 -- "-$pgid" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	log "$name did not stop after SIGTERM; sending SIGKILL"
-	kill -KILL -- "-$pgid" 2>/dev/null || true
-	for ((i = 0; i < 50; i++)); do
-		kill -0 -- "-$pgid" 2>/dev/null || return 0
-		sleep 0.1
-	done
-}
 
 # split_foreman_log: foreman prefixes each line with "[HH:MM:SS ]name.N | ";
 # write one .smoke/<name>.log per process.
@@ -115,13 +72,13 @@ split_foreman_log() {
 		}' "$SMOKE_DIR/foreman.log"
 }
 
+# print_logs: each process's log (foreman's own is split into them).
 print_logs() {
-	local f
+	local f logs=()
 	for f in "$SMOKE_DIR"/*.log; do
-		[[ -f "$f" && "$(basename "$f")" != foreman.log ]] || continue
-		printf '\n----- %s (last 50 lines) -----\n' "${f#"$ROOT"/}"
-		tail -n 50 "$f"
+		[[ "$(basename "$f")" != foreman.log ]] && logs+=("$f")
 	done
+	print_log_tails 50 "${logs[@]}"
 	printf '\n'
 }
 
@@ -149,33 +106,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# ---------------------------------------------------------------- checks
-EMPTY='{}'
-# report NAME [FAILURE...]: a check passes when no failure messages are given.
-report() {
-	local name=$1
-	shift
-	if (($# == 0)); then
-		PASSED=$((PASSED + 1))
-		log "PASS $name"
-	else
-		FAILED=$((FAILED + 1))
-		log "FAIL $name"
-		local m
-		for m in "$@"; do printf '        %s\n' "$m"; done
-	fi
-}
-# expect ARRAY LABEL WANT GOT: append "LABEL: expected WANT, got GOT" to ARRAY on mismatch.
-expect() {
-	local -n _errs=$1
-	if [[ "$3" != "$4" ]]; then
-		_errs+=("$2: expected $3, got $4")
-	fi
-}
-
 # ---------------------------------------------------------------- preflight
 rm -rf "$SMOKE_DIR" # logs of an earlier run must not be mistaken for this one's
-mkdir -p "$SMOKE_DIR" "$NATS_CFG_DIR"
+mkdir -p "$SMOKE_DIR"
+nats_init "$SMOKE_DIR/natscli" 10s
 
 for p in 4222 8222; do
 	if port_in_use "$p"; then
@@ -215,23 +149,11 @@ setsid foreman start --no-color -f Procfile -d "$ROOT" \
 	>"$SMOKE_DIR/foreman.log" 2>&1 </dev/null &
 FOREMAN_PID=$!
 
-# wait_for SECONDS WHAT CMD...: poll CMD every 0.5 s; die when foreman or the
-# gateway has exited or time runs out.
-wait_for() {
-	local secs=$1 what=$2
-	shift 2
-	local deadline=$(($(date +%s) + secs))
-	while ! "$@" >/dev/null 2>&1; do
-		kill -0 "$FOREMAN_PID" 2>/dev/null || die "foreman exited while waiting for $what"
-		kill -0 "$GATEWAY_PID" 2>/dev/null || die "gateway exited while waiting for $what"
-		(($(date +%s) < deadline)) || die "timed out after ${secs}s waiting for $what"
-		sleep 0.5
-	done
-}
-
-has_consumer() { nats_ consumer ls "$1" --names 2>/dev/null | grep -qx "$2"; }
-services_ready() {
-	has_consumer TASKS ingest && has_consumer RENDER render && has_consumer EVENTS status
+# still_running WHEN: die when foreman or the gateway has exited (wait_for
+# and wait_final call it).
+still_running() {
+	kill -0 "$FOREMAN_PID" 2>/dev/null || die "foreman exited $1"
+	kill -0 "$GATEWAY_PID" 2>/dev/null || die "gateway exited $1"
 }
 
 wait_for 120 "NATS JetStream" nats_ kv ls --names
@@ -270,17 +192,8 @@ SKIP=$(jq '[.recipients[] | select(.vars == null) | .to] | unique | length' "$TA
 REPEATS=$(jq '(.recipients | length) - ([.recipients[].to] | unique | length)' "$TASK_FILE")
 WANT_SENT=$((DISTINCT - BAD - SKIP))
 
-# publish_task FILE: publish on broadcast.tasks through JetStream (so a task
-# that is not stored fails loudly), body from stdin, natscli templates off
-# (the task's own template uses {{ }}).
-publish_task() {
-	nats_ pub --jetstream --no-templates --force-stdin broadcast.tasks <"$1"
-}
-
 # Capture the progress key's updates while the task runs.
-timeout 15 env XDG_CONFIG_HOME="$NATS_CFG_DIR" "$NATS_BIN" --server "$NATS_SERVER_URL" \
-	--user "$NATS_USER" --password "$NATS_PASSWORD" \
-	kv watch broadcast_progress "$TASK_ID" >"$SMOKE_DIR/watch.out" 2>&1 &
+timeout 15 "${NATS_CLI[@]}" kv watch broadcast_progress "$TASK_ID" >"$SMOKE_DIR/watch.out" 2>&1 &
 WATCH_PID=$!
 sleep 1
 
@@ -289,44 +202,7 @@ T0=$(date +%s%N)
 publish_task "$TASK_FILE" >"$SMOKE_DIR/pub1.out" 2>&1 || die "nats pub failed: $(cat "$SMOKE_DIR/pub1.out")"
 
 # ---------------------------------------------------------------- 3. follow
-# since T0_NS: seconds since T0 (nanoseconds), one decimal.
-since() {
-	local ms=$((($(date +%s%N) - $1) / 1000000))
-	printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100))
-}
-get_progress() { nats_ kv get --raw broadcast_progress "$1" 2>/dev/null; }
-is_final() {
-	case "$1" in succeeded | partial | failed | cancelled | rejected) return 0 ;; esac
-	return 1
-}
-
-PROGRESS=""
-STATE=""
-deadline=$(($(date +%s) + TASK_TIMEOUT))
-last_print=0
-while :; do
-	if p=$(get_progress "$TASK_ID") && [[ -n "$p" ]]; then
-		PROGRESS=$p
-		STATE=$(jq -r '.state' <<<"$p")
-	fi
-	now=$(date +%s)
-	if is_final "$STATE" || ((now - last_print >= 2)); then
-		if [[ -n "$PROGRESS" ]]; then
-			jq -r --arg t "$(since "$T0")" \
-				'"smoke:   [\($t)s] \(.state) total=\(.total) sent=\(.sent) retrying=\(.retrying) failed=\(.failed) skipped=\(.skipped) rate=\(.rate_per_sec * 10 | round / 10)/s"' <<<"$PROGRESS"
-		else
-			log "  waiting for progress of $TASK_ID"
-		fi
-		last_print=$now
-	fi
-	is_final "$STATE" && break
-	if ((now >= deadline)); then
-		log "task $TASK_ID not final after ${TASK_TIMEOUT}s (state '${STATE:-none}')"
-		break
-	fi
-	kill -0 "$FOREMAN_PID" 2>/dev/null || die "foreman exited while the task was running"
-	sleep 0.5
-done
+wait_final "$TASK_ID" "$TASK_TIMEOUT" 2 "$T0"
 ELAPSED=$(since "$T0")
 echo "$PROGRESS" >"$SMOKE_DIR/progress.json"
 

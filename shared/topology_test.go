@@ -1,35 +1,25 @@
 package shared_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/embedded"
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
 // emptyServer starts a JetStream server without the topology.
 func emptyServer(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(s.Shutdown)
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	return js
+	return natstest.Start(t).JS
 }
 
 // ensure runs EnsureTopology and returns the action it reported per object.
@@ -98,31 +88,13 @@ func TestCheckTopology(t *testing.T) {
 	require.NoError(t, shared.CheckTopology(ctx, js))
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestWaitForTopology: a service started before `broadcast setup` logs
 // that it waits and goes on once the topology is in place; one for which
 // setup never runs fails after the wait, naming what is missing and what
 // to run.
 func TestWaitForTopology(t *testing.T) {
 	js := emptyServer(t)
-	var logs syncBuffer
+	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 
 	err := shared.WaitForTopology(context.Background(), js, time.Second, log)

@@ -8,18 +8,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // startServer runs an embedded JetStream server without the topology and
 // points NATS_URL at it.
 func startServer(t *testing.T) {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(s.Shutdown)
-	t.Setenv("NATS_URL", s.ClientURL())
+	t.Setenv("NATS_URL", natstest.Start(t).URL)
 	t.Setenv("NATS_USER", "")
 	t.Setenv("NATS_PASSWORD", "")
 	t.Setenv("NATS_CREDS", "")
@@ -62,7 +59,7 @@ func TestSetupKeepsClusterReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the three-node cluster test")
 	}
-	c := natstest.StartCluster(t, natstest.ClusterOptions{})
+	c := pipelinetest.StartCluster(t, natstest.ClusterOptions{})
 	t.Setenv("NATS_URL", c.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/logtest"
 )
 
 // bundle is what setup gives a test: a gateway behind a real HTTP server.
@@ -807,7 +809,7 @@ func TestServe(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
-	var logs syncBuffer
+	var logs logtest.Buffer
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(ctx, ln, slog.New(slog.NewTextHandler(&logs, nil))) }()
 
@@ -859,24 +861,6 @@ func TestServeAddr(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-errc)
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func FuzzSend(f *testing.F) {

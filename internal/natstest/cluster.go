@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/embedded"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // ClusterOptions tunes StartCluster.
@@ -23,20 +22,31 @@ type ClusterOptions struct {
 	// and permissions, route credentials and TLS, max payload and sync setting from
 	// its file, while ports, routes and stores are the test's own.
 	ConfigFiles []string
-	// EnsureAs is the user that creates the topology (required with users).
-	EnsureAs Credentials
-	// ClientAs is the user of the Server's own client. Defaults to EnsureAs.
+	// SetupAs is the user that runs Setup (required with users).
+	SetupAs Credentials
+	// ClientAs is the user of the Server's own client. Defaults to SetupAs.
 	ClientAs Credentials
+	// Setup, when set, prepares the cluster once it has a meta leader,
+	// before StartCluster returns.
+	Setup Setup
+}
+
+// NodeCount is how many servers StartCluster runs for o: Nodes, or 3, or
+// the number of ConfigFiles when there are more.
+func (o ClusterOptions) NodeCount() int {
+	if o.Nodes != 0 {
+		return o.Nodes
+	}
+	return max(3, len(o.ConfigFiles))
 }
 
 // Cluster is a JetStream cluster of embedded servers for one test, with a
-// client connected to every node and the topology created with one replica
-// per node.
+// client connected to every node.
 type Cluster struct {
-	// Server is the client side: its URL lists every node, so StartPipeline
-	// and the helpers (Progress, WaitFinal, PutAccount, ...) work unchanged
-	// and fail over between nodes. Its embedded *server.Server is node 0 at
-	// start; kill nodes with Nodes.Kill, not with its Shutdown.
+	// Server is the client side: its URL lists every node, so what works
+	// on a single Server works here and fails over between nodes. Its
+	// embedded *server.Server is node 0 at start; kill nodes with
+	// Nodes.Kill, not with its Shutdown.
 	*Server
 	// Nodes are the servers.
 	Nodes *embedded.Cluster
@@ -46,13 +56,10 @@ type Cluster struct {
 }
 
 // StartCluster runs a cluster on loopback ports with stores in t.TempDir(),
-// waits for a meta leader and creates every stream and bucket with one
-// replica per node.
+// waits for a meta leader and runs o.Setup.
 func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
-	if o.Nodes == 0 {
-		o.Nodes = max(3, len(o.ConfigFiles))
-	}
+	o.Nodes = o.NodeCount()
 	var files []*server.Options
 	for _, f := range o.ConfigFiles {
 		fo, err := server.ProcessConfigFile(f)
@@ -88,12 +95,12 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	})
 	require.NoError(t, err)
 	t.Cleanup(cl.Shutdown)
-	ts := &Server{Server: cl.Servers[0], URL: cl.ClientURLs(), Dir: dir, Creds: o.EnsureAs}
-	ts.connectWith(t, &shared.TopologyConfig{Replicas: o.Nodes})
-	if o.ClientAs.User != "" && o.ClientAs != o.EnsureAs {
+	ts := &Server{Server: cl.Servers[0], URL: cl.ClientURLs(), Dir: dir, Creds: o.SetupAs}
+	ts.connect(t, o.Setup)
+	if o.ClientAs.User != "" && o.ClientAs != o.SetupAs {
 		ts.NC.Close()
 		ts.Creds = o.ClientAs
-		ts.connectWith(t, nil)
+		ts.connect(t, nil)
 	}
 	return &Cluster{Server: ts, Nodes: cl, Log: log}
 }

@@ -1,13 +1,10 @@
-// Package natstest starts embedded nats-servers for tests: one per test, on a
-// random loopback port with its store in t.TempDir().
 package natstest
 
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,18 +13,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/embedded"
-	"github.com/broadcastd/broadcast/shared"
 )
 
-// Server is a running test server and a client connected to it with the
-// topology in place.
+// Server is a running test server and the test's own client connected to
+// it.
 type Server struct {
 	*server.Server
+	// URL is where clients connect: the server's client URL, or every
+	// node's for a cluster.
 	URL string
-	NC  *nats.Conn
-	JS  jetstream.JetStream
+	// NC and JS are the test's client, connected with Creds.
+	NC *nats.Conn
+	JS jetstream.JetStream
+	// Dir is the server's store (a t.TempDir()).
 	Dir string
 	// Creds are what NC connected with (none for a server without
 	// authorization).
@@ -48,58 +47,105 @@ func (c Credentials) options(opts ...nats.Option) []nats.Option {
 	return opts
 }
 
-// Start runs a JetStream server for the test and ensures the topology.
+// Setup prepares a new server before the test uses it, for example by
+// creating streams and buckets. It runs on the Server's own client and is
+// tried again for up to 30 s while it fails, because a fresh cluster
+// answers "no leader" until its nodes have elected one.
+type Setup func(ctx context.Context, js jetstream.JetStream) error
+
+// Start runs a JetStream server for the test, with nothing in it.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return StartWithTopology(t, shared.TopologyConfig{})
+	return StartWith(t, nil)
 }
 
-// StartWithTopology is Start with the topology built from topo (a short
-// Retention, say).
-func StartWithTopology(t testing.TB, topo shared.TopologyConfig) *Server {
+// StartWith is Start with setup run before it returns (nil: none).
+func StartWith(t testing.TB, setup Setup) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	s, err := embedded.Start(embedded.Config{StoreDir: dir})
 	require.NoError(t, err)
 	t.Cleanup(s.Shutdown)
 	ts := &Server{Server: s, URL: s.ClientURL(), Dir: dir}
-	ts.connectWith(t, &topo)
+	ts.connect(t, setup)
 	return ts
 }
 
-func (ts *Server) connect(t testing.TB) {
-	ts.connectWith(t, &shared.TopologyConfig{})
-}
-
-// connectWith connects NC and JS with ts.Creds and, when topo is not nil,
-// ensures the topology.
-func (ts *Server) connectWith(t testing.TB, topo *shared.TopologyConfig) {
-	nc, js := ts.ConnectAs(t, ts.Creds)
-	ts.NC, ts.JS = nc, js
-	if topo != nil {
-		EnsureTopology(t, js, *topo)
-	}
-}
-
-// EnsureTopology creates every stream and bucket, retrying for up to 30 s
-// while a fresh cluster is still electing leaders.
-func EnsureTopology(t testing.TB, js jetstream.JetStream, topo shared.TopologyConfig) {
+// connect connects NC and JS with ts.Creds and runs setup (when not nil)
+// on them.
+func (ts *Server) connect(t testing.TB, setup Setup) {
 	t.Helper()
+	ts.NC, ts.JS = ts.ConnectAs(t, ts.Creds)
+	runSetup(t, ts.JS, setup)
+}
+
+// runSetup runs setup on js, retrying for up to 30 s.
+func runSetup(t testing.TB, js jetstream.JetStream, setup Setup) {
+	t.Helper()
+	if setup == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var err error
 	for ctx.Err() == nil {
-		if err = shared.EnsureTopology(ctx, js, topo); err == nil {
+		if err = setup(ctx, js); err == nil {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	require.NoError(t, err, "ensure topology")
+	require.NoError(t, err, "set up the server")
 }
 
-// NATSConfig is the config a service under test connects with.
-func (ts *Server) NATSConfig() shared.NATSConfig {
-	return shared.NATSConfig{URL: ts.URL, User: ts.Creds.User, Password: ts.Creds.Password}
+// ConnectAs opens a connection as creds (anonymous when zero) that is
+// closed when the test ends. It fails the test when the server refuses it.
+func (ts *Server) ConnectAs(t testing.TB, creds Credentials, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := ts.Dial(creds, opts...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+// Dial connects as creds without retrying, returning the server's refusal
+// (for example an authorization violation) as the error.
+func (ts *Server) Dial(creds Credentials, opts ...nats.Option) (*nats.Conn, error) {
+	// bcrypt-hashed passwords make each authentication cost ~100 ms, much
+	// more under the race detector: allow for it.
+	all := creds.options(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(20*time.Second))
+	if ts.tls != nil {
+		all = append(all, nats.Secure(ts.tls))
+	}
+	all = append(all, opts...)
+	// A handshake that times out under load (bcrypt on a busy 2-core
+	// machine, "expected 'PONG', got 'PING'") is retried; a refusal is not.
+	var err error
+	for range 3 {
+		var nc *nats.Conn
+		if nc, err = nats.Connect(ts.URL, all...); err == nil {
+			return nc, nil
+		}
+		if !strings.Contains(err.Error(), "PONG") && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// DialTLS connects as creds with clientTLS instead of the Server's own
+// client TLS configuration (nil: plain text), without retrying: for tests
+// of what the server refuses.
+func (ts *Server) DialTLS(creds Credentials, clientTLS *tls.Config) (*nats.Conn, error) {
+	opts := creds.options(nats.MaxReconnects(0), nats.Timeout(20*time.Second))
+	url := ts.URL
+	if clientTLS != nil {
+		opts = append(opts, nats.Secure(clientTLS))
+	} else {
+		url = strings.Replace(url, "tls://", "nats://", 1)
+	}
+	return nats.Connect(url, opts...)
 }
 
 // Eventually polls cond every 20ms until it returns true or timeout passes.
@@ -107,112 +153,4 @@ func (ts *Server) NATSConfig() shared.NATSConfig {
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msgAndArgs ...any) {
 	t.Helper()
 	require.Eventually(t, cond, timeout, 20*time.Millisecond, msgAndArgs...)
-}
-
-// PutAccount stores an account JSON in KV broadcast_accounts.
-func (ts *Server) PutAccount(t testing.TB, name, account string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, contract.BucketAccounts)
-	require.NoError(t, err)
-	_, err = kv.Put(ctx, name, []byte(account))
-	require.NoError(t, err)
-}
-
-// Progress reads a task's progress, or nil when there is none yet or it
-// could not be read (logged): callers poll it, and a cluster electing the
-// bucket's leader answers no for a moment.
-func (ts *Server) Progress(t testing.TB, taskID string) *contract.Progress {
-	t.Helper()
-	p, err := ts.progress(taskID)
-	if err != nil {
-		t.Logf("progress of %s not read: %v", taskID, err)
-	}
-	return p
-}
-
-// progress reads a task's progress: nil and no error when there is none
-// yet, an error when the bucket could not be reached.
-func (ts *Server) progress(taskID string) (*contract.Progress, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, contract.BucketProgress)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", contract.BucketProgress, err)
-	}
-	e, err := kv.Get(ctx, taskID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", taskID, err)
-	}
-	var p contract.Progress
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		return nil, fmt.Errorf("progress of %s: %w", taskID, err)
-	}
-	return &p, nil
-}
-
-// WaitFinal polls a task's progress until it is final and returns it. A
-// read that fails (a cluster electing a new leader for the bucket) is
-// tried again until the timeout, like a user polling `nats kv get`.
-func (ts *Server) WaitFinal(t testing.TB, taskID string, timeout time.Duration) *contract.Progress {
-	t.Helper()
-	var (
-		p       *contract.Progress
-		lastErr error
-	)
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		got, err := ts.progress(taskID)
-		if err != nil {
-			lastErr = err
-		} else if p = got; p != nil && p.State.Final() {
-			return p
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	require.FailNowf(t, "task not final", "task %s not final after %s; last progress: %+v; last read error: %v", taskID, timeout, p, lastErr)
-	return nil
-}
-
-// Events returns every event of a task stored in EVENTS, in stream order.
-func (ts *Server) Events(t testing.TB, taskID string) []contract.Event {
-	t.Helper()
-	return ts.events(t, contract.SubjectEventsPrefix+taskID+".>")
-}
-
-// AllEvents returns every event in EVENTS, in stream order.
-func (ts *Server) AllEvents(t testing.TB) []contract.Event {
-	t.Helper()
-	return ts.events(t, contract.SubjectEventsPrefix+">")
-}
-
-func (ts *Server) events(t testing.TB, filter string) []contract.Event {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := ts.JS.OrderedConsumer(ctx, contract.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-	})
-	require.NoError(t, err)
-	info, err := c.Info(ctx)
-	require.NoError(t, err)
-	var out []contract.Event
-	pending := info.NumPending
-	for uint64(len(out)) < pending {
-		// Ask for no more than are pending: a fetch of more waits out its
-		// whole MaxWait.
-		batch, err := c.Fetch(int(min(500, pending-uint64(len(out)))), jetstream.FetchMaxWait(2*time.Second))
-		require.NoError(t, err)
-		for m := range batch.Messages() {
-			var ev contract.Event
-			require.NoError(t, json.Unmarshal(m.Data(), &ev))
-			out = append(out, ev)
-		}
-		require.NoError(t, batch.Error())
-	}
-	return out
 }

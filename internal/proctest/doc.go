@@ -18,6 +18,7 @@
 //	d.Kill()
 //	d.Restart()
 //
-// The in-process harness is package natstest; use proctest where the process
-// boundary is the point: crashes, restarts, signals, real binaries.
+// The in-process harnesses are natstest (servers) and pipelinetest (the
+// services); use proctest where the process boundary is the point:
+// crashes, restarts, signals, real binaries.
 package proctest

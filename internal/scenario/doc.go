@@ -30,7 +30,8 @@
 //   - scenario.go: the Scenario struct and Generate (what a seed draws).
 //   - fakes.go: the provider stand-ins and their ledgers (Hit): the
 //     webhook fake (internal/gateway behind a recorder that also answers
-//     late), WxPusher, WhatsApp and SMTP; sandbox accounts have none.
+//     late), WxPusher, WhatsApp and SMTP (on internal/fakes' SMTP server);
+//     sandbox accounts have none.
 //   - stack.go: Stack, and StartInProcess (embedded server, four services).
 //   - procstack.go: StartProcesses, the multi-process stack (kill -9,
 //     nats-server restart); procstack_unix.go / procstack_other.go: process

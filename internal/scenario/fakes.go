@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/textproto"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/broadcastd/broadcast/internal/fakes"
 	"github.com/broadcastd/broadcast/internal/gateway"
 )
 
@@ -169,22 +168,12 @@ func (w *webhookFake) serve(rw http.ResponseWriter, r *http.Request) {
 		time.Sleep(w.wait)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(raw))
-	sw := &statusWriter{ResponseWriter: rw, status: http.StatusOK}
+	sw := &fakes.StatusRecorder{ResponseWriter: rw, Status: http.StatusOK}
 	w.gw.ServeHTTP(sw, r)
-	h.Status = sw.status
-	h.Accepted = sw.status/100 == 2
+	h.Status = sw.Status
+	h.Accepted = sw.Status/100 == 2
 	h.GaveUp = r.Context().Err() != nil
 	w.add(h)
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
 }
 
 // httpFake is the common part of the WxPusher and WhatsApp stand-ins: a
@@ -410,124 +399,67 @@ func newWhatsAppFake(seed uint64, a Account, token, phoneID string) *httpFake {
 	return f
 }
 
-// smtpFake is a minimal SMTP server: "bad..." mailboxes answer 550, a share
-// of transactions answers 451 (retryable) from the account's FailRate.
+// smtpFake is an SMTP stand-in (fakes.SMTP): "bad..." mailboxes answer
+// 550, a share of transactions answers 451 (retryable) from the account's
+// FailRate.
 type smtpFake struct {
 	hits
-	ln      net.Listener
+	srv     *fakes.SMTP
 	seed    uint64
 	account Account
-	wg      sync.WaitGroup
 	mu      sync.Mutex
-	conns   map[net.Conn]bool
-	seen    map[string]int
+	seen    map[string]int // transactions per task and first recipient, for reproducible draws
 }
 
 func newSMTPFake(seed uint64, a Account) (*smtpFake, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &smtpFake{seed: seed, account: a, seen: map[string]int{}}
+	srv, err := fakes.StartSMTP(fakes.SMTPConfig{Rcpt: s.rcpt, Data: s.data})
 	if err != nil {
 		return nil, err
 	}
-	s := &smtpFake{ln: ln, seed: seed, account: a, conns: map[net.Conn]bool{}, seen: map[string]int{}}
-	s.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns[c] = true
-			s.mu.Unlock()
-			s.wg.Go(func() { s.serve(c) })
-		}
-	})
+	s.srv = srv
 	return s, nil
 }
 
-func (s *smtpFake) URL() string { return s.ln.Addr().String() }
+func (s *smtpFake) URL() string { return s.srv.Addr() }
 
-func (s *smtpFake) Close() {
-	s.ln.Close()
-	s.mu.Lock()
-	for c := range s.conns {
-		c.Close()
+func (s *smtpFake) Close() { s.srv.Close() }
+
+// rcpt refuses "bad..." mailboxes, recording the refusal.
+func (s *smtpFake) rcpt(addr string) string {
+	if !strings.HasPrefix(addr, "bad") {
+		return ""
 	}
-	s.mu.Unlock()
-	s.wg.Wait()
+	s.add(Hit{At: time.Now(), Call: s.nextCall(), Account: s.account.Name, To: addr, Status: 550})
+	return "550 5.1.1 mailbox unavailable"
 }
 
-func (s *smtpFake) serve(c net.Conn) {
-	defer func() {
-		c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
-	tp := textproto.NewConn(c)
-	_ = tp.PrintfLine("220 fake ESMTP")
-	var to []string
-	var at time.Time
-	for {
-		line, err := tp.ReadLine()
-		if err != nil {
-			return
-		}
-		verb, arg, _ := strings.Cut(line, " ")
-		switch strings.ToUpper(verb) {
-		case "EHLO", "HELO":
-			_ = tp.PrintfLine("250-fake\r\n250 8BITMIME")
-		case "MAIL":
-			to, at = nil, time.Now()
-			_ = tp.PrintfLine("250 Ok")
-		case "RSET", "NOOP":
-			to = nil
-			_ = tp.PrintfLine("250 Ok")
-		case "RCPT":
-			addr := strings.Trim(strings.TrimPrefix(arg, "TO:"), "<> ")
-			if strings.HasPrefix(addr, "bad") {
-				s.add(Hit{At: time.Now(), Call: s.nextCall(), Account: s.account.Name, To: addr, Status: 550})
-				_ = tp.PrintfLine("550 5.1.1 mailbox unavailable")
-				continue
-			}
-			to = append(to, addr)
-			_ = tp.PrintfLine("250 Ok")
-		case "DATA":
-			_ = tp.PrintfLine("354 go ahead")
-			data, err := tp.ReadDotBytes()
-			if err != nil {
-				return
-			}
-			task := ""
-			if i := bytes.Index(data, []byte("\n[")); i >= 0 {
-				task = taskOf(string(data[i+1:]))
-			} else if i := bytes.Index(data, []byte("[")); i >= 0 {
-				task = taskOf(string(data[i:]))
-			}
-			call := s.nextCall()
-			s.mu.Lock()
-			n := 0
-			if len(to) > 0 {
-				s.seen[task+to[0]]++
-				n = s.seen[task+to[0]]
-			}
-			s.mu.Unlock()
-			status := 250
-			if len(to) > 0 && draw(s.seed, "smtp", task, to[0], fmt.Sprint(n)) < s.account.Faults.FailRate {
-				status = 451
-			}
-			for _, a := range to {
-				s.add(Hit{At: at, Call: call, Account: s.account.Name, Task: task, To: a, Status: status, Accepted: status == 250})
-			}
-			if status == 451 {
-				_ = tp.PrintfLine("451 4.3.0 try again later")
-			} else {
-				_ = tp.PrintfLine("250 queued")
-			}
-		case "QUIT":
-			_ = tp.PrintfLine("221 bye")
-			return
-		default:
-			_ = tp.PrintfLine("502 unknown")
-		}
+// data answers a message 250 or, by a draw against FailRate, 451, and
+// records it for every recipient.
+func (s *smtpFake) data(m fakes.Mail) string {
+	task := ""
+	if i := bytes.Index(m.Data, []byte("\n[")); i >= 0 {
+		task = taskOf(string(m.Data[i+1:]))
+	} else if i := bytes.Index(m.Data, []byte("[")); i >= 0 {
+		task = taskOf(string(m.Data[i:]))
 	}
+	call := s.nextCall()
+	s.mu.Lock()
+	n := 0
+	if len(m.To) > 0 {
+		s.seen[task+m.To[0]]++
+		n = s.seen[task+m.To[0]]
+	}
+	s.mu.Unlock()
+	status := 250
+	if len(m.To) > 0 && draw(s.seed, "smtp", task, m.To[0], fmt.Sprint(n)) < s.account.Faults.FailRate {
+		status = 451
+	}
+	for _, a := range m.To {
+		s.add(Hit{At: m.At, Call: call, Account: s.account.Name, Task: task, To: a, Status: status, Accepted: status == 250})
+	}
+	if status == 451 {
+		return "451 4.3.0 try again later"
+	}
+	return ""
 }

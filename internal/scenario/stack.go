@@ -61,7 +61,7 @@ type inProcess struct {
 
 // StartInProcess runs an embedded nats-server (store in a temporary
 // directory) and the four services in this process, each on its own
-// connection, as natstest.StartPipeline does for tests.
+// connection, as pipelinetest.StartPipeline does for tests.
 func StartInProcess(ctx context.Context, env map[string]string) (Stack, error) {
 	dir, err := os.MkdirTemp("", "broadcast-scenario-")
 	if err != nil {

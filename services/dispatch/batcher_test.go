@@ -15,6 +15,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -543,7 +544,7 @@ func TestJobsInFlight(t *testing.T) {
 // sending.
 func TestBatcherSurvivesPanics(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logtest.Buffer
 	f := &fakeProvider{}
 	deps := f.deps()
 	deps.log = slog.New(slog.NewTextHandler(&logs, nil))
@@ -611,22 +612,4 @@ func TestBatcherSurvivesPanics(t *testing.T) {
 	require.Equal(t, 3, strings.Count(out, "PANIC recovered"), out)
 	require.Contains(t, out, "index out of range")
 	require.Contains(t, out, "batcher_test.go", "the stack is logged")
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

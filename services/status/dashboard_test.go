@@ -16,17 +16,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/status"
 )
 
 // startStatus runs the status service alone with its dashboard on a free
 // port and returns the dashboard's base URL.
-func startStatus(t *testing.T, ts *natstest.Server, reg *prometheus.Registry) string {
+func startStatus(t *testing.T, ts *pipelinetest.Server, reg *prometheus.Registry) string {
 	t.Helper()
 	svc, err := status.New(ts.JS, status.Config{DashboardAddr: "127.0.0.1:0", PollInterval: 100 * time.Millisecond,
-		Metrics: reg, Logger: natstest.TestLogger()})
+		Metrics: reg, Logger: logtest.Logger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -39,7 +41,7 @@ func startStatus(t *testing.T, ts *natstest.Server, reg *prometheus.Registry) st
 	return svc.DashboardURL()
 }
 
-func putKV(t *testing.T, ts *natstest.Server, bucket, key string, v any) {
+func putKV(t *testing.T, ts *pipelinetest.Server, bucket, key string, v any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -66,7 +68,7 @@ func getJSON(t *testing.T, url string, v any) {
 // forwarded on broadcast.control.<task>.
 func TestDashboardShowsKVState(t *testing.T) {
 	t.Parallel()
-	ts := natstest.Start(t)
+	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "hook-a", `{"channel":"webhook","endpoint":"http://127.0.0.1:1/send","rate_per_sec":20,"daily_cap":500}`)
 	ts.PutAccount(t, "hook-b", `{"channel":"webhook","endpoint":"http://127.0.0.1:1/send","rate_per_sec":5,"enabled":false}`)
 	now := time.Now().UTC()

@@ -1,10 +1,8 @@
-package natstest
+package pipelinetest
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/ingest"
 	"github.com/broadcastd/broadcast/services/render"
@@ -27,8 +27,8 @@ type PipelineConfig struct {
 	// Users, when set, connects each service ("ingest", "render",
 	// "dispatch", "status") as its own user, as the Procfile does against
 	// nats.conf. Defaults to the credentials of the Server.
-	Users map[string]Credentials
-	// Logger receives every service's log lines. Defaults to TestLogger().
+	Users map[string]natstest.Credentials
+	// Logger receives every service's log lines. Defaults to logtest.Logger().
 	Logger *slog.Logger
 }
 
@@ -42,35 +42,25 @@ type Pipeline struct {
 	wg       sync.WaitGroup
 }
 
-// TestLogger logs to stderr at LOG_LEVEL when set (debugging), else nowhere.
-func TestLogger() *slog.Logger {
-	if lvl := os.Getenv("LOG_LEVEL"); lvl != "" {
-		var l slog.Level
-		_ = l.UnmarshalText([]byte(lvl))
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // StartPipeline runs ingest, render, dispatch and status, each on its own
 // connection as in production, until the test ends.
 func StartPipeline(t testing.TB, ts *Server, c PipelineConfig) *Pipeline {
 	t.Helper()
 	log := c.Logger
 	if log == nil {
-		log = TestLogger()
+		log = logtest.Logger()
 	}
 	c.Ingest.Logger, c.Render.Logger, c.Dispatch.Logger, c.Status.Logger = log, log, log, log
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{cancel: cancel}
 	var err error
-	p.Ingest, err = ingest.New(ts.newJS(t, ts.credsFor(c.Users, "ingest")), c.Ingest)
+	p.Ingest, err = ingest.New(ts.serviceJS(t, c.Users, "ingest"), c.Ingest)
 	require.NoError(t, err)
-	p.Render, err = render.New(ts.newJS(t, ts.credsFor(c.Users, "render")), c.Render)
+	p.Render, err = render.New(ts.serviceJS(t, c.Users, "render"), c.Render)
 	require.NoError(t, err)
-	p.Dispatch, err = dispatch.New(ts.newJS(t, ts.credsFor(c.Users, "dispatch")), c.Dispatch)
+	p.Dispatch, err = dispatch.New(ts.serviceJS(t, c.Users, "dispatch"), c.Dispatch)
 	require.NoError(t, err)
-	p.Status, err = status.New(ts.newJS(t, ts.credsFor(c.Users, "status")), c.Status)
+	p.Status, err = status.New(ts.serviceJS(t, c.Users, "status"), c.Status)
 	require.NoError(t, err)
 	for _, r := range []interface{ Run(context.Context) error }{p.Ingest, p.Render, p.Dispatch, p.Status} {
 		p.wg.Go(func() {
@@ -94,15 +84,14 @@ func (p *Pipeline) Stop() {
 	}
 }
 
-// credsFor picks the credentials service connects with.
-func (ts *Server) credsFor(users map[string]Credentials, service string) Credentials {
-	if c, ok := users[service]; ok {
-		return c
+// serviceJS connects service as its user in users, or with the Server's
+// credentials when it has none there.
+func (ts *Server) serviceJS(t testing.TB, users map[string]natstest.Credentials, service string) jetstream.JetStream {
+	t.Helper()
+	creds, ok := users[service]
+	if !ok {
+		creds = ts.Creds
 	}
-	return ts.Creds
-}
-
-func (ts *Server) newJS(t testing.TB, creds Credentials) jetstream.JetStream {
 	_, js := ts.ConnectAs(t, creds)
 	return js
 }
