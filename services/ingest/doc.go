@@ -37,6 +37,7 @@
 // dispatch to re-queue dead letters and parked jobs), recipients.go
 // (reading JSONL and CSV lists, their limits), stream.go (expanding a list
 // from the object store in two passes, pinned by its digest), keepalive.go
-// (keeping live tasks' records past the buckets' TTL, approval deadline),
+// (keeping live tasks' records past the buckets' TTL, approval deadline;
+// finished and forgotten tasks' records age out),
 // config.go (settings).
 package ingest
