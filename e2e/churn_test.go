@@ -141,8 +141,8 @@ func TestChurnMemoryIsFlat(t *testing.T) {
 		require.Less(t, last, 1.15*mid+2, "%s's memory stays flat under churn", p.Name)
 	}
 	require.Less(t, keys(progress), perWave, "finished tasks are forgotten")
-	// ingest kept rewriting the records of tasks status had forgotten, so
-	// they never aged out and its keep-alive rounds grew with them.
+	// A record ingest keeps alive for a task status has forgotten would
+	// never age out, and the keep-alive rounds would grow with them.
 	require.Less(t, keys(records), 3*perWave, "finished tasks' records age out")
 	require.Equal(t, 2, keys(accounts), "the last wave's account and the next one's are left")
 	require.GreaterOrEqual(t, services[2].CountLog("deleted account's runner stopped"), waves-2, "deleted accounts' runners are stopped")

@@ -1,7 +1,7 @@
 // Package permissions is the table of the servers' users and what each may
 // publish and subscribe to, written in terms of the topology (streams, KV
 // buckets, object stores, the services' durable consumers and subjects
-// from package shared), and what is generated from it: auth.conf at the
+// from package contract), and what is generated from it: auth.conf at the
 // repository root, which nats.conf and deploy/cluster's nodes include
 // (`broadcast authconf -o auth.conf`), and the same users as nsc commands
 // for decentralized authentication (`broadcast authconf -nsc`).

@@ -28,8 +28,8 @@ func (s *Service) runReaper(ctx context.Context) {
 
 // adoptOrphans starts a runner for every account that has jobs in its
 // lanes but no runner and no valid value in broadcast_accounts: one deleted
-// while no dispatch ran, or while the process moving its jobs died (seed
-// 21322347 left 55 jobs so, for good). Like a deleted account's runner it
+// while no dispatch ran, or while the process moving its jobs died, whose
+// jobs nothing else would move. Like a deleted account's runner it
 // only moves the jobs to healthy accounts of their pool; the reaper stops
 // it once nothing is left. It returns how many it started.
 func (s *Service) adoptOrphans(ctx context.Context) int {

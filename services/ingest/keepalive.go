@@ -70,8 +70,7 @@ func (s *Service) refreshLive(ctx context.Context, ttl, every time.Duration) (in
 		if state == "" && !waits(ctl.State) {
 			// No progress: status forgot the task after STATUS_RETENTION
 			// (it finished long ago), or has not seen it yet (a later round
-			// keeps it then). Rewriting it kept every record forever once
-			// status forgot its task.
+			// keeps it then). Rewriting it would keep the record for ever.
 			continue
 		}
 		var rec contract.TaskRecord
