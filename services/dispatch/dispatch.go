@@ -185,6 +185,7 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	if err != nil {
 		log.Error("account misconfigured; its jobs move to healthy accounts", "err", err)
 		if old == nil {
+			s.startMisconfigured(acct, err)
 			return
 		}
 		prev, sender0 := old.current()
@@ -210,4 +211,21 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	s.wg.Go(r.run)
 	log.Info("account started", "channel", acct.Channel, "enabled", acct.IsEnabled(), "rate_per_sec", acct.RatePerSec,
 		"burst", acct.Burst, "concurrency", acct.Concurrency)
+}
+
+// startMisconfigured starts a runner for a new account that cannot send
+// (its secret_env refused, its options bad), paused with the reason: its
+// health says why, and its queued jobs move to healthy accounts of their
+// pool or wait with that reason in their tasks' progress. Without it they
+// would wait unseen. An edit that fixes the account clears the pause, as
+// any edit does. Called with s.mu held.
+func (s *Service) startMisconfigured(acct *contract.Account, cause error) {
+	r := newAccountRunner(s.ctx, s, acct, nil)
+	r.paused, r.pauseReason, r.pausedSince = true, "misconfigured: "+cause.Error(), time.Now().UTC()
+	s.runners[acct.Name] = r
+	s.numRunners.Store(int32(len(s.runners)))
+	s.wg.Go(r.run)
+	// Its health is written now: a runner that never sends is never the
+	// active sender whose reports refresh it.
+	s.wg.Go(func() { r.writeHealth(r.ctx) })
 }

@@ -120,7 +120,8 @@
 // retried) goes back to the lane of the job's own priority.
 //
 // Where to edit what:
-//   - dispatch.go: the service, starting and stopping account runners.
+//   - dispatch.go: the service, starting and stopping account runners
+//     (a new account it cannot send with starts paused, with the reason).
 //   - account.go: one account's runner: its session while it holds the
 //     lease, its lanes' consumers, the backlog watch, its sender.
 //   - lease.go: the account lease: taking, keeping and releasing it.
