@@ -571,9 +571,10 @@ func TestBatcherSurvivesPanics(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	// Groups of one are ready at once; the sweep (which asks admit too)
-	// ticks only every second and finds nothing waiting.
-	b := newBatcher(deps, 1, time.Second, time.Second)
+	// Groups of one are ready at once; the sweep (which asks admit too,
+	// and would take admit's one panic) ticks every linger: a minute, past
+	// the test even under the race detector.
+	b := newBatcher(deps, 1, time.Minute, time.Minute)
 	b.start(ctx, 1)
 
 	// 1. The pacer panics before anything is taken: the job waits for the
