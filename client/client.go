@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -128,10 +129,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(
 
 // Control sends a control request (pause, resume, cancel, retry-dead) for a
 // task and returns the reply. A refused request returns the reply and an
-// error carrying its message.
+// error carrying its message. While no service answers the subject (ingest
+// is starting or still reconnecting after a server restart) the request is
+// sent again until ctx ends: no responder means nobody acted on it.
 func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*contract.ControlReply, error) {
 	req, _ := json.Marshal(contract.ControlRequest{Action: action})
-	msg, err := nc.RequestWithContext(ctx, contract.ControlSubject(taskID), req)
+	msg, err := RequestAnswered(ctx, nc, contract.ControlSubject(taskID), req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, taskID, err)
 	}
@@ -143,6 +146,25 @@ func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*contra
 		return &reply, fmt.Errorf("%s %s: %s", action, taskID, reply.Error)
 	}
 	return &reply, nil
+}
+
+// RequestAnswered sends a request, again after a growing pause (100 ms up
+// to 1 s) each time the server says nobody listens, until ctx ends. Then
+// the last error is returned.
+func RequestAnswered(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
+	wait := 100 * time.Millisecond
+	for {
+		msg, err := nc.RequestWithContext(ctx, subject, data)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return msg, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // List returns the progress of every task, most recently created first.

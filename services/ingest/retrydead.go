@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -40,7 +41,7 @@ func (s *Service) askUnpark(taskID string) {
 
 func (s *Service) askRequeue(ctx context.Context, taskID, action string) (*contract.RequeueReply, error) {
 	data, _ := json.Marshal(contract.RequeueRequest{Action: action})
-	msg, err := s.js.Conn().RequestWithContext(ctx, contract.RequeueSubject(taskID), data)
+	msg, err := client.RequestAnswered(ctx, s.js.Conn(), contract.RequeueSubject(taskID), data)
 	if err != nil {
 		return nil, fmt.Errorf("ask dispatch to %s: %w", action, err)
 	}

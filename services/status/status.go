@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -226,7 +227,9 @@ func (s *Service) pauseTask(taskID, reason string) {
 	defer shared.Recover(s.log, "pausing task "+taskID, nil)
 	s.log.Error("circuit breaker tripped; pausing task", shared.KeyTaskID, taskID, "reason", reason)
 	req, _ := json.Marshal(contract.ControlRequest{Action: contract.ActionPause, Reason: reason})
-	if _, err := s.js.Conn().Request(contract.ControlSubject(taskID), req, 10*time.Second); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := client.RequestAnswered(ctx, s.js.Conn(), contract.ControlSubject(taskID), req); err != nil {
 		s.log.Error("could not pause task after circuit breaker tripped", shared.KeyTaskID, taskID, "err", err)
 	}
 }
