@@ -340,6 +340,7 @@ func (s *scheduler) run(ctx context.Context, valid func() bool) error {
 	s.mu.Lock()
 	s.valid = valid
 	s.mu.Unlock()
+	token := false // a token taken, not yet given
 	for {
 		for !s.grantable() {
 			select {
@@ -350,13 +351,16 @@ func (s *scheduler) run(ctx context.Context, valid func() bool) error {
 			case <-s.wake:
 			}
 		}
-		if err := s.pacer.token(ctx); err != nil {
-			return err
+		if !token {
+			if err := s.pacer.token(ctx); err != nil {
+				return err
+			}
+			token = true
 		}
 		if !valid() {
 			return errLeaseLost
 		}
-		s.grant()
+		token = !s.grant()
 	}
 }
 
@@ -370,13 +374,18 @@ func (s *scheduler) grantable() bool {
 // grant gives the token just taken to the best waiter now (a high job that
 // arrived while the token was awaited gets it). When a higher lane turned
 // busy meanwhile without a waiter, the token is dropped rather than given
-// to a lower lane: a token unused only lowers the rate.
-func (s *scheduler) grant() {
+// to a lower lane: a token unused only lowers the rate. When a direct
+// grant (grantNow) took the last slot meanwhile, the token is kept for the
+// next free slot: it reports false then, true when the token is spent.
+func (s *scheduler) grant() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.inUse >= s.slots {
+		return false
+	}
 	lane := s.pick()
 	if lane < 0 {
-		return
+		return true
 	}
 	t := s.waiting[lane][0]
 	s.waiting[lane] = s.waiting[lane][1:]
@@ -389,4 +398,5 @@ func (s *scheduler) grant() {
 	}
 	s.inUse++
 	close(t.ready)
+	return true
 }
