@@ -75,11 +75,10 @@ func TestChaosKillDispatch(t *testing.T) {
 	// every kill hits a dispatch with sends in flight. The gateway's request
 	// count tells when it sends again (progress also moves on events
 	// published before a kill). recoveries[i] is how long dispatch took after
-	// restart i+1 to send its first request: up to the lease TTL (5 s), as
-	// the dead process's lease on the account must expire first (the new
-	// process has another owner id), and up to AckWait (10 s) when
-	// every MaxAckPending slot is held by jobs the dead process had taken;
-	// the per-second log shows both.
+	// restart i+1 to send its first request: its start, the dead process's
+	// lease taken at once (its alive subject has no responders), and up to
+	// the lanes' ack wait (2 s) when every MaxAckPending slot is held by
+	// jobs the dead process had taken; the per-second log shows both.
 	requests := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

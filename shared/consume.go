@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -153,6 +154,10 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 // cost: 2% of the benchmark's CPU.
 type inFlight struct {
 	slots []inFlightSlot
+	// busy counts the slots in use; wake tells keepAlive, idle while busy
+	// is zero (a consumer with nothing to do costs no wakeups), that one is.
+	busy atomic.Int32
+	wake chan struct{}
 }
 
 type inFlightSlot struct {
@@ -161,13 +166,21 @@ type inFlightSlot struct {
 	since time.Time // start, or the last progress report
 }
 
-func newInFlight(n int) *inFlight { return &inFlight{slots: make([]inFlightSlot, n)} }
+func newInFlight(n int) *inFlight {
+	return &inFlight{slots: make([]inFlightSlot, n), wake: make(chan struct{}, 1)}
+}
 
 func (f *inFlight) start(i int, m jetstream.Msg) {
 	s := &f.slots[i]
 	s.mu.Lock()
 	s.m, s.since = m, time.Now()
 	s.mu.Unlock()
+	if f.busy.Add(1) == 1 {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (f *inFlight) end(i int) {
@@ -175,14 +188,26 @@ func (f *inFlight) end(i int) {
 	s.mu.Lock()
 	s.m = nil
 	s.mu.Unlock()
+	f.busy.Add(-1)
 }
 
 // keepAlive reports progress on every message handled for longer than
-// interval since its start or its last report, until ctx ends.
+// interval since its start or its last report, until ctx ends. Its ticker
+// is stopped while no message is handled.
 func (f *inFlight) keepAlive(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(max(interval/4, time.Millisecond))
+	period := max(interval/4, time.Millisecond)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
+		if f.busy.Load() == 0 {
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.wake:
+			}
+			t.Reset(period)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -119,6 +119,8 @@ func dispatchUser() User {
 				checkTopology(),
 				grant("its own subjects", subjects(contract.SubjectEventsPrefix+">", contract.SubjectDeadPrefix+">",
 					contract.SubjectJobsPrefix+">", contract.SubjectDelayPrefix+">", contract.SubjectParkedPrefix+">")),
+				grant("asking whether the replica holding an account's lease is still connected",
+					subjects(contract.AliveSubject("dispatch", "*"))),
 				grant("its KV buckets (write) and the buckets it reads",
 					each([]string{contract.BucketLedger, contract.BucketHealth, contract.BucketSends, contract.BucketLeases}, kvWrite),
 					each([]string{contract.BucketLeases, contract.BucketLedger, contract.BucketHealth, contract.BucketSends,
@@ -140,7 +142,7 @@ func dispatchUser() User {
 			Deny: []Grant{grant("what only others publish", subjects(contract.SubjectTasks, contract.SubjectRenderPrefix+">",
 				contract.SubjectControlPrefix+">", contract.SubjectStartPrefix+">"))},
 		},
-		Subscribe:      inbox(contract.SubjectRequeuePrefix + "*"),
+		Subscribe:      inbox(contract.SubjectRequeuePrefix+"*", contract.AliveSubject("dispatch", "*")),
 		AllowResponses: true,
 	}
 }
@@ -201,14 +203,16 @@ func operatorUser() User {
 			Deny: []Grant{
 				grant("what only the services publish", subjects(contract.SubjectJobsPrefix+">", contract.SubjectEventsPrefix+">",
 					contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">", contract.SubjectDelayPrefix+">",
-					contract.SubjectParkedPrefix+">", contract.SubjectStartPrefix+">", contract.SubjectRequeuePrefix+">")),
+					contract.SubjectParkedPrefix+">", contract.SubjectStartPrefix+">", contract.SubjectRequeuePrefix+">",
+					contract.SubjectAlivePrefix+">")),
 				grant("the services' durable consumers on the streams it may read: no deleting or "+
 					"reconfiguring them, no pulling or acknowledging their messages", protect),
 			},
 		},
 		Subscribe: Rules{
 			Allow: []Grant{grant("it may watch every subject and receives its replies", subjects("_INBOX.>", "broadcast.>"))},
-			Deny:  []Grant{grant("but never answers or takes what the services serve", subjects(contract.SubjectControlPrefix+">", contract.SubjectRequeuePrefix+">"))},
+			Deny: []Grant{grant("but never answers or takes what the services serve", subjects(contract.SubjectControlPrefix+">",
+				contract.SubjectRequeuePrefix+">", contract.SubjectAlivePrefix+">"))},
 		},
 	}
 }

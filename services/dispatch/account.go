@@ -16,8 +16,11 @@ import (
 )
 
 // ackWait is the job consumers' ack wait; the consume loop keeps slow sends
-// alive with progress acks.
-const ackWait = 10 * time.Second
+// and jobs waiting for a token alive with progress acks every second. It is
+// short because the jobs a killed process held fill its lanes'
+// MaxAckPending until it runs out: the replica taking the account over
+// sends again within about that long (presence.go takes the lease sooner).
+const ackWait = 2 * time.Second
 
 // consumerConfig is the durable consumer of one lane of an account. The
 // consumers are not pinned: only the holder of the account's lease
@@ -148,6 +151,7 @@ func (r *accountRunner) run() {
 	go shared.Supervise(ctx, r.log, "account health reporter", r.reportHealth)
 	l := newLease(r.svc.leases, r.name, r.svc.leaseTTL)
 	l.owner = ownerID(r.svc.share.replica) // groups this replica's leases (share.go)
+	l.holderGone, l.conn = r.svc.presence.gone, r.svc.connState
 	changed := r.watchLease(ctx)
 	for r.acquire(ctx, l, changed) {
 		r.ownSafely(ctx, l)

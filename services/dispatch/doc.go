@@ -19,8 +19,14 @@
 // began plus the TTL minus 1.5 s, so a former holder's last send starts at
 // least 1.5 s before anyone else can hold the lease. A stopping holder
 // deletes the lease after its in-flight sends and the standbys, which watch
-// the key and retry every second, take over at once; a crashed one's lease
-// expires. A new holder starts with an empty bucket (pacer.empty). The
+// the key and retry every second, take over at once. A killed one's lease
+// is taken at the standbys' next try (presence.go: its alive subject,
+// broadcast.alive.dispatch.<id>, has no responders once the server closed
+// its connection); otherwise it expires. A holder whose connection drops
+// starts no send until it confirmed its lease after reconnecting. The
+// lanes' ack wait is 2 s, with progress acks every second for slow sends
+// and waiting jobs, so the jobs a killed holder took come back about 2 s
+// after the kill. A new holder starts with an empty bucket (pacer.empty). The
 // lease replaced a pinned priority group on a single consumer, because a
 // pin is per consumer: with one consumer per lane two replicas could have
 // owned different lanes of one account and together exceeded its rate.
@@ -117,7 +123,9 @@
 // broadcast.delay.<account>.<job> (delay.go), which hold no MaxAckPending
 // slot. Jobs of paused or unapproved tasks are parked (control.go). Every
 // re-publication (delayed, moved to another account, unparked, dead letters
-// retried) goes back to the lane of the job's own priority.
+// retried) goes back to the lane of the job's own priority. It answers
+// requests on broadcast.alive.dispatch.<replica> (presence.go) and on
+// broadcast.requeue.<task> (requeue.go).
 //
 // Where to edit what:
 //   - dispatch.go: the service, starting and stopping account runners
@@ -125,6 +133,7 @@
 //   - account.go: one account's runner: its session while it holds the
 //     lease, its lanes' consumers, the backlog watch, its sender.
 //   - lease.go: the account lease: taking, keeping and releasing it.
+//   - presence.go: the alive subject, and taking a killed holder's lease early.
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.
 //   - send.go: handle and its steps, from the check for an earlier send to

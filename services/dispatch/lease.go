@@ -71,9 +71,21 @@ type lease struct {
 	owner string
 	ttl   time.Duration
 
+	// holderGone reports whether the server says the process holding
+	// owner's lease has no connection (presence.gone); nil: never.
+	holderGone func(ctx context.Context, owner string) bool
+	// conn reports whether this process's connection is up and how often
+	// it has been lost (Service.connState); nil: always up.
+	conn func() (up bool, losses uint64)
+
+	// tookFrom is the holder whose lease tryAcquire last removed because
+	// its connection was gone ("" when it was free); the runner's own.
+	tookFrom string
+
 	mu         sync.Mutex
 	rev        uint64    // revision of the lease this runner holds; 0 when none
 	validUntil time.Time // when this runner stops counting its lease as held
+	reconnects uint64    // conn's losses when the lease was last confirmed
 }
 
 func newLease(kv jetstream.KeyValue, account string, ttl time.Duration) *lease {
@@ -85,27 +97,54 @@ func newLease(kv jetstream.KeyValue, account string, ttl time.Duration) *lease {
 func (l *lease) tryAcquire(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
 	defer cancel()
-	start := time.Now()
+	start, reconnects := time.Now(), l.reconnectCount()
+	l.tookFrom = ""
 	rev, err := l.kv.Create(ctx, l.key, []byte(l.owner))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return false, err
 		}
-		// A Create whose answer was lost may have succeeded: take back a
-		// lease that names this runner rather than wait for it to expire.
 		e, gerr := l.kv.Get(ctx, l.key)
-		if gerr != nil || string(e.Value()) != l.owner {
+		if gerr != nil {
 			return false, nil
 		}
-		start = time.Now()
-		if rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), e.Revision()); err != nil {
+		switch holder := string(e.Value()); {
+		case holder == l.owner:
+			// A Create whose answer was lost may have succeeded: take back
+			// a lease that names this runner rather than wait for it to
+			// expire.
+			start, reconnects = time.Now(), l.reconnectCount()
+			if rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), e.Revision()); err != nil {
+				return false, nil
+			}
+		case l.holderGone != nil && l.holderGone(ctx, holder):
+			// The holder's connection is closed (a killed process): remove
+			// its lease, that revision only, and take the account now.
+			if l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision())) != nil {
+				return false, nil
+			}
+			start, reconnects = time.Now(), l.reconnectCount()
+			if rev, err = l.kv.Create(ctx, l.key, []byte(l.owner)); err != nil {
+				return false, nil
+			}
+			l.tookFrom = holder
+		default:
 			return false, nil
 		}
 	}
 	l.mu.Lock()
-	l.rev, l.validUntil = rev, start.Add(l.ttl-leaseMargin)
+	l.rev, l.validUntil, l.reconnects = rev, start.Add(l.ttl-leaseMargin), reconnects
 	l.mu.Unlock()
 	return true, nil
+}
+
+// reconnectCount is how often this process's connection has been lost.
+func (l *lease) reconnectCount() uint64 {
+	if l.conn == nil {
+		return 0
+	}
+	_, n := l.conn()
+	return n
 }
 
 // refresh extends the lease. errLeaseLost means someone else holds it (or it
@@ -120,13 +159,13 @@ func (l *lease) refresh(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
 	defer cancel()
-	start := time.Now()
+	start, reconnects := time.Now(), l.reconnectCount()
 	next, err := l.kv.Update(ctx, l.key, []byte(l.owner), rev)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case err == nil:
-		l.rev, l.validUntil = next, start.Add(l.ttl-leaseMargin)
+		l.rev, l.validUntil, l.reconnects = next, start.Add(l.ttl-leaseMargin), reconnects
 		return nil
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyNotFound):
 		l.rev, l.validUntil = 0, time.Time{}
@@ -136,11 +175,21 @@ func (l *lease) refresh(ctx context.Context) error {
 	}
 }
 
-// valid reports whether this runner may start a send now.
+// valid reports whether this runner may start a send now: it holds the
+// lease, confirmed recently enough, and its connection has stayed up since
+// (while it is down a standby may take the lease, see presence.go).
 func (l *lease) valid() bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.rev != 0 && time.Now().Before(l.validUntil)
+	rev, until, reconnects := l.rev, l.validUntil, l.reconnects
+	l.mu.Unlock()
+	if rev == 0 || !time.Now().Before(until) {
+		return false
+	}
+	if l.conn == nil {
+		return true
+	}
+	up, n := l.conn()
+	return up && n == reconnects
 }
 
 // until returns when the lease stops being valid.
@@ -222,7 +271,11 @@ func (r *accountRunner) acquire(ctx context.Context, l *lease, changed <-chan st
 		var err error
 		if r.svc.share.mayTake(ctx) {
 			if ok, err = l.tryAcquire(ctx); ok {
-				r.log.Info("this process now sends for the account")
+				if l.tookFrom != "" {
+					r.log.Info("this process now sends for the account; the previous holder's connection is gone", "previous", l.tookFrom)
+				} else {
+					r.log.Info("this process now sends for the account")
+				}
 				return true
 			}
 			r.svc.share.released()

@@ -2,9 +2,12 @@ package dispatch
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -97,4 +100,69 @@ func TestDispatchRunnerCountWithoutServiceLock(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("counting the accounts waits for the service's lock")
 	}
+}
+
+// TestDispatchLeaseOfAGoneHolder: a lease whose holder's process still
+// answers on its alive subject is not taken before its TTL; once that
+// process's connection closes (kill -9), a standby takes it at its next
+// try, and the old holder learns it lost it. A holder counts its lease
+// invalid from the moment its connection is down until a refresh succeeds
+// after the reconnect, so the early take-over never overlaps its sends.
+func TestDispatchLeaseOfAGoneHolder(t *testing.T) {
+	t.Parallel()
+	js := topologyJS(t)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+
+	// The holder answers on its own connection, which the test closes
+	// as a killed process's would be.
+	holderConn, err := nats.Connect(js.Conn().ConnectedUrl())
+	require.NoError(t, err)
+	holderReplica := newReplicaID()
+	stopAnswering, err := newPresence(holderConn).answer(holderReplica, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer stopAnswering()
+
+	up, losses := true, uint64(0)
+	var connMu sync.Mutex
+	holder := newLease(kv, "acct", st.TTL())
+	holder.owner = ownerID(holderReplica)
+	holder.conn = func() (bool, uint64) { connMu.Lock(); defer connMu.Unlock(); return up, losses }
+	standby := newLease(kv, "acct", st.TTL())
+	standby.holderGone = newPresence(js.Conn()).gone
+
+	ok, err := holder.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = standby.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a holder that answers keeps its lease")
+
+	// Its connection down: the holder starts no send; back up after a
+	// loss, it starts none until its lease is confirmed again.
+	connMu.Lock()
+	up = false
+	connMu.Unlock()
+	require.False(t, holder.valid(), "no send while the connection is down")
+	connMu.Lock()
+	up, losses = true, 1
+	connMu.Unlock()
+	require.False(t, holder.valid(), "no send after a reconnect before a refresh")
+	require.NoError(t, holder.refresh(ctx))
+	require.True(t, holder.valid())
+
+	holderConn.Close()
+	time.Sleep(presenceCache) // the standby's last answer was "alive"
+	start := time.Now()
+	ok, err = standby.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "the lease of a closed connection is taken at once")
+	require.Equal(t, holder.owner, standby.tookFrom)
+	t.Logf("taken %s after the holder's connection closed; its lease had %s left", time.Since(start).Round(time.Millisecond), time.Until(holder.until()).Round(time.Millisecond))
+	require.Less(t, time.Since(start), time.Second)
+	require.ErrorIs(t, holder.refresh(ctx), errLeaseLost, "the old holder learns it lost the lease")
+	require.True(t, standby.valid())
 }
