@@ -22,7 +22,7 @@ import (
 // holds the account's lease while it sends, twice (the killed one comes
 // back as the standby). The other must be sending again within 3 s of each
 // kill: it takes the lease as soon as the server has closed the dead
-// process's connection (presence.go), and the jobs the dead process held
+// process's connection (lease.Presence), and the jobs the dead process held
 // come back after the short ack wait. The gateway's ledger judges the rest:
 // every recipient accepted, repeated only for sends in flight at a kill.
 func TestKillDispatchReplicaResumesSoon(t *testing.T) {

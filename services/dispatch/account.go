@@ -12,6 +12,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -19,7 +20,7 @@ import (
 // and jobs waiting for a token alive with progress acks every second. It is
 // short because the jobs a killed process held fill its lanes'
 // MaxAckPending until it runs out: the replica taking the account over
-// sends again within about that long (presence.go takes the lease sooner).
+// sends again within about that long (lease.Presence takes the lease sooner).
 const ackWait = 2 * time.Second
 
 // consumerConfig is the durable consumer of one lane of an account. The
@@ -149,9 +150,9 @@ func (r *accountRunner) run() {
 		return
 	}
 	go shared.Supervise(ctx, r.log, "account health reporter", r.reportHealth)
-	l := newLease(r.svc.leases, r.name, r.svc.leaseTTL)
-	l.owner = ownerID(r.svc.share.replica) // groups this replica's leases (share.go)
-	l.holderGone, l.conn = r.svc.presence.gone, r.svc.connState
+	l := lease.New(r.svc.leases, r.name, r.svc.leaseTTL)
+	l.Owner = lease.OwnerID(r.svc.share.replica) // groups this replica's leases (share.go)
+	l.HolderGone, l.Conn = r.svc.presence.Gone, r.svc.conn.State
 	changed := r.watchLease(ctx)
 	for r.acquire(ctx, l, changed) {
 		r.ownSafely(ctx, l)
@@ -166,9 +167,9 @@ func (r *accountRunner) run() {
 // for the account next) and, after a pause, this runner competes for the
 // lease again. The lease is not released: it runs out, so another replica
 // may take the account meanwhile.
-func (r *accountRunner) ownSafely(ctx context.Context, l *lease) {
+func (r *accountRunner) ownSafely(ctx context.Context, l *lease.Lease) {
 	defer shared.Recover(r.log, "account session", func(any) {
-		l.drop()
+		l.Drop()
 		_ = sleep(ctx, shared.SupervisePause)
 	})
 	r.own(ctx, l)
@@ -192,7 +193,7 @@ func (r *accountRunner) guard(end context.CancelCauseFunc, what string, fn func(
 // It returns when the runner stops (releasing the lease once the in-flight
 // sends are done, so another replica takes over at once) or when the lease
 // is lost (no send starts after that).
-func (r *accountRunner) own(ctx context.Context, l *lease) {
+func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 	a, _ := r.current()
 	// The session: ends on stop or on a lost lease. No new send starts
 	// after it ends; in-flight ones finish.
@@ -215,9 +216,9 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 			if err := r.pacer.wait(ctx); err != nil {
 				return err
 			}
-			if !l.valid() {
-				end(errLeaseLost)
-				return errLeaseLost
+			if !l.Valid() {
+				end(lease.ErrLost)
+				return lease.ErrLost
 			}
 			return nil
 		})
@@ -230,8 +231,8 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	var bg sync.WaitGroup
 	bg.Go(r.guard(end, "lease keeper", func() { r.keepLease(kctx, l, end) }))
 	bg.Go(r.guard(end, "scheduler", func() {
-		if err := sched.run(sctx, l.valid); errors.Is(err, errLeaseLost) {
-			end(errLeaseLost)
+		if err := sched.run(sctx, l.Valid); errors.Is(err, lease.ErrLost) {
+			end(lease.ErrLost)
 		}
 	}))
 
@@ -239,7 +240,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	// hand this one over, gracefully, like a stop.
 	gaveBack := false
 	bg.Go(r.guard(end, "give-back check", func() {
-		t := time.NewTicker(leaseRefresh)
+		t := time.NewTicker(lease.Refresh)
 		defer t.Stop()
 		for {
 			select {
@@ -290,12 +291,12 @@ func (r *accountRunner) own(ctx context.Context, l *lease) {
 	if !gaveBack {
 		r.svc.share.released()
 	}
-	if errors.Is(context.Cause(sctx), errLeaseLost) {
-		l.drop()
+	if errors.Is(context.Cause(sctx), lease.ErrLost) {
+		l.Drop()
 		r.log.Warn("lost the account's lease; stopped sending (another process may send for it now)")
 		return
 	}
-	if err := l.release(context.WithoutCancel(ctx)); err != nil {
+	if err := l.Release(context.WithoutCancel(ctx)); err != nil {
 		r.log.Warn("could not release the account's lease; another replica takes over when it expires", "err", err)
 		return
 	}

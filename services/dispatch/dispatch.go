@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -32,13 +32,12 @@ type Service struct {
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
 	share    *fairShare         // how many accounts this replica takes (share.go)
-	presence *presence          // whether a lease holder's connection is gone (presence.go)
-	// connLosses counts how often the connection was lost (connState).
-	connLosses atomic.Uint64
-	inFlight   chan struct{} // Config.MaxInFlight slots; nil when unlimited
-	accounts   *shared.AccountWatcher
-	health     *shared.HealthWatcher
-	controls   *shared.ControlWatcher
+	presence *lease.Presence    // whether a lease holder's connection is gone
+	conn     *lease.ConnWatch   // whether the connection stayed up since a lease was confirmed
+	inFlight chan struct{}      // Config.MaxInFlight slots; nil when unlimited
+	accounts *shared.AccountWatcher
+	health   *shared.HealthWatcher
+	controls *shared.ControlWatcher
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
@@ -83,14 +82,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatch: %s: %w", contract.BucketLeases, err)
 	}
-	if s.leaseTTL = st.TTL(); s.leaseTTL <= leaseMargin+leaseRefresh {
+	if s.leaseTTL = st.TTL(); s.leaseTTL <= lease.Margin+lease.Refresh {
 		return fmt.Errorf("dispatch: bucket %s has TTL %s; leases need one above %s (shared.LeaseTTL is %s)",
-			contract.BucketLeases, s.leaseTTL, leaseMargin+leaseRefresh, shared.LeaseTTL)
+			contract.BucketLeases, s.leaseTTL, lease.Margin+lease.Refresh, shared.LeaseTTL)
 	}
 	s.share = s.newShare()
-	s.presence = newPresence(s.js.Conn())
-	s.countConnLosses()
-	stopAnswering, err := s.presence.answer(s.share.replica, s.log)
+	s.presence = lease.NewPresence(s.js.Conn(), "dispatch")
+	s.conn = lease.WatchConn(s.js.Conn())
+	stopAnswering, err := s.presence.Answer(s.share.replica, s.log)
 	if err != nil {
 		return fmt.Errorf("dispatch: alive subject: %w", err)
 	}
@@ -136,25 +135,6 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
-}
-
-// countConnLosses counts every loss of the connection in connLosses, beside
-// the handler already set (which logs it).
-func (s *Service) countConnLosses() {
-	nc := s.js.Conn()
-	prev := nc.DisconnectErrHandler()
-	nc.SetDisconnectErrHandler(func(c *nats.Conn, err error) {
-		s.connLosses.Add(1)
-		if prev != nil {
-			prev(c, err)
-		}
-	})
-}
-
-// connState reports whether the connection is up and how often it has been
-// lost; a lease confirmed before a loss no longer counts (lease.valid).
-func (s *Service) connState() (up bool, losses uint64) {
-	return s.js.Conn().IsConnected(), s.connLosses.Load()
 }
 
 // newShare is this process's fair share of the accounts. It counts them

@@ -10,7 +10,7 @@
 // buffer is no larger.
 //
 // One sender per account: only the holder of the account's lease in KV
-// broadcast_leases (lease.go: key <account>, value the runner's instance id,
+// broadcast_leases (package lease: key <account>, value the runner's instance id,
 // bucket TTL shared.LeaseTTL = 5 s) consumes its lanes, so its local token
 // bucket (golang.org/x/time/rate, rate_per_sec with burst) is the account's
 // rate across every replica. The holder refreshes the lease every second
@@ -20,7 +20,7 @@
 // least 1.5 s before anyone else can hold the lease. A stopping holder
 // deletes the lease after its in-flight sends and the standbys, which watch
 // the key and retry every second, take over at once. A killed one's lease
-// is taken at the standbys' next try (presence.go: its alive subject,
+// is taken at the standbys' next try (lease.Presence: its alive subject,
 // broadcast.alive.dispatch.<id>, has no responders once the server closed
 // its connection); otherwise it expires. A holder whose connection drops
 // starts no send until it confirmed its lease after reconnecting. The
@@ -124,7 +124,7 @@
 // slot. Jobs of paused or unapproved tasks are parked (control.go). Every
 // re-publication (delayed, moved to another account, unparked, dead letters
 // retried) goes back to the lane of the job's own priority. It answers
-// requests on broadcast.alive.dispatch.<replica> (presence.go) and on
+// requests on broadcast.alive.dispatch.<replica> (lease.Presence) and on
 // broadcast.requeue.<task> (requeue.go).
 //
 // Where to edit what:
@@ -132,8 +132,7 @@
 //     (a new account it cannot send with starts paused, with the reason).
 //   - account.go: one account's runner: its session while it holds the
 //     lease, its lanes' consumers, the backlog watch, its sender.
-//   - lease.go: the account lease: taking, keeping and releasing it.
-//   - presence.go: the alive subject, and taking a killed holder's lease early.
+//   - lease.go: waiting for the account's lease and keeping it while sending.
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.
 //   - send.go: handle and its steps, from the check for an earlier send to

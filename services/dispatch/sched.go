@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 )
 
 // Lanes: an account's jobs arrive on three consumers, one per priority; a
@@ -334,7 +335,7 @@ func (s *scheduler) pick() int {
 
 // run hands out tokens until the session ends. valid is checked after each
 // token, before the grant: when it fails (the lease could not be confirmed)
-// run ends the session and returns errLeaseLost, and no further send starts.
+// run ends the session and returns lease.ErrLost, and no further send starts.
 func (s *scheduler) run(ctx context.Context, valid func() bool) error {
 	defer s.end()
 	s.mu.Lock()
@@ -358,7 +359,7 @@ func (s *scheduler) run(ctx context.Context, valid func() bool) error {
 			token = true
 		}
 		if !valid() {
-			return errLeaseLost
+			return lease.ErrLost
 		}
 		token = !s.grant()
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/stretchr/testify/require"
 )
 
@@ -189,7 +190,7 @@ func TestDispatchSchedulerStopsWhenLeaseInvalid(t *testing.T) {
 	invalidAt.Store(time.Now().UnixNano())
 	select {
 	case err := <-runErr:
-		require.ErrorIs(t, err, errLeaseLost)
+		require.ErrorIs(t, err, lease.ErrLost)
 	case <-time.After(2 * time.Second):
 		t.Fatal("the scheduler went on after the lease could not be confirmed")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -241,7 +242,7 @@ func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery
 			// would hold one of the lane's MaxAckPending slots meanwhile,
 			// and with all of them held the new owner would wait).
 			delay := time.Second
-			if errors.Is(err, errSchedStopped) || errors.Is(err, errLeaseLost) {
+			if errors.Is(err, errSchedStopped) || errors.Is(err, lease.ErrLost) {
 				delay = 0
 			}
 			return true, shared.RetryAfter(delay, err)

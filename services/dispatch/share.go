@@ -7,13 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // fairShare spreads accounts over the dispatch replicas. Each replica
 // announces itself in KV broadcast_leases under "replica.<id>" (account
 // names cannot contain a dot, so these never clash with a lease) every
-// leaseRefresh. A runner takes its account's lease only while its process
+// lease.Refresh. A runner takes its account's lease only while its process
 // holds fewer than its share, ceil(accounts / live replicas), and a process
 // holding more (a replica joined) hands the surplus back, so the senders'
 // work, and their provider connections, spread evenly: with a per-replica
@@ -42,14 +43,14 @@ const replicaPrefix = "replica."
 
 // replicaStale is how long a replica counts as live after its last
 // announcement.
-const replicaStale = 3 * leaseRefresh
+const replicaStale = 3 * lease.Refresh
 
 // giveBackEvery spaces hand-backs, so the others can take the accounts
 // before the share is looked at again.
-const giveBackEvery = 2 * leaseRefresh
+const giveBackEvery = 2 * lease.Refresh
 
 func newFairShare(kv jetstream.KeyValue, total func() int) *fairShare {
-	replica := newReplicaID()
+	replica := lease.NewReplicaID()
 	return &fairShare{kv: kv, replica: replica, self: replicaPrefix + strings.NewReplacer("/", "-", ".", "-").Replace(replica),
 		total: total, seen: map[string]time.Time{}, announced: make(chan struct{})}
 }
@@ -66,7 +67,7 @@ func (f *fairShare) run(ctx context.Context) {
 	// configured) does not count.
 	present := false
 	announce := func() {
-		actx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
+		actx, cancel := context.WithTimeout(ctx, lease.OpTimeout)
 		defer cancel()
 		if f.total() == 0 {
 			if present && f.kv.Delete(actx, f.self) == nil {
@@ -79,15 +80,15 @@ func (f *fairShare) run(ctx context.Context) {
 		}
 	}
 	announce()
-	t := time.NewTicker(leaseRefresh)
+	t := time.NewTicker(lease.Refresh)
 	defer t.Stop()
 	// Replicas starting together see each other after one round of
 	// announcements; until then none takes a lease.
-	startup := time.After(leaseRefresh + leaseRefresh/2)
+	startup := time.After(lease.Refresh + lease.Refresh/2)
 	for {
 		select {
 		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseOpTimeout)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease.OpTimeout)
 			_ = f.kv.Delete(dctx, f.self)
 			cancel()
 			return

@@ -1,0 +1,13 @@
+// Package lease decides which process does a piece of work that must have
+// exactly one doer at a time: dispatch's sender of each account, status's
+// folder of the events. A lease is a key in KV broadcast_leases whose value
+// names the holder; the bucket's TTL (shared.LeaseTTL) removes a lease its
+// holder stopped refreshing.
+//
+// Files:
+//   - lease.go: taking, refreshing, checking and releasing one lease.
+//   - presence.go: the alive subject of each holding process, and taking a
+//     killed holder's lease before its TTL.
+//   - conn.go: whether this process's connection has stayed up since the
+//     lease was last confirmed.
+package lease

@@ -1,0 +1,149 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// leasesBucket starts a JetStream server with the topology and returns its
+// client and the leases bucket.
+func leasesBucket(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	js := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
+		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
+	}).JS
+	kv, err := js.KeyValue(context.Background(), contract.BucketLeases)
+	require.NoError(t, err)
+	return js, kv
+}
+
+// TestLeaseOneOwner: one owner at a time; a released lease is taken
+// at once; a lease nobody refreshes (a crashed owner) is taken only after
+// the bucket's TTL, and the old owner stopped counting it valid at least
+// Margin before that; the old owner then learns it lost the lease.
+func TestLeaseOneOwner(t *testing.T) {
+	t.Parallel()
+	_, kv := leasesBucket(t)
+	ctx := context.Background()
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, shared.LeaseTTL, st.TTL())
+	a, b, c := New(kv, "acct", st.TTL()), New(kv, "acct", st.TTL()), New(kv, "acct", st.TTL())
+	require.NotEqual(t, a.Owner, b.Owner)
+
+	ok, err := a.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, a.Valid())
+	ok, err = b.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a held lease is not taken")
+	require.NoError(t, a.Refresh(ctx))
+	require.False(t, b.Valid())
+
+	// A graceful stop: released, taken at once.
+	require.NoError(t, a.Release(ctx))
+	require.False(t, a.Valid())
+	ok, err = b.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "a released lease is taken at once")
+
+	// A crash: b stops refreshing. c keeps trying, as a runner does.
+	require.NoError(t, b.Refresh(ctx))
+	bValidUntil := b.Until()
+	var takenAt time.Time
+	for deadline := time.Now().Add(3 * shared.LeaseTTL); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ok, err := c.TryAcquire(ctx)
+		require.NoError(t, err)
+		if ok {
+			takenAt = time.Now()
+			break
+		}
+	}
+	require.False(t, takenAt.IsZero(), "an abandoned lease expires")
+	gap := takenAt.Sub(bValidUntil)
+	t.Logf("abandoned lease taken %s after the old owner stopped counting it valid (margin %s, TTL %s)", gap.Round(time.Millisecond), Margin, shared.LeaseTTL)
+	require.False(t, b.Valid())
+	require.GreaterOrEqual(t, gap, Margin-100*time.Millisecond, "no overlap: the old owner stopped well before anyone else could start")
+	require.Less(t, gap, Margin+2*time.Second, "taken over soon after the TTL")
+	require.ErrorIs(t, b.Refresh(ctx), ErrLost, "the old owner learns it lost the lease")
+	require.NoError(t, b.Release(ctx), "releasing a lost lease touches nobody else's")
+	ok, err = a.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "c still holds it")
+	require.True(t, c.Valid())
+}
+
+// TestLeaseOfAGoneHolder: a lease whose holder's process still
+// answers on its alive subject is not taken before its TTL; once that
+// process's connection closes (kill -9), a standby takes it at its next
+// try, and the old holder learns it lost it. A holder counts its lease
+// invalid from the moment its connection is down until a refresh succeeds
+// after the reconnect, so the early take-over never overlaps its sends.
+func TestLeaseOfAGoneHolder(t *testing.T) {
+	t.Parallel()
+	js, kv := leasesBucket(t)
+	ctx := context.Background()
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+
+	// The holder answers on its own connection, which the test closes
+	// as a killed process's would be.
+	holderConn, err := nats.Connect(js.Conn().ConnectedUrl())
+	require.NoError(t, err)
+	holderReplica := NewReplicaID()
+	stopAnswering, err := NewPresence(holderConn, "dispatch").Answer(holderReplica, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer stopAnswering()
+
+	up, losses := true, uint64(0)
+	var connMu sync.Mutex
+	holder := New(kv, "acct", st.TTL())
+	holder.Owner = OwnerID(holderReplica)
+	holder.Conn = func() (bool, uint64) { connMu.Lock(); defer connMu.Unlock(); return up, losses }
+	standby := New(kv, "acct", st.TTL())
+	standby.HolderGone = NewPresence(js.Conn(), "dispatch").Gone
+
+	ok, err := holder.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = standby.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a holder that answers keeps its lease")
+
+	// Its connection down: the holder starts no send; back up after a
+	// loss, it starts none until its lease is confirmed again.
+	connMu.Lock()
+	up = false
+	connMu.Unlock()
+	require.False(t, holder.Valid(), "no send while the connection is down")
+	connMu.Lock()
+	up, losses = true, 1
+	connMu.Unlock()
+	require.False(t, holder.Valid(), "no send after a reconnect before a refresh")
+	require.NoError(t, holder.Refresh(ctx))
+	require.True(t, holder.Valid())
+
+	holderConn.Close()
+	time.Sleep(PresenceCache) // the standby's last answer was "alive"
+	start := time.Now()
+	ok, err = standby.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "the lease of a closed connection is taken at once")
+	require.Equal(t, holder.Owner, standby.TookFrom)
+	t.Logf("taken %s after the holder's connection closed; its lease had %s left", time.Since(start).Round(time.Millisecond), time.Until(holder.Until()).Round(time.Millisecond))
+	require.Less(t, time.Since(start), time.Second)
+	require.ErrorIs(t, holder.Refresh(ctx), ErrLost, "the old holder learns it lost the lease")
+	require.True(t, standby.Valid())
+}
