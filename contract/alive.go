@@ -16,3 +16,8 @@ const SubjectAlivePrefix = "broadcast.alive."
 func AliveSubject(service, instance string) string {
 	return SubjectAlivePrefix + service + "." + instance
 }
+
+// StatusFoldLease is the key in KV broadcast_leases of the one status
+// process that folds events into progress; the others stand by. Account
+// names cannot contain a dot, so it never clashes with an account's lease.
+const StatusFoldLease = "status.fold"

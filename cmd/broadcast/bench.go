@@ -42,7 +42,13 @@ func runBench(ctx context.Context, args []string) error {
 	// pipeline back (ratio 0.192-0.206 against 0.205-0.226 alternating).
 	concurrency := fs.Int("concurrency", contract.MaxConcurrency, "the benchmark account's concurrency (its consumers' MaxAckPending)")
 	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
+	accounts := fs.Int("accounts", 1, "sandbox accounts the task is spread over (they share -rate)")
+	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
+	statusReplicas := fs.Int("status-replicas", 1, "status processes (one folds, the others stand by)")
 	_ = fs.Parse(args)
+	if *accounts < 1 || *statusReplicas < 1 {
+		return fmt.Errorf("bench: -accounts and -status-replicas must be at least 1")
+	}
 	if *raw == 0 {
 		*raw = *n
 	}
@@ -85,7 +91,13 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":1000000,"burst":100000,"concurrency":%d}`, *concurrency), 1, 1, serviceOverrides{})
+	perAccount, burst := 1_000_000.0, 100_000
+	if *rate > 0 {
+		perAccount = *rate / float64(*accounts)
+		burst = max(1, int(perAccount/10))
+	}
+	res, err := benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
+		*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas})
 	if err != nil {
 		return err
 	}
@@ -165,12 +177,14 @@ type benchResult struct {
 	cpu                 time.Duration // CPU time of this process from submit to the final progress
 	final               *contract.Progress
 	dispatchReplicas    int
+	accounts            int
+	statusReplicas      int
 	providerLatencyStr  string
 }
 
 func (r *benchResult) print() {
-	fmt.Printf("pipeline: %d recipients, %d dispatch replica(s)%s: final state %s, sent %d in %s\n",
-		r.n, r.dispatchReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.elapsed.Round(time.Millisecond))
+	fmt.Printf("pipeline: %d recipients over %d account(s), %d dispatch replica(s), %d status replica(s)%s: final state %s, sent %d in %s\n",
+		r.n, r.accounts, r.dispatchReplicas, r.statusReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.elapsed.Round(time.Millisecond))
 	fmt.Printf("  stages: accepted (ingest expanded) after %s, all jobs rendered after %s, first send after %s, last send after %s, final progress read after %s\n",
 		r.ingestDone.Round(time.Millisecond), r.renderDone.Round(time.Millisecond), r.firstSend.Round(time.Millisecond),
 		r.lastSent.Sub(r.start).Round(time.Millisecond), r.finalSeen.Round(time.Millisecond))
@@ -208,7 +222,10 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	}()
 	svcCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	names := []string{"ingest", "render", "status"}
+	names := []string{"ingest", "render"}
+	for range max(o.statusReplicas, 1) {
+		names = append(names, "status")
+	}
 	for range replicas {
 		names = append(names, "dispatch")
 	}
@@ -245,15 +262,19 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	}
 	jobsSeq0 := jobsInfo.State.LastSeq
 	// Measure the pipeline, not its start: submit once dispatch sends for
-	// every account (replicas first agree on how to share them).
-	if err := waitLeases(ctx, js, pool, 15*time.Second); err != nil {
+	// every account (replicas first agree on how to share them) and a
+	// status process folds.
+	if err := waitLeases(ctx, js, append(slices.Clone(pool), contract.StatusFoldLease), 15*time.Second+time.Duration(accounts)*20*time.Millisecond); err != nil {
 		return nil, err
+	}
+	if v := svcErr.Load(); v != nil {
+		return nil, v.(error)
 	}
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
 	}
-	res := &benchResult{n: n, dispatchReplicas: replicas, start: start}
+	res := &benchResult{n: n, dispatchReplicas: replicas, accounts: accounts, statusReplicas: max(o.statusReplicas, 1), start: start}
 	var lastP *contract.Progress
 	for {
 		if v := svcErr.Load(); v != nil {
@@ -299,7 +320,8 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	return res, err
 }
 
-// waitLeases waits until a dispatch replica holds each account's lease.
+// waitLeases waits until each of the leases (accounts' and the fold lease)
+// is held.
 func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, timeout time.Duration) error {
 	kv, err := js.KeyValue(ctx, contract.BucketLeases)
 	if err != nil {
@@ -312,7 +334,7 @@ func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, 
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("no dispatch replica took account %s within %s", a, timeout)
+				return fmt.Errorf("nobody took lease %s within %s", a, timeout)
 			}
 			select {
 			case <-ctx.Done():

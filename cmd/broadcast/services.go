@@ -26,6 +26,8 @@ const defaultMemoryLimit = 100 << 20
 type serviceOverrides struct {
 	dispatch func(*dispatch.Config)
 	status   func(*status.Config)
+	// statusReplicas is how many status services bench runs (0: one).
+	statusReplicas int
 }
 
 func newLogger() (*slog.Logger, error) {
@@ -66,6 +68,7 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 	type runner interface{ Run(context.Context) error }
 	var runners []runner
 	reg := metrics.NewRegistry()
+	statuses := 0
 	for _, n := range names {
 		var r runner
 		var err error
@@ -97,6 +100,11 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 				c.Logger, c.Metrics = log, reg
 				if o.status != nil {
 					o.status(&c)
+				}
+				if statuses++; statuses > 1 {
+					// Standbys of the first (bench -status-replicas): one
+					// dashboard and one set of metrics per process.
+					c.DashboardAddr, c.Metrics = "", nil
 				}
 				r, err = status.New(js, c)
 			}

@@ -150,16 +150,20 @@ func dispatchUser() User {
 func statusUser() User {
 	return User{
 		Name: "status",
-		About: "status: reads EVENTS, writes progress and checkpoints; asks ingest to pause a failing task " +
-			"(circuit breaker).",
+		About: "status: reads EVENTS, writes progress and checkpoints (while it holds the fold lease); asks " +
+			"ingest to pause a failing task (circuit breaker).",
 		PasswordHash: "$2a$06$oFMR36gOtbf4WKchRgZULeod0HByvLmV9rtFd.Q9f7Wkp1hIRGVyy",
 		Publish: Rules{
 			Allow: []Grant{
 				checkTopology(),
 				grant("its own subjects", subjects(contract.SubjectControlPrefix+"*"),
-					kvWrite(contract.BucketProgress), objectWrite(contract.BucketStatus)),
+					kvWrite(contract.BucketProgress), objectWrite(contract.BucketStatus),
+					subjects("$KV."+contract.BucketLeases+"."+contract.StatusFoldLease)),
+				grant("asking whether the status process holding the fold lease is still connected",
+					subjects(contract.AliveSubject("status", "*"))),
 				grant("the buckets it reads",
-					each([]string{contract.BucketProgress, contract.BucketControl, contract.BucketAccounts, contract.BucketHealth}, kvRead),
+					each([]string{contract.BucketProgress, contract.BucketControl, contract.BucketAccounts, contract.BucketHealth,
+						contract.BucketLeases}, kvRead),
 					objectRead(contract.BucketStatus), subjects("$JS.API.STREAM.PURGE."+shared.ObjectStream(contract.BucketStatus))),
 				grant("its consumer on EVENTS", durable(contract.StreamEvents, contract.ConsumerStatus)),
 				grant("queue depths per account for the dashboard (read only)",
@@ -169,7 +173,8 @@ func statusUser() User {
 			Deny: []Grant{grant("what only others publish", subjects(contract.SubjectTasks, contract.SubjectJobsPrefix+">",
 				contract.SubjectEventsPrefix+">", contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">"))},
 		},
-		Subscribe: inbox(),
+		Subscribe:      inbox(contract.AliveSubject("status", "*")),
+		AllowResponses: true,
 	}
 }
 

@@ -8,6 +8,12 @@
 // acknowledged it unfolded; a three-node failover test lost 3 of 1,000
 // outcomes that way.
 //
+// One folder: any number of status processes may run, but only the holder
+// of the lease contract.StatusFoldLease in KV broadcast_leases consumes and
+// writes (foldlease.go); the others stand by and serve the dashboard. It
+// answers on broadcast.alive.status.<replica> so that a standby takes a
+// killed holder's lease at once (package lease).
+//
 // Publishes: KV broadcast_progress (key = task id, value = contract.Progress),
 // written at most every flush interval (not once per event), and a
 // checkpoint per task in object store broadcast_status.
@@ -27,7 +33,8 @@
 // the JOBS consumers of dispatch (one per account and priority) for queue
 // depths.
 //
-// Where to edit what: status.go (the consume and flush loop), fold.go (how
+// Where to edit what: status.go (the consume and flush loop), foldlease.go
+// (taking, keeping and checking the fold lease), fold.go (how
 // an event changes a task's progress), checkpoint.go (saving and loading
 // fold state), rate.go (smoothed rate and ETA), dashboard.go (what the
 // dashboard shows, queue polling), retention.go (removing old finished

@@ -18,6 +18,9 @@ import (
 func (s *Service) forget(ctx context.Context) {
 	every := min(time.Hour, s.cfg.Retention/4)
 	shared.Every(ctx, every, func(ctx context.Context) {
+		if !s.mayWrite() {
+			return // the folding process removes them
+		}
 		n, err := s.forgetFinished(ctx, time.Now())
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("removing old finished tasks failed; next round tries again", "err", err)

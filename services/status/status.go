@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -41,11 +43,16 @@ type Service struct {
 	log         *slog.Logger
 	progress    jetstream.KeyValue
 	checkpoints jetstream.ObjectStore
+	leases      jetstream.KeyValue // holds the fold lease (foldlease.go)
 
 	controls *shared.ControlWatcher
 	changed  chan string
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
+
+	// holds is the fold lease while this process folds, nil while it
+	// stands by; nothing is written without it valid (foldlease.go).
+	holds atomic.Pointer[lease.Lease]
 
 	mu    sync.Mutex
 	folds map[string]*taskFold
@@ -102,26 +109,59 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("status: consumer: %w", err)
 	}
+	l, stopAnswering, err := s.foldLease(ctx)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	defer stopAnswering()
+	s.log.Info("status started")
+	released := s.watchFoldLease(ctx)
+	for s.acquireFold(ctx, l, released) {
+		err := s.foldWhileHeld(ctx, cons, l)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("stopped folding; another status process may fold now", "err", err)
+	}
+	return nil
+}
+
+// foldWhileHeld folds events while this process holds the fold lease: it
+// returns nil after a stop (having flushed, acknowledged and released the
+// lease), or why it lost the lease. Then the events it folded but did not
+// flush are handed back unacknowledged and its fold states dropped: the
+// next holder folds them again onto the checkpoints.
+func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l *lease.Lease) error {
+	sctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	s.holds.Store(l)
+	defer s.holds.Store(nil)
+	go s.keepFoldLease(sctx, l, end)
+
 	msgs := make(chan jetstream.Msg, 4096)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
 		case msgs <- m:
-		case <-ctx.Done():
+		case <-sctx.Done():
+			_ = m.Nak()
 		}
 	}, jetstream.PullMaxMessages(2000), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		s.log.Debug("consume", "err", err)
 	}))
 	if err != nil {
-		return fmt.Errorf("status: consume: %w", err)
+		return fmt.Errorf("consume: %w", err)
 	}
 	defer cc.Stop()
-	s.log.Info("status started")
 
 	ticker := time.NewTicker(s.cfg.FlushInterval)
 	defer ticker.Stop()
 	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
 		if err := s.flush(ctx); err != nil {
+			if errors.Is(err, lease.ErrLost) {
+				end(err)
+				return
+			}
 			s.log.Warn("flush failed; events stay unacknowledged and will be folded again", "err", err)
 			return
 		}
@@ -135,11 +175,20 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	for {
 		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			flush(fctx)
-			cancel()
-			return nil
+		case <-sctx.Done():
+			if ctx.Err() != nil {
+				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				flush(fctx)
+				cancel()
+				cc.Stop()
+				if err := l.Release(context.Background()); err != nil {
+					s.log.Warn("could not release the fold lease; a standby takes over when it expires", "err", err)
+				}
+				return nil
+			}
+			cc.Stop()
+			s.handBack(append(folded, drain(msgs)...))
+			return context.Cause(sctx)
 		case m := <-msgs:
 			if err := s.fold(ctx, m); err != nil {
 				// Only a checkpoint read can fail here; without its state the
@@ -158,6 +207,30 @@ func (s *Service) Run(ctx context.Context) error {
 			if err := s.touch(ctx, taskID); err != nil {
 				s.log.Warn("cannot load task state", shared.KeyTaskID, taskID, "err", err)
 			}
+		}
+	}
+}
+
+// handBack drops every fold state and returns the events folded into them
+// unacknowledged, for the next holder.
+func (s *Service) handBack(msgs []jetstream.Msg) {
+	s.mu.Lock()
+	s.folds = map[string]*taskFold{}
+	s.mu.Unlock()
+	for _, m := range msgs {
+		_ = m.Nak()
+	}
+}
+
+// drain returns what is buffered in msgs.
+func drain(msgs chan jetstream.Msg) []jetstream.Msg {
+	var out []jetstream.Msg
+	for {
+		select {
+		case m := <-msgs:
+			out = append(out, m)
+		default:
+			return out
 		}
 	}
 }
@@ -268,6 +341,9 @@ func (s *Service) flush(ctx context.Context) error {
 	s.mu.Unlock()
 
 	for _, w := range writes {
+		if !s.mayWrite() {
+			return lease.ErrLost
+		}
 		if w.save {
 			s.mu.Lock()
 			err := s.saveCheckpoint(ctx, w.f)

@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/proctest"
+)
+
+// TestKillStatusReplicaKeepsProgressExact runs two status processes beside
+// ingest, render and dispatch processes and kills (SIGKILL) the one that
+// folds, twice, while a task is sent (the killed one comes back as the
+// standby). Every progress value written must be monotonic (sent and
+// failed never go back), progress must move again within 3 s of each kill,
+// and the final progress must equal the gateway's ledger exactly.
+func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the multi-process status replica test")
+	}
+	const (
+		n     = 3000
+		rate  = 200
+		kills = 2
+	)
+	ns := proctest.StartNATS(t, t.TempDir(), 0)
+	gw := proctest.StartGateway(t, "-latency", "2ms", "-seed", "9")
+	c := newChaosClient(t, ns.URL)
+	natsEnv := "NATS_URL=" + ns.URL
+	for _, name := range []string{"ingest", "render", "dispatch"} {
+		p := proctest.StartService(t, name, natsEnv)
+		p.WaitLog(name+" started", 30*time.Second)
+	}
+	var replicas [2]*proctest.Proc
+	for i := range replicas {
+		replicas[i] = proctest.StartService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=250ms")
+		replicas[i].WaitLog("status started", 30*time.Second)
+	}
+	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":8}`,
+		gw.URL, rate, rate))
+
+	task := contract.Task{ID: "status-replicas", Channel: "webhook", Template: "Hello {{.to}}", Recipients: recipients("s", n)}
+
+	// Every progress value written, in order.
+	type seen struct {
+		at time.Time
+		p  contract.Progress
+	}
+	var mu sync.Mutex
+	var values []seen
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kv, err := c.js.KeyValue(ctx, contract.BucketProgress)
+	require.NoError(t, err)
+	w, err := kv.Watch(ctx, task.ID)
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	go func() {
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var p contract.Progress
+			if json.Unmarshal(e.Value(), &p) == nil {
+				mu.Lock()
+				values = append(values, seen{time.Now(), p})
+				mu.Unlock()
+			}
+		}
+	}()
+	// sentSince is the last value's sent count, if it was written after since.
+	sentSince := func(since time.Time) (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(values) == 0 || !values[len(values)-1].at.After(since) {
+			return 0, false
+		}
+		return values[len(values)-1].p.Sent, true
+	}
+	lastSent := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(values) == 0 {
+			return 0
+		}
+		return values[len(values)-1].p.Sent
+	}
+
+	data, err := json.Marshal(task)
+	require.NoError(t, err)
+	c.submit(data)
+
+	var gaps []time.Duration
+	for k := range kills {
+		want := (k + 1) * n / (kills + 2)
+		require.Eventually(t, func() bool { return lastSent() >= want }, 60*time.Second, 20*time.Millisecond, "progress before kill %d", k+1)
+		holder := foldHolder(t, c, replicas[:])
+		atKill := lastSent()
+		killedAt := time.Now()
+		holder.Kill()
+		for {
+			if s, ok := sentSince(killedAt); ok && s > atKill {
+				break
+			}
+			require.Less(t, time.Since(killedAt), 30*time.Second, "progress never moved after kill %d", k+1)
+			time.Sleep(20 * time.Millisecond)
+		}
+		gap := time.Since(killedAt)
+		gaps = append(gaps, gap)
+		t.Logf("kill %d of the folding status (pid %d) at sent=%d: progress moving again after %s", k+1, holder.Pid(), atKill, gap.Round(10*time.Millisecond))
+		holder.Restart()
+	}
+
+	p := c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	l, err := gateway.FetchLedger(lctx, gw.URL)
+	lcancel()
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond) // the watch's last values
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("progress gaps %v; %d progress values; final %s sent=%d failed=%d; gateway accepted keys %d, duplicates %d",
+		gaps, len(values), p.State, p.Sent, p.Failed, l.AcceptedKeys(), l.Duplicates)
+	for i := 1; i < len(values); i++ {
+		a, b := values[i-1].p, values[i].p
+		require.GreaterOrEqual(t, b.Sent, a.Sent, "sent went back at value %d", i)
+		require.GreaterOrEqual(t, b.Failed, a.Failed, "failed went back at value %d", i)
+	}
+	require.Equal(t, contract.StateSucceeded, p.State)
+	require.Equal(t, n, p.Sent)
+	require.Equal(t, n, l.AcceptedKeys(), "every recipient accepted")
+	require.Zero(t, l.Duplicates)
+	for i, g := range gaps {
+		require.Less(t, g, 3*time.Second, "progress moves again within 3 s of kill %d", i+1)
+	}
+}
+
+// foldHolder returns the status process among procs whose pid the fold
+// lease names.
+func foldHolder(t *testing.T, c *chaosClient, procs []*proctest.Proc) *proctest.Proc {
+	t.Helper()
+	return leaseHolder(t, c, contract.StatusFoldLease, procs)
+}
