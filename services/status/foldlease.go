@@ -53,6 +53,10 @@ func (s *Service) foldLease(ctx context.Context) (*lease.Lease, func(), error) {
 	return l, stop, nil
 }
 
+// errNotConfirmed stops a flush while the fold lease is not confirmed
+// valid; its events stay unacknowledged and their effect in memory.
+var errNotConfirmed = errors.New("fold lease not confirmed")
+
 // mayWrite reports whether this process may write progress and
 // checkpoints now: it holds a valid fold lease.
 func (s *Service) mayWrite() bool {
@@ -125,7 +129,10 @@ func (s *Service) acquireFold(ctx context.Context, l *lease.Lease, released <-ch
 }
 
 // keepFoldLease refreshes the lease every lease.Refresh until ctx ends; a
-// lease lost, or not confirmed before it runs out, ends the session.
+// lease someone else holds now, or that ran out, ends the session. While
+// it cannot be confirmed (the connection is down) nothing is written
+// (mayWrite), but the fold state is kept: after a reconnect the next
+// refresh confirms the lease again and the held events are written.
 func (s *Service) keepFoldLease(ctx context.Context, l *lease.Lease, end context.CancelCauseFunc) {
 	t := time.NewTicker(lease.Refresh)
 	defer t.Stop()
@@ -139,11 +146,11 @@ func (s *Service) keepFoldLease(ctx context.Context, l *lease.Lease, end context
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
-		if errors.Is(err, lease.ErrLost) || !l.Valid() {
+		if errors.Is(err, lease.ErrLost) {
 			l.Drop()
 			end(lease.ErrLost)
 			return
 		}
-		s.log.Warn("could not refresh the fold lease; still valid for a moment", "err", err, "valid_for", time.Until(l.Until()).Round(time.Millisecond))
+		s.log.Warn("could not refresh the fold lease; writing nothing until it is confirmed", "err", err)
 	}
 }

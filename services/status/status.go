@@ -158,9 +158,8 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
 		if err := s.flush(ctx); err != nil {
-			if errors.Is(err, lease.ErrLost) {
-				end(err)
-				return
+			if errors.Is(err, errNotConfirmed) {
+				return // kept until the lease is confirmed again (keepFoldLease)
 			}
 			s.log.Warn("flush failed; events stay unacknowledged and will be folded again", "err", err)
 			return
@@ -342,7 +341,7 @@ func (s *Service) flush(ctx context.Context) error {
 
 	for _, w := range writes {
 		if !s.mayWrite() {
-			return lease.ErrLost
+			return errNotConfirmed
 		}
 		if w.save {
 			s.mu.Lock()
