@@ -51,6 +51,14 @@ func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	ctl := s.controls.Get(taskID)
+	if ctl.State != contract.StateScheduled {
+		// The view may not have the state written moments ago (seed
+		// 860129467: a task scheduled just after a server restart found
+		// none and never started): ask the bucket.
+		if ctl, err = s.controls.Read(ctx, taskID); err != nil {
+			return err
+		}
+	}
 	if ctl.State == contract.StateProcessing && rec.Released && !rec.Expanded {
 		// A release cut short (ingest stopped after marking the task
 		// processing, before every batch was published): finish it.
