@@ -51,8 +51,9 @@ type Job struct {
 	Moves int `json:"moves,omitempty"`
 	// MaybeSent marks a job one of whose sends may have reached the
 	// provider with its answer lost: a delivery that left no outcome (the
-	// process died or the ack wait ran out during the call). Its events
-	// other than sent say so (Event.MaybeSent).
+	// process died or the ack wait ran out during the call), or one queued
+	// before a server restart lost its delivery count. Its events other
+	// than sent say so (Event.MaybeSent).
 	MaybeSent bool `json:"maybe_sent,omitempty"`
 }
 

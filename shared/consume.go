@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -62,16 +63,28 @@ func (c *ConsumeConfig) withDefaults() {
 
 // Consume runs h over the consumer's messages until ctx is cancelled, then
 // stops pulling and waits for in-flight handlers to finish. Messages still
-// buffered but not started are left unacknowledged and are redelivered.
+// buffered but not started are left unacknowledged and are redelivered. It
+// returns ErrConsumerGone, after the same wait, when the consumer no
+// longer exists on the server.
 func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg ConsumeConfig) error {
 	cfg.withDefaults()
 	work := make(chan jetstream.Msg)
+	// maybeGone is poked when a pull request finds nobody serving the
+	// consumer: it may no longer exist (deleted, or held in memory by a
+	// server that restarted).
+	maybeGone := make(chan struct{}, 1)
 	opts := append([]jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(cfg.Concurrency),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.Canceled) {
 				cfg.Logger.Debug("consume", "err", err)
 				return
+			}
+			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				select {
+				case maybeGone <- struct{}{}:
+				default:
+				}
 			}
 			cfg.Logger.Warn("consume error", "err", err)
 		}),
@@ -127,7 +140,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var keeper sync.WaitGroup
 	keeper.Go(func() { running.keepAlive(keepCtx, cfg.AckWait/2) })
-	<-ctx.Done()
+	gone := waitStopOrGone(ctx, cons, maybeGone)
 	cc.Stop()
 	done := make(chan struct{})
 	go func() {
@@ -144,7 +157,45 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	}
 	stopKeeping()
 	keeper.Wait()
+	if gone {
+		return ErrConsumerGone
+	}
 	return nil
+}
+
+// ErrConsumerGone ends Consume when its consumer no longer exists on the
+// server (deleted, or kept in memory by a server that restarted): the
+// caller creates it again.
+var ErrConsumerGone = errors.New("the consumer no longer exists")
+
+// waitStopOrGone waits until ctx ends (false) or the server confirms that
+// cons no longer exists after a pull found nobody serving it (true).
+func waitStopOrGone(ctx context.Context, cons jetstream.Consumer, maybeGone <-chan struct{}) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-maybeGone:
+			// Ask until the server answers either way (a restarting
+			// server answers neither for a moment).
+			for range 20 {
+				ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := cons.Info(ictx)
+				cancel()
+				if errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return true
+				}
+				if err == nil || ctx.Err() != nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return false
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		}
+	}
 }
 
 // inFlight is the message each handler goroutine is working on, so that

@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string) error {
 	accounts := fs.Int("accounts", 1, "sandbox accounts the task is spread over (they share -rate)")
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
 	statusReplicas := fs.Int("status-replicas", 1, "status processes (one folds, the others stand by)")
+	idle := fs.Duration("idle", 0, "before the task, measure the CPU the idle pipeline spends with its accounts for this long")
 	_ = fs.Parse(args)
 	if *accounts < 1 || *statusReplicas < 1 {
 		return fmt.Errorf("bench: -accounts and -status-replicas must be at least 1")
@@ -97,7 +98,7 @@ func runBench(ctx context.Context, args []string) error {
 		burst = max(1, int(perAccount/10))
 	}
 	res, err := benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
-		*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas})
+		*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas}, *idle)
 	if err != nil {
 		return err
 	}
@@ -200,7 +201,7 @@ func (r *benchResult) print() {
 
 // benchPipeline runs the four services (dispatch with `replicas` copies)
 // and one task of n recipients through account.
-func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, replicas int, o serviceOverrides) (*benchResult, error) {
+func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, replicas int, o serviceOverrides, idle time.Duration) (*benchResult, error) {
 	log, _ := shared.NewLogger(os.Stderr, shared.LogConfig{Format: os.Getenv("LOG_FORMAT"), Level: "error"})
 	name := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	var pool []string
@@ -269,6 +270,16 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	}
 	if v := svcErr.Load(); v != nil {
 		return nil, v.(error)
+	}
+	if idle > 0 {
+		t0, c0 := time.Now(), cpuTime()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(idle):
+		}
+		fmt.Printf("idle: %d account(s) held, no task: %.3f cores (server and services) over %s\n",
+			accounts, (cpuTime()-c0).Seconds()/time.Since(t0).Seconds(), idle)
 	}
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
@@ -416,7 +427,7 @@ func benchReplicas(ctx context.Context, js jetstream.JetStream, list string) err
 			return fmt.Errorf("replicas: %q is not a positive number", f)
 		}
 		res, err := benchPipeline(ctx, js, 8000*r, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, r,
-			serviceOverrides{dispatch: func(c *dispatch.Config) { c.MaxInFlight = replicaBudget }})
+			serviceOverrides{dispatch: func(c *dispatch.Config) { c.MaxInFlight = replicaBudget }}, 0)
 		if err != nil {
 			return err
 		}

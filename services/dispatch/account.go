@@ -28,6 +28,16 @@ const ackWait = 2 * time.Second
 // (lease.go) consumes them. Each lane's MaxAckPending is the account's
 // concurrency, so a lane's held jobs never stop another lane's delivery;
 // the in-flight cap across lanes is the scheduler's (sched.go).
+//
+// Their state is kept in memory: the server rewrote each busy consumer's
+// state file about ten times a second, so the cost grew with the number
+// of accounts sending (300 accounts sharing 15,000/s spent a third of the
+// CPU in those writes and ran at a ninth of the rate of 3). JOBS is a work
+// queue, so the jobs in the stream are exactly the unacknowledged ones: a
+// consumer lost with a server restart is created again and delivers them
+// all. Their delivery counts are lost with it, so the jobs a fresh
+// consumer finds already queued are checked for an earlier send like a
+// redelivery (laneConsumer, Delivery.recheck).
 func consumerConfig(a *contract.Account, p contract.Priority) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       contract.DispatchConsumer(a.Name, p),
@@ -37,6 +47,7 @@ func consumerConfig(a *contract.Account, p contract.Priority) jetstream.Consumer
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
 		MaxAckPending: jobsInFlight(a, p), // concurrency, or enough jobs to fill a batch account's calls (batcher.go)
+		MemoryStorage: true,
 	}
 }
 
@@ -259,14 +270,14 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 	var lanes sync.WaitGroup
 	var consumers []jetstream.Consumer
 	for lane := range numLanes {
-		cons := r.laneConsumer(sctx, a, lanePriority[lane])
+		cons, recheckThrough := r.laneConsumer(sctx, a, lanePriority[lane])
 		if cons == nil {
 			break // the session ended
 		}
 		consumers = append(consumers, cons)
 		lanes.Go(r.guard(end, "account consumer", func() {
 			err := shared.Consume(sctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
-				return r.handle(ctx, sched, lane, msg)
+				return r.handle(ctx, sched, lane, recheckThrough, msg)
 			}, shared.ConsumeConfig{
 				Concurrency: jobsInFlight(a, lanePriority[lane]),
 				AckWait:     ackWait,
@@ -274,7 +285,13 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 				DeadLetter:  r.svc.deadLetter,
 				Logger:      r.log.With("priority", lanePriority[lane]),
 			})
-			if err != nil {
+			switch {
+			case errors.Is(err, shared.ErrConsumerGone):
+				// Its state was in memory (consumerConfig): the next
+				// session creates it again.
+				r.log.Warn("the lane's consumer is gone (the server restarted?); creating it again", "priority", lanePriority[lane])
+				end(err)
+			case err != nil:
 				r.log.Error("account consumer stopped", "priority", lanePriority[lane], "err", err)
 				end(err)
 			}
@@ -315,8 +332,8 @@ const backlogPoll = 250 * time.Millisecond
 // normal work queued, normal ones while a high task ran). A lane nobody
 // below waits for is not asked about, and after two polls its answer counts
 // as unknown, which holds the lanes below back until it is asked again: one
-// request per backlogPoll for an account busy in one lane, none for an idle
-// one.
+// request per backlogPoll for an account busy in one lane, none (and no
+// wakeup) for an idle one.
 func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.Consumer) {
 	sched.mu.Lock()
 	sched.watched = true
@@ -325,6 +342,18 @@ func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.C
 	defer t.Stop()
 	var asked [laneLow]time.Time
 	for {
+		if sched.lowestWaiting() == 0 && asked == [laneLow]time.Time{} {
+			// Nothing below the high lane waits and no answer is to
+			// expire: sleep until a lower job asks for a turn, so an idle
+			// account costs no wakeups.
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-sched.lowerAsked:
+			}
+			t.Reset(backlogPoll / 10)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -355,36 +384,57 @@ func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.C
 
 // laneConsumer creates or updates the consumer of one lane, retrying until
 // it works or ctx ends (then it returns nil).
-func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority) jetstream.Consumer {
+func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority) (cons jetstream.Consumer, recheckThrough uint64) {
 	cfg := consumerConfig(a, p)
 	for {
 		cons, err := r.svc.js.CreateOrUpdateConsumer(ctx, contract.StreamJobs, cfg)
 		if err == nil {
-			return cons
+			if recheckThrough, err = r.freshConsumerBacklog(ctx, cons); err == nil {
+				return cons, recheckThrough
+			}
 		}
-		if p == contract.PriorityNormal && r.replaceOldConsumer(ctx, cfg) {
+		if err != nil && r.replaceOldConsumer(ctx, cfg) {
 			continue
 		}
 		r.log.Warn("cannot create account consumer; retrying", "priority", p, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil
+			return nil, 0
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-// replaceOldConsumer deletes the account's consumer as versions before the
-// lanes made it (pinned, every priority), when the server refuses to
-// update it in place. The jobs stay in the stream: the new consumer
-// delivers them. It reports whether it deleted one.
+// freshConsumerBacklog returns, for a consumer that has delivered nothing
+// yet (new, or created again after a server restart lost its state), the
+// stream's last sequence: the jobs up to it were queued before it and may
+// have been delivered, even sent, by the consumer it replaces. For a
+// consumer with state it returns 0.
+func (r *accountRunner) freshConsumerBacklog(ctx context.Context, cons jetstream.Consumer) (uint64, error) {
+	info := cons.CachedInfo()
+	if info.Delivered.Stream != 0 || info.AckFloor.Stream != 0 || info.NumPending == 0 {
+		return 0, nil
+	}
+	st, err := r.svc.js.Stream(ctx, contract.StreamJobs)
+	if err != nil {
+		return 0, err
+	}
+	return st.CachedInfo().State.LastSeq, nil
+}
+
+// replaceOldConsumer deletes the account's consumer as earlier versions
+// made it (pinned and for every priority before the lanes, with its state
+// in a file before memory), when the server refuses to update it in place.
+// The jobs stay in the stream: the new consumer delivers them, checking
+// each for an earlier send (freshConsumerBacklog). It reports whether it
+// deleted one.
 func (r *accountRunner) replaceOldConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) bool {
 	cons, err := r.svc.js.Consumer(ctx, contract.StreamJobs, cfg.Durable)
 	if err != nil {
 		return false
 	}
 	old := cons.CachedInfo().Config
-	if old.FilterSubject == cfg.FilterSubject && old.PriorityPolicy == jetstream.PriorityPolicyNone {
+	if old.FilterSubject == cfg.FilterSubject && old.PriorityPolicy == jetstream.PriorityPolicyNone && old.MemoryStorage == cfg.MemoryStorage {
 		return false
 	}
 	if err := r.svc.js.DeleteConsumer(ctx, contract.StreamJobs, cfg.Durable); err != nil {

@@ -86,17 +86,27 @@ func (r *accountRunner) acquire(ctx context.Context, l *lease.Lease, changed <-c
 	}
 }
 
+// errReconnected ends a session whose connection was lost meanwhile: the
+// server may have restarted, losing the lanes' consumers (their state is
+// in memory, consumerConfig), so the next session creates them again.
+var errReconnected = errors.New("the connection to the server was lost")
+
 // keepLease refreshes the lease every lease.Refresh until ctx ends. When the
-// lease is lost, or cannot be confirmed before it runs out, it ends the
-// session.
+// lease is lost, or cannot be confirmed before it runs out, or the
+// connection was lost since the session began, it ends the session.
 func (r *accountRunner) keepLease(ctx context.Context, l *lease.Lease, end context.CancelCauseFunc) {
 	t := time.NewTicker(lease.Refresh)
 	defer t.Stop()
+	_, losses := r.svc.conn.State()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if _, n := r.svc.conn.State(); n != losses {
+			end(errReconnected)
+			return
 		}
 		err := l.Refresh(ctx)
 		if err == nil || ctx.Err() != nil {

@@ -60,6 +60,15 @@ func (le *ledgerEntry) recorded(attempt int) bool {
 	return slices.ContainsFunc(le.History, func(a contract.AttemptError) bool { return a.Attempt == attempt })
 }
 
+// lastAttempt is the highest attempt the entry knows of (0: none).
+func (le *ledgerEntry) lastAttempt() int {
+	last := le.Attempt
+	for _, a := range le.History {
+		last = max(last, a.Attempt)
+	}
+	return last
+}
+
 // addAttempt appends a failed attempt to the entry's history.
 func (le *ledgerEntry) addAttempt(a contract.AttemptError) {
 	le.State = "retrying"

@@ -76,11 +76,14 @@ type scheduler struct {
 	// were served at once.
 	wanted [numLanes]time.Time
 	// valid reports whether the session may still send (run's argument).
-	valid   func() bool
-	grants  uint64        // grants so far
-	wake    chan struct{} // poked on every change that may allow a grant
-	done    chan struct{} // closed when the session ends
-	endOnce sync.Once
+	valid  func() bool
+	grants uint64        // grants so far
+	wake   chan struct{} // poked on every change that may allow a grant
+	// lowerAsked is poked when a job below the high lane asks for a turn,
+	// to wake an idle watchBacklog.
+	lowerAsked chan struct{}
+	done       chan struct{} // closed when the session ends
+	endOnce    sync.Once
 }
 
 // ticket is one job's claim in its lane, from delivery to the end of its
@@ -97,7 +100,8 @@ type ticket struct {
 }
 
 func newScheduler(p *pacer, slots int) *scheduler {
-	return &scheduler{pacer: p, slots: max(slots, 1), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &scheduler{pacer: p, slots: max(slots, 1), wake: make(chan struct{}, 1), lowerAsked: make(chan struct{}, 1),
+		done: make(chan struct{})}
 }
 
 func (s *scheduler) poke() {
@@ -178,6 +182,12 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 		return true, nil
 	}
 	s.wanted[t.lane] = time.Now()
+	if t.lane > laneHigh {
+		select {
+		case s.lowerAsked <- struct{}{}:
+		default:
+		}
+	}
 	if s.grantNow(t) {
 		s.mu.Unlock()
 		return true, nil

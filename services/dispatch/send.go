@@ -27,12 +27,15 @@ const turnCheck = 500 * time.Millisecond
 // sched.go), and the outcome (settle). It returns what the consume loop
 // should do; waits longer than Config.LongWait are scheduled
 // re-publications, so they hold no MaxAckPending slot.
-func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, msg jetstream.Msg) error {
+// Jobs at stream sequences up to recheckThrough were queued before their
+// consumer was created (freshConsumerBacklog) and are checked like a
+// redelivery.
+func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg) error {
 	// The job counts as its lane's work from now on, so lower lanes wait
 	// for it (sched.go), until it is sent or leaves.
 	turn := sched.begin(lane)
 	defer turn.finish()
-	d, err := r.receive(msg)
+	d, err := r.receive(msg, recheckThrough)
 	if err != nil {
 		return err
 	}
@@ -63,8 +66,9 @@ type delivery struct {
 	// attempt is this delivery's attempt number: the attempts the job had
 	// spent when it was published plus its deliveries since.
 	attempt int
-	// redelivered is set when the stream delivered the job before.
-	redelivered bool
+	// redelivered is set when the stream delivered the job before; recheck
+	// when it may have (queued before its consumer lost its state).
+	redelivered, recheck bool
 	// acct and sender are the account as the delivery began; batch is the
 	// session's batcher (nil unless max_batch > 1).
 	acct   *contract.Account
@@ -99,7 +103,7 @@ type sendOutcome struct {
 func (o *sendOutcome) mayHaveReached() bool { return o.res.OK() || o.res.Code == "timeout" }
 
 // receive decodes a delivered job and notes the account as active.
-func (r *accountRunner) receive(msg jetstream.Msg) (*delivery, error) {
+func (r *accountRunner) receive(msg jetstream.Msg, recheckThrough uint64) (*delivery, error) {
 	d := &delivery{}
 	if err := contract.DecodeJob(msg.Data(), &d.job); err != nil {
 		return nil, shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
@@ -109,6 +113,7 @@ func (r *accountRunner) receive(msg jetstream.Msg) (*delivery, error) {
 		return nil, err
 	}
 	d.redelivered = meta.NumDelivered > 1
+	d.recheck = meta.Sequence.Stream <= recheckThrough
 	d.attempt = d.job.Attempts + int(meta.NumDelivered)
 	d.acct, d.sender = r.current()
 	d.batch = r.batch
@@ -127,7 +132,7 @@ func (r *accountRunner) receive(msg jetstream.Msg) (*delivery, error) {
 // been sent, and skips the lookups (see sentIndex). done reports that the
 // job was handled here, with err for the consume loop.
 func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool, err error) {
-	if !d.redelivered && d.job.Attempts == 0 && !d.job.Recheck {
+	if !d.redelivered && !d.recheck && d.job.Attempts == 0 && !d.job.Recheck {
 		return false, nil
 	}
 	s := r.svc
@@ -140,9 +145,16 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 	if d.entry, err = s.readLedger(ctx, &d.job); err != nil {
 		return true, fmt.Errorf("ledger: %w", err)
 	}
+	// Delivery counts start again with a consumer created anew: continue
+	// after the attempts the ledger has seen.
+	if last := d.entry.lastAttempt(); last >= d.attempt {
+		d.attempt = last + 1
+		d.log.attempt, d.log.l = d.attempt, nil
+	}
 	// A redelivery whose previous delivery left no outcome may follow a
-	// send in flight when a process died: it may have been delivered.
-	if d.redelivered && !d.entry.recorded(d.attempt-1) {
+	// send in flight when a process died: it may have been delivered. So
+	// may a job queued before its consumer lost its state.
+	if (d.redelivered || d.recheck) && !d.entry.recorded(d.attempt-1) {
 		d.job.MaybeSent = true
 	}
 	if le := d.entry; le.State == "sent" {

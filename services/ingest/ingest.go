@@ -113,10 +113,16 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer served.Drain(sub)
 	s.log.Info("ingest started", "batch_size", s.cfg.BatchSize)
+	// A consumer deleted under it (shared.ErrConsumerGone) stops the
+	// service with an error; a restart creates it again.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.keepAlive(ctx) })
 	wg.Go(func() {
-		_ = shared.Consume(ctx, starts, s.handleStart, shared.ConsumeConfig{AckWait: 60 * time.Second, RetryDelay: 2 * time.Second, Logger: s.log})
+		if err := shared.Consume(ctx, starts, s.handleStart, shared.ConsumeConfig{AckWait: 60 * time.Second, RetryDelay: 2 * time.Second, Logger: s.log}); err != nil {
+			stop(fmt.Errorf("ingest: start consumer: %w", err))
+		}
 	})
 	err = shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
 		Concurrency: s.cfg.Concurrency,
@@ -124,8 +130,14 @@ func (s *Service) Run(ctx context.Context) error {
 		RetryDelay:  2 * time.Second,
 		Logger:      s.log,
 	})
+	if err != nil {
+		stop(fmt.Errorf("ingest: %w", err))
+	}
 	wg.Wait()
-	return err
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 // handle runs one submission through validate, dedup, record, expand.
