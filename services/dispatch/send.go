@@ -146,8 +146,9 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 		return true, fmt.Errorf("ledger: %w", err)
 	}
 	// Delivery counts start again with a consumer created anew: continue
-	// after the attempts the ledger has seen.
-	if last := d.entry.lastAttempt(); last >= d.attempt {
+	// after the attempts the ledger has seen. (Otherwise an attempt number
+	// may repeat on purpose: a move to another account spends none.)
+	if last := d.entry.lastAttempt(); d.recheck && last >= d.attempt {
 		d.attempt = last + 1
 		d.log.attempt, d.log.l = d.attempt, nil
 	}
