@@ -68,7 +68,6 @@ func (c *ConsumeConfig) withDefaults() {
 // longer exists on the server.
 func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg ConsumeConfig) error {
 	cfg.withDefaults()
-	work := make(chan jetstream.Msg)
 	// maybeGone is poked when a pull request finds nobody serving the
 	// consumer: it may no longer exist (deleted, or held in memory by a
 	// server that restarted).
@@ -89,24 +88,11 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 			cfg.Logger.Warn("consume error", "err", err)
 		}),
 	}, cfg.PullOptions...)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case work <- m:
-		case <-ctx.Done():
-			// Stopping: hand the message back now rather than let it hold a
-			// MaxAckPending slot until its ack wait runs out.
-			_ = m.Nak()
-		}
-	}, opts...)
-	if err != nil {
-		return err
-	}
-
 	// Handlers get their own context so a stop lets them finish their
 	// current message (within StopGrace) instead of abandoning a send.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	running := newInFlight(cfg.Concurrency)
+	running := newInFlight()
 	// Messages whose handler returned Later, settled in that order by one
 	// goroutine.
 	settleLater := make(chan deferred, cfg.Concurrency)
@@ -116,26 +102,29 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 			Settle(hctx, d.m, safeWait(hctx, d.wait), &cfg)
 		}
 	})
-	var wg sync.WaitGroup
-	for i := range cfg.Concurrency {
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case m := <-work:
-					running.start(i, m)
-					err := safeHandle(hctx, m, h)
-					running.end(i)
-					var l *later
-					if errors.As(err, &l) {
-						settleLater <- deferred{m: m, wait: l.wait}
-						continue
-					}
-					Settle(hctx, m, err, &cfg)
-				}
-			}
-		})
+	pool := newWorkers(cfg.Concurrency, func(m jetstream.Msg, slot *inFlightSlot) {
+		running.start(slot, m)
+		err := safeHandle(hctx, m, h)
+		running.end(slot)
+		var l *later
+		if errors.As(err, &l) {
+			settleLater <- deferred{m: m, wait: l.wait}
+			return
+		}
+		Settle(hctx, m, err, &cfg)
+	}, running)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if !pool.give(ctx, m) {
+			// Stopping: hand the message back now rather than let it hold a
+			// MaxAckPending slot until its ack wait runs out.
+			_ = m.Nak()
+		}
+	}, opts...)
+	if err != nil {
+		pool.close()
+		close(settleLater)
+		settler.Wait()
+		return err
 	}
 	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var keeper sync.WaitGroup
@@ -144,7 +133,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	cc.Stop()
 	done := make(chan struct{})
 	go func() {
-		wg.Wait()
+		pool.close()
 		close(settleLater)
 		settler.Wait()
 		close(done)
@@ -204,7 +193,8 @@ func waitStopOrGone(ctx context.Context, cons jetstream.Consumer, maybeGone <-ch
 // under their feet. A timer per message did the same at ten times the
 // cost: 2% of the benchmark's CPU.
 type inFlight struct {
-	slots []inFlightSlot
+	mu    sync.Mutex
+	slots map[*inFlightSlot]bool // one per running worker
 	// busy counts the slots in use; wake tells keepAlive, idle while busy
 	// is zero (a consumer with nothing to do costs no wakeups), that one is.
 	busy atomic.Int32
@@ -217,12 +207,26 @@ type inFlightSlot struct {
 	since time.Time // start, or the last progress report
 }
 
-func newInFlight(n int) *inFlight {
-	return &inFlight{slots: make([]inFlightSlot, n), wake: make(chan struct{}, 1)}
+func newInFlight() *inFlight {
+	return &inFlight{slots: map[*inFlightSlot]bool{}, wake: make(chan struct{}, 1)}
 }
 
-func (f *inFlight) start(i int, m jetstream.Msg) {
-	s := &f.slots[i]
+// add is a slot for a new worker; remove it when the worker ends.
+func (f *inFlight) add() *inFlightSlot {
+	s := &inFlightSlot{}
+	f.mu.Lock()
+	f.slots[s] = true
+	f.mu.Unlock()
+	return s
+}
+
+func (f *inFlight) remove(s *inFlightSlot) {
+	f.mu.Lock()
+	delete(f.slots, s)
+	f.mu.Unlock()
+}
+
+func (f *inFlight) start(s *inFlightSlot, m jetstream.Msg) {
 	s.mu.Lock()
 	s.m, s.since = m, time.Now()
 	s.mu.Unlock()
@@ -234,8 +238,7 @@ func (f *inFlight) start(i int, m jetstream.Msg) {
 	}
 }
 
-func (f *inFlight) end(i int) {
-	s := &f.slots[i]
+func (f *inFlight) end(s *inFlightSlot) {
 	s.mu.Lock()
 	s.m = nil
 	s.mu.Unlock()
@@ -263,8 +266,8 @@ func (f *inFlight) keepAlive(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			for i := range f.slots {
-				s := &f.slots[i]
+			f.mu.Lock()
+			for s := range f.slots {
 				s.mu.Lock()
 				if s.m != nil && now.Sub(s.since) >= interval {
 					_ = s.m.InProgress()
@@ -272,6 +275,7 @@ func (f *inFlight) keepAlive(ctx context.Context, interval time.Duration) {
 				}
 				s.mu.Unlock()
 			}
+			f.mu.Unlock()
 		}
 	}
 }

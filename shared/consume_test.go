@@ -3,6 +3,8 @@ package shared_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,6 +139,48 @@ func TestConsumeSettlesLater(t *testing.T) {
 	require.Equal(t, 1, deliveries["later.a"])
 	require.Equal(t, 2, deliveries["later.b"], "b came back after its failed wait")
 	mu.Unlock()
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// TestConsumeStartsHandlersOnDemand: with room for 1,000 handlers and
+// three messages, the three are handled at once by three goroutines, not
+// a thousand waiting ones.
+func TestConsumeStartsHandlersOnDemand(t *testing.T) {
+	ts := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := ts.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "LAZY", Subjects: []string{"lazy.>"}})
+	require.NoError(t, err)
+	cons, err := ts.JS.CreateOrUpdateConsumer(ctx, "LAZY", jetstream.ConsumerConfig{
+		Durable: "z", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1})
+	require.NoError(t, err)
+	before := runtime.NumGoroutine()
+	var started sync.WaitGroup
+	started.Add(3)
+	release := make(chan struct{})
+	var during int
+	done := make(chan error, 1)
+	go func() {
+		done <- shared.Consume(ctx, cons, func(_ context.Context, m jetstream.Msg) error {
+			started.Done()
+			<-release
+			return nil
+		}, shared.ConsumeConfig{Concurrency: 1000})
+	}()
+	for i := range 3 {
+		_, err = ts.JS.Publish(ctx, fmt.Sprintf("lazy.%d", i), nil)
+		require.NoError(t, err)
+	}
+	started.Wait() // all three at once
+	during = runtime.NumGoroutine()
+	close(release)
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, "every message acknowledged")
+	t.Logf("goroutines: %d before, %d with three handlers running (room for 1,000)", before, during)
+	require.Less(t, during-before, 100, "handlers start on demand")
 	cancel()
 	require.NoError(t, <-done)
 }

@@ -11,7 +11,8 @@
 //     EnsureTopology, which creates or updates them and says what it did.
 //   - topologycheck.go: what the services require of the topology
 //     (TopologyStreams), CheckTopology, and waiting for it at start.
-//   - consume.go, outcome.go: the consume loop and the errors handlers return.
+//   - consume.go, outcome.go: the consume loop and the errors handlers return;
+//     workers.go: its handler goroutines, started on demand.
 //   - publisher.go: publishing without waiting on the hot paths (render's
 //     jobs, dispatch's sent events), leaner than jetstream's PublishAsync
 //     and with its semantics (stored once acked, "no responders" retried,
