@@ -37,7 +37,7 @@ const ackWait = 2 * time.Second
 // consumer lost with a server restart is created again and delivers them
 // all. Their delivery counts are lost with it, so the jobs a fresh
 // consumer finds already queued are checked for an earlier send like a
-// redelivery (laneConsumer, Delivery.recheck).
+// redelivery (laneConsumer, delivery.recheck).
 func consumerConfig(a *contract.Account, p contract.Priority) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       contract.DispatchConsumer(a.Name, p),

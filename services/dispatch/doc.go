@@ -9,7 +9,7 @@
 // jobs of one lane never stop another lane's delivery) and its client
 // buffer is no larger. Their state is kept in memory (consumerConfig in
 // account.go says why); a consumer created anew, after a server restart,
-// checks the jobs it finds queued for an earlier send (Delivery.recheck).
+// checks the jobs it finds queued for an earlier send (delivery.recheck).
 //
 // One sender per account: only the holder of the account's lease in KV
 // broadcast_leases (package lease: key <account>, value the runner's instance id,
