@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -28,6 +30,9 @@ type AccountWatcher struct {
 	invalid  map[string]error
 	onChange func(AccountChange)
 	log      *slog.Logger
+	js       jetstream.JetStream
+	// applied is the bucket revision of the last change applied.
+	applied atomic.Uint64
 }
 
 // WatchAccounts starts watching the accounts bucket and returns once the
@@ -47,6 +52,7 @@ func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 		invalid:  map[string]error{},
 		onChange: onChange,
 		log:      log,
+		js:       js,
 	}
 	if err := FollowWatch(ctx, w, log, func(e jetstream.KeyValueEntry, _ bool) { aw.apply(e) }); err != nil {
 		return nil, err
@@ -83,6 +89,29 @@ func (aw *AccountWatcher) apply(e jetstream.KeyValueEntry) {
 	if aw.onChange != nil {
 		aw.onChange(AccountChange{Name: name, Account: acct})
 	}
+	aw.applied.Store(e.Revision())
+}
+
+// CatchUp waits, up to timeout, until the view has applied every change the
+// bucket held when it was called. The view follows the bucket moments
+// behind: a task submitted right after `nats kv put` of its account must
+// not be rejected for an account the view has not seen yet.
+func (aw *AccountWatcher) CatchUp(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := aw.js.Stream(ctx, KVStream(contract.BucketAccounts))
+	if err != nil {
+		return fmt.Errorf("accounts bucket: %w", err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	for aw.applied.Load() < last {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("accounts view behind the bucket (revision %d of %d): %w", aw.applied.Load(), last, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // Get returns the named account, or nil.

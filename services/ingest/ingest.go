@@ -163,7 +163,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	if err := task.Validate(time.Now()); err != nil {
 		return s.reject(ctx, task.ID, err, seq)
 	}
-	ch, err := s.checkConfigured(task)
+	ch, err := s.checkConfigured(ctx, task)
 	if err != nil {
 		return s.reject(ctx, task.ID, err, seq)
 	}
