@@ -30,7 +30,7 @@ func TestKillDispatchReplicaResumesSoon(t *testing.T) {
 		t.Skip("-short: skipping the multi-process kill test")
 	}
 	const (
-		n           = 3000
+		n           = 2000
 		rate        = 200
 		concurrency = 8
 		kills       = 2

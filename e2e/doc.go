@@ -50,4 +50,8 @@
 //   - setup_test.go, restart_test.go, chaos_test.go, chaos_status_test.go:
 //     as processes, `broadcast setup` before or after the services,
 //     nats-server restarted, dispatch and status killed with SIGKILL.
+//   - dispatch_kill_test.go, status_replicas_test.go, nats_restart_test.go:
+//     as processes, the lease holder of two dispatch or two status
+//     replicas killed (how soon the other takes over, nothing lost or
+//     repeated), nats-server killed under the lanes' in-memory consumers.
 package e2e

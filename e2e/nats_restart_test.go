@@ -26,7 +26,7 @@ func TestKillNATSMidTaskRepeatsNothing(t *testing.T) {
 		t.Skip("-short: skipping the multi-process nats restart test")
 	}
 	const (
-		n           = 3000
+		n           = 2000
 		rate        = 200
 		concurrency = 8
 		kills       = 2

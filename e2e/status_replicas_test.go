@@ -27,7 +27,7 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 		t.Skip("-short: skipping the multi-process status replica test")
 	}
 	const (
-		n     = 3000
+		n     = 2000
 		rate  = 200
 		kills = 2
 	)
