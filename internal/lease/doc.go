@@ -5,7 +5,8 @@
 // holder stopped refreshing.
 //
 // Files:
-//   - lease.go: taking, refreshing, checking and releasing one lease.
+//   - lease.go: taking, refreshing, checking and releasing one lease, and
+//     watching for its release.
 //   - presence.go: the alive subject of each holding process, and taking a
 //     killed holder's lease before its TTL.
 //   - conn.go: whether this process's connection has stayed up since the

@@ -218,3 +218,36 @@ func (l *Lease) Drop() {
 	l.rev, l.validUntil = 0, time.Time{}
 	l.mu.Unlock()
 }
+
+// WatchReleased returns a channel that receives when key's lease in kv is
+// deleted or purged (a holder released it), so a waiting process takes it
+// at once; nil when the watch cannot start, and the caller then only
+// polls. Refreshes (puts) are not signalled.
+func WatchReleased(ctx context.Context, kv jetstream.KeyValue, key string) (<-chan struct{}, error) {
+	w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() == jetstream.KeyValuePut {
+					continue
+				}
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out, nil
+}

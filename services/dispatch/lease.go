@@ -5,10 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/broadcastd/broadcast/internal/lease"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // An account's lease in KV broadcast_leases (package lease) decides which
@@ -22,37 +19,13 @@ import (
 // it while it sends (keepLease).
 
 // watchLease returns a channel that receives when the account's lease is
-// deleted (nil when the watch cannot start: acquire then only
-// polls), so a released lease is taken at once.
+// released (nil when the watch cannot start: acquire then only polls).
 func (r *accountRunner) watchLease(ctx context.Context) <-chan struct{} {
-	w, err := r.svc.leases.Watch(ctx, r.name, jetstream.UpdatesOnly())
+	released, err := lease.WatchReleased(ctx, r.svc.leases, r.name)
 	if err != nil {
 		r.log.Warn("cannot watch the account's lease; polling it", "err", err)
-		return nil
 	}
-	out := make(chan struct{}, 1)
-	go func() {
-		defer func() { _ = w.Stop() }()
-		defer shared.Recover(r.log, "lease watch", nil) // acquire polls without it
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() == jetstream.KeyValuePut {
-					continue // the owner's refreshes: nothing to take
-				}
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return out
+	return released
 }
 
 // acquire waits until this runner holds the account's lease; it returns

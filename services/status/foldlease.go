@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
@@ -65,35 +63,13 @@ func (s *Service) mayWrite() bool {
 }
 
 // watchFoldLease returns a channel that receives when the fold lease is
-// deleted (nil when the watch cannot start: acquireFold then only polls).
+// released (nil when the watch cannot start: acquireFold then only polls).
 func (s *Service) watchFoldLease(ctx context.Context) <-chan struct{} {
-	w, err := s.leases.Watch(ctx, contract.StatusFoldLease, jetstream.UpdatesOnly())
+	released, err := lease.WatchReleased(ctx, s.leases, contract.StatusFoldLease)
 	if err != nil {
 		s.log.Warn("cannot watch the fold lease; polling it", "err", err)
-		return nil
 	}
-	out := make(chan struct{}, 1)
-	go func() {
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() == jetstream.KeyValuePut {
-					continue
-				}
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return out
+	return released
 }
 
 // acquireFold waits until this process holds the fold lease; it returns
