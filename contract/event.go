@@ -17,6 +17,11 @@ const (
 	EventCancelled EventKind = "cancelled"
 )
 
+// CodeNoEnabledAccount is the code of the task-level retrying event (index
+// -1) render publishes while a task's batches wait because none of its
+// accounts is enabled; progress.error shows its error ("waiting: ...").
+const CodeNoEnabledAccount = "no_enabled_account"
+
 // Event is published on broadcast.events.<task>.<kind> for every outcome.
 // The first nine fields are the contract; the rest are optional extensions.
 type Event struct {

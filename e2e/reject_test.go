@@ -48,6 +48,7 @@ func TestMalformedTasksRejected(t *testing.T) {
 		{"r-attempts", `{"id":"r-attempts",` + ok + `,"max_attempts":-1}`, "", "max_attempts: must be between 1 and 100"},
 		{"r-unknown-field", `{"id":"r-unknown-field",` + ok + `,"recipents":[]}`, "", "recipents: unknown field"},
 		{"r-no-account", `{"id":"r-no-account",` + ok + `,"accounts":["nope"]}`, "", `accounts[0]: no account "nope"`},
+		{"r-no-channel-account", `{"id":"r-no-channel-account","channel":"smtp","template":"hi","recipients":[{"to":"a@example.com"}]}`, "", "channel: no smtp account in broadcast_accounts"},
 		{"r-wrong-account", `{"id":"r-wrong-account",` + ok + `,"accounts":["sbx"]}`, "", `accounts[0]: account "sbx" is a sandbox account`},
 		{"r-dup-account", `{"id":"r-dup-account",` + ok + `,"accounts":["hook","hook"]}`, "", `accounts[1]: account "hook" listed twice`},
 		{"r-test-recip", `{"id":"r-test-recip",` + ok + `,"test_recipients":[{"to":""}]}`, "", "test_recipients[0].to: must not be empty"},

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -11,7 +12,8 @@ import (
 )
 
 // checkConfigured validates what depends on configuration: the channel
-// exists and the task has at least one enabled account of that channel. A
+// exists and the task's accounts (or, when it names none, at least one
+// account of its channel) are configured. A
 // task the accounts view would reject is judged again once the view has
 // caught up with the bucket: an account put just before the task (`nats kv
 // put`, then `nats pub`) must not be missed.
@@ -47,12 +49,11 @@ func (s *Service) checkAccounts(t *contract.Task, ch channels.Channel) error {
 			return &contract.FieldError{Field: field, Reason: fmt.Sprintf("account %q is a %s account, task channel is %s", name, a.Channel, t.Channel)}
 		}
 	}
-	if len(s.accounts.ForTask(t.Channel, t.Accounts)) == 0 {
-		field := "channel"
-		if len(t.Accounts) > 0 {
-			field = "accounts"
-		}
-		return &contract.FieldError{Field: field, Reason: fmt.Sprintf("no enabled %s account in %s", t.Channel, contract.BucketAccounts)}
+	// A disabled account is an operator's pause, not a mistake in the
+	// task: a task whose accounts are all disabled is accepted and waits
+	// for one to be enabled (render holds its batches and says why).
+	if len(t.Accounts) == 0 && !slices.ContainsFunc(s.accounts.All(), func(a *contract.Account) bool { return a.Channel == t.Channel }) {
+		return &contract.FieldError{Field: "channel", Reason: fmt.Sprintf("no %s account in %s", t.Channel, contract.BucketAccounts)}
 	}
 	for i, r := range t.TestRecipients {
 		if _, err := ch.NormalizeRecipient(r.To); err != nil {

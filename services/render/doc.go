@@ -19,7 +19,11 @@
 //   - for a batch it gives up on (its task has no usable record, it does
 //     not decode): a skipped event (code render_failed) for each of its
 //     recipients, and one letter without a job on broadcast.dead.<task>
-//     holding the reason and the start of the raw batch (giveup.go).
+//     holding the reason and the start of the raw batch (giveup.go);
+//   - broadcast.events.<task>.retrying, task-level (index -1, code
+//     no_enabled_account), while none of the task's accounts is enabled:
+//     the batch is held and asked for again after NoAccountRetry
+//     (noaccount.go), so progress says why nothing moves.
 //
 // A batch's jobs and events go out without waiting each
 // (shared.Publisher); the batch is acknowledged once all are stored, and
@@ -31,6 +35,8 @@
 // (contract.EncodeJob, the same bytes as encoding/json).
 //
 // Where to edit what: render.go (consumer and per-recipient steps),
-// giveup.go (batches given up on), spec.go (the cached task spec), config.go (settings). Account choice is
-// shared.PickAccount (capacity-weighted, sticky per recipient).
+// giveup.go (batches given up on), noaccount.go (batches held for an
+// enabled account), spec.go (the cached task spec), config.go (settings).
+// Account choice is shared.PickAccount (capacity-weighted, sticky per
+// recipient).
 package render

@@ -100,8 +100,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		accounts = usable
 	}
 	if len(accounts) == 0 {
-		s.log.Warn("no enabled account for task; batch waits", shared.KeyTaskID, t.ID, "channel", t.Channel)
-		return shared.RetryAfter(s.cfg.NoAccountRetry, shared.ErrNoAccount)
+		return s.waitForAccount(ctx, t)
 	}
 	// A batch rendered before (redelivered, or published again by a resumed
 	// expansion) may have jobs that exist already beyond the stream's

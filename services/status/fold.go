@@ -31,7 +31,7 @@ const waitingPrefix = "waiting: "
 
 // waitCode reports whether a retrying code puts a recipient in outWaiting.
 func waitCode(code string) bool {
-	return code == "daily_cap" || code == "no_healthy_account"
+	return code == "daily_cap" || code == "no_healthy_account" || code == contract.CodeNoEnabledAccount
 }
 
 func outcomeOf(k contract.EventKind) (outcome, bool) {
@@ -69,6 +69,10 @@ type taskFold struct {
 	// reason one of them got. It shows in progress.error while Waiting > 0.
 	Waiting    int    `json:"waiting,omitempty"`
 	WaitReason string `json:"wait_reason,omitempty"`
+	// TaskWait is why the task's batches are held before any recipient has
+	// a job (render's task-level retrying event, code no_enabled_account);
+	// it shows in progress.error until a recipient's event arrives.
+	TaskWait string `json:"task_wait,omitempty"`
 
 	dirty bool
 	// unsaved says events changed the fold since its last checkpoint; a
@@ -99,9 +103,17 @@ func (f *taskFold) apply(ev *contract.Event) bool {
 		return true
 	}
 	to, ok := outcomeOf(ev.Kind)
+	if ok && ev.Index < 0 && to == outRetrying && waitCode(ev.Code) {
+		// The whole task waits (no enabled account): nothing is counted.
+		changed := f.TaskWait != ev.Error
+		f.TaskWait = ev.Error
+		return changed
+	}
 	if !ok || ev.Index < 0 {
 		return false
 	}
+	// A recipient's outcome means a batch got past what held the task.
+	f.TaskWait = ""
 	if _, _, test, err := contract.ParseJobID(ev.JobID); err == nil && test {
 		from := f.Tests[ev.Index]
 		if allowed(from, to) {
@@ -258,6 +270,8 @@ func (f *taskFold) refresh(now time.Time, ctl contract.Control) {
 			p.Error = "paused: " + ctl.Reason
 		case f.Waiting > 0 && f.WaitReason != "":
 			p.Error = waitingPrefix + f.WaitReason
+		case f.TaskWait != "":
+			p.Error = waitingPrefix + f.TaskWait
 		default:
 			p.Error = ""
 		}

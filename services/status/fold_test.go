@@ -153,3 +153,28 @@ func TestFoldWaitReasonWhileAnyWaits(t *testing.T) {
 	require.Equal(t, contract.StateSucceeded, f.P.State)
 	require.Zero(t, f.P.Retrying)
 }
+
+// TestFoldTaskWaitUntilARecipientMoves: render's task-level wait (no
+// enabled account) shows in progress.error, counts no recipient, and is
+// gone once any recipient's event arrives.
+func TestFoldTaskWaitUntilARecipientMoves(t *testing.T) {
+	t.Parallel()
+	f := newFold("t")
+	f.apply(&contract.Event{TaskID: "t", Kind: contract.EventAccepted, Index: -1, Total: 2})
+	hold := &contract.Event{TaskID: "t", Kind: contract.EventRetrying, Index: -1, Code: contract.CodeNoEnabledAccount, Error: "no enabled account among a"}
+	require.True(t, f.apply(hold))
+	require.False(t, f.apply(hold), "the same reason again changes nothing")
+	f.refresh(time.Now(), contract.Control{})
+	require.Equal(t, "waiting: no enabled account among a", f.P.Error)
+	require.Zero(t, f.P.Retrying, "no recipient is counted")
+	require.Equal(t, contract.StateProcessing, f.P.State)
+
+	f.refresh(time.Now(), contract.Control{State: contract.StatePaused, Reason: "operator"})
+	require.Equal(t, "paused: operator", f.P.Error, "a pause says more than the wait")
+
+	f.apply(ev(contract.EventSent, 0, 1))
+	f.refresh(time.Now(), contract.Control{})
+	require.Empty(t, f.P.Error)
+	f.apply(ev(contract.EventSent, 1, 1))
+	require.Equal(t, contract.StateSucceeded, f.P.State)
+}
