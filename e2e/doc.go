@@ -1,9 +1,11 @@
 // Package e2e holds end-to-end tests: all four services in one process
 // (internal/pipelinetest) against an embedded nats-server or a three-node
-// cluster, with real HTTP and SMTP stand-ins for the providers, and a few
-// tests that run every service as an OS process (internal/proctest) to
-// kill and restart them. The randomized scenario tester runs from its own
-// package, e2e/scenarios. See docs/testing.md.
+// cluster, with real HTTP and SMTP stand-ins for the providers, and two
+// that run the services as OS processes (`broadcast setup`, a nats-server
+// restart). The tests that kill processes are in e2e/process, the
+// randomized scenario tester in e2e/scenarios: their own packages, so that
+// each test binary stays well inside go test's ten minutes. See
+// docs/testing.md.
 //
 // Helpers shared by the tests, one file each:
 //   - helpers_test.go: the pipeline's test configs (fastRetries,
@@ -16,7 +18,6 @@
 //     by one (dispatchEnv), with a log of which replica sent what.
 //   - security_helpers_test.go: the users of nats.conf and .env, a server
 //     from nats.conf, submitting as the operator, leak checks.
-//   - chaos_helpers_test.go: the client of a nats-server run as a process.
 //   - dispatch_race_test.go / dispatch_norace_test.go: whether the race
 //     detector is on (its slowdown widens some bounds).
 //
@@ -29,10 +30,11 @@
 //     approval, expiry, retry-dead, the circuit breaker, scheduled starts.
 //   - scenario_regress_test.go: bugs the scenario tester found.
 //   - checkpoint_test.go, objectlist_test.go, payload_test.go,
-//     reject_test.go, giveup_test.go, retention_test.go, metrics_test.go,
-//     churn_test.go: checkpoints, recipients from the object store, large
-//     variables, rejected tasks, every give-up dead-lettered, retention,
-//     metrics, memory under churn.
+//     reject_test.go, giveup_test.go, retention_test.go, metrics_test.go:
+//     checkpoints, recipients from the object store, large variables,
+//     rejected tasks, every give-up dead-lettered, retention, metrics.
+//   - disabled_account_test.go: a task whose only account is disabled
+//     waits, says why, and is sent once the account is enabled.
 //   - dispatch (its own replicas from dispatch_helpers_test.go, or the
 //     pipeline's): dispatch_pacing_test.go (pacing, one and three
 //     replicas), dispatch_adaptive_test.go and dispatch_adaptive_law_test.go
@@ -47,11 +49,6 @@
 //     hostile account values, secrets that never leak.
 //   - dashboard_test.go: the dashboard in headless Chromium.
 //   - cluster_test.go: a leader killed in a three-node cluster.
-//   - setup_test.go, restart_test.go, chaos_test.go, chaos_status_test.go:
-//     as processes, `broadcast setup` before or after the services,
-//     nats-server restarted, dispatch and status killed with SIGKILL.
-//   - dispatch_kill_test.go, status_replicas_test.go, nats_restart_test.go:
-//     as processes, the lease holder of two dispatch or two status
-//     replicas killed (how soon the other takes over, nothing lost or
-//     repeated), nats-server killed under the lanes' in-memory consumers.
+//   - setup_test.go, restart_test.go: as processes, `broadcast setup`
+//     before or after the services, nats-server restarted.
 package e2e

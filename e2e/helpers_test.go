@@ -39,30 +39,12 @@ func webhookAccount(endpoint string, fields string) string {
 	return fmt.Sprintf(`{"channel":"webhook","endpoint":%q%s}`, endpoint, fields)
 }
 
-// recipients builds n recipients named prefix-0000, prefix-0001, ...
-func recipients(prefix string, n int) []contract.Recipient {
-	out := make([]contract.Recipient, n)
-	for i := range out {
-		out[i] = contract.Recipient{To: fmt.Sprintf("%s-%04d", prefix, i)}
-	}
-	return out
-}
-
-// recipientsWithRejects builds n recipients named user-0000, user-0001,
-// ..., except that those whose index i has i%every == at are named bad-NNNN
-// (which a gateway run with -permanent-prefix bad- rejects); it also
-// returns how many of those there are.
-func recipientsWithRejects(n, every, at int) (rs []contract.Recipient, rejected int) {
-	for i := range n {
-		to := fmt.Sprintf("user-%04d", i)
-		if i%every == at {
-			to = fmt.Sprintf("bad-%04d", i)
-			rejected++
-		}
-		rs = append(rs, contract.Recipient{To: to})
-	}
-	return rs, rejected
-}
+// recipients and recipientsWithRejects build recipient lists (see
+// pipelinetest.Recipients and RecipientsWithRejects).
+var (
+	recipients            = pipelinetest.Recipients
+	recipientsWithRejects = pipelinetest.RecipientsWithRejects
+)
 
 // submit publishes a task as JSON without a Nats-Msg-Id, so only ingest's
 // own ledger can recognise a repeated id.

@@ -16,4 +16,5 @@
 //   - progress.go: Progress, WaitProgress, WaitFinal.
 //   - events.go: Events, AllEvents.
 //   - pipeline.go: PipelineConfig, StartPipeline and the running Pipeline.
+//   - recipients.go: Recipients, RecipientsWithRejects (recipient lists).
 package pipelinetest

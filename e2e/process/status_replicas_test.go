@@ -1,4 +1,4 @@
-package e2e
+package process
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
@@ -47,7 +48,7 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":8}`,
 		gw.URL, rate, rate))
 
-	task := contract.Task{ID: "status-replicas", Channel: "webhook", Template: "Hello {{.to}}", Recipients: recipients("s", n)}
+	task := contract.Task{ID: "status-replicas", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("s", n)}
 
 	// Every progress value written, in order.
 	type seen struct {

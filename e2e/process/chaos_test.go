@@ -1,4 +1,4 @@
-package e2e
+package process
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
@@ -63,7 +64,7 @@ func TestChaosKillDispatch(t *testing.T) {
 
 	task := contract.Task{ID: "chaos-kill-dispatch", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	var bad int
-	task.Recipients, bad = recipientsWithRejects(n, badEvery, badEvery/2)
+	task.Recipients, bad = pipelinetest.RecipientsWithRejects(n, badEvery, badEvery/2)
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	c.submit(data)

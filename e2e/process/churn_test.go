@@ -1,4 +1,4 @@
-package e2e
+package process
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/proctest"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -97,7 +98,7 @@ func TestChurnMemoryIsFlat(t *testing.T) {
 		for i := range perWave {
 			ids[i] = fmt.Sprintf("w%02d-%03d", w, i)
 			task := contract.Task{ID: ids[i], Channel: "sandbox", Accounts: []string{acct}, Template: "hi {{.to}}",
-				Recipients: recipients(ids[i]+"-", recipientsEach)}
+				Recipients: pipelinetest.Recipients(ids[i]+"-", recipientsEach)}
 			data, err := json.Marshal(task)
 			require.NoError(t, err)
 			_, err = client.Submit(ctx, js, data)

@@ -1,4 +1,4 @@
-package e2e
+package process
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
@@ -43,7 +44,7 @@ func TestKillNATSMidTaskRepeatsNothing(t *testing.T) {
 	}
 	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":%d}`,
 		gw.URL, rate, rate, concurrency))
-	task := contract.Task{ID: "nats-restart", Channel: "webhook", Template: "Hello {{.to}}", Recipients: recipients("r", n)}
+	task := contract.Task{ID: "nats-restart", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("r", n)}
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	c.submit(data)

@@ -1,4 +1,4 @@
-package e2e
+package process
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
@@ -49,7 +50,7 @@ func TestChaosKillStatus(t *testing.T) {
 
 	task := contract.Task{ID: "chaos-kill-status", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	var bad int
-	task.Recipients, bad = recipientsWithRejects(n, badEvery, 7)
+	task.Recipients, bad = pipelinetest.RecipientsWithRejects(n, badEvery, 7)
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	c.submit(data)

@@ -1,0 +1,19 @@
+// Package process holds the end-to-end tests that run nats-server and the
+// services as OS processes (internal/proctest) and kill them with SIGKILL
+// during a broadcast, checked against gateways that keep their own
+// ledger: nothing lost, nothing repeated, how soon sending resumes. They
+// run one at a time (each owns the machine's timing) in their own package,
+// beside the in-process tests of e2e. See docs/testing.md.
+//
+// Files:
+//   - chaos_helpers_test.go: the client of a nats-server run as a process.
+//   - chaos_test.go, chaos_status_test.go: dispatch and status killed again
+//     and again during a broadcast.
+//   - dispatch_kill_test.go, status_replicas_test.go: the lease holder of
+//     two dispatch or two status replicas killed (how soon the other takes
+//     over; progress stays exact).
+//   - nats_restart_test.go: nats-server killed twice under the lanes'
+//     in-memory consumers.
+//   - churn_test.go: the memory soak (BROADCAST_SOAK=1), months of task and
+//     account churn with flat resident memory.
+package process
