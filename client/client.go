@@ -150,11 +150,15 @@ func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*contra
 
 // RequestAnswered sends a request, again after a growing pause (100 ms up
 // to 1 s) each time the server says nobody listens, until ctx ends. Then
-// the last error is returned.
+// the last error is returned; it is nats.ErrNoResponders too when ctx
+// ended during a later try (nobody answered any of them).
 func RequestAnswered(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
 	wait := 100 * time.Millisecond
-	for {
+	for tries := 0; ; tries++ {
 		msg, err := nc.RequestWithContext(ctx, subject, data)
+		if tries > 0 && err != nil && ctx.Err() != nil && !errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w, before that: %w", err, nats.ErrNoResponders)
+		}
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return msg, err
 		}

@@ -40,7 +40,7 @@ func TestTaskID(t *testing.T) {
 // when its context ends, saying there were no responders.
 func TestControlWaitsForAResponder(t *testing.T) {
 	ts := natstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_, err := Control(ctx, ts.NC, "t-none", "pause")
 	cancel()
 	require.ErrorIs(t, err, nats.ErrNoResponders)
