@@ -140,9 +140,6 @@ type spec struct {
 // bounding costs at most about what the bound allows.
 func printfBound(format string, args []any, limit int) (int, error) {
 	total, argNum, reordered := 0, 0, false
-	// last is the operand fmt printed last: a %w in Sprintf is a bad verb,
-	// and fmt prints that operand again in its "%!w(type=value)".
-	var last any
 	end := len(format)
 	for i := 0; i < end; {
 		lasti := i
@@ -229,11 +226,16 @@ func printfBound(format string, args []any, limit int) (int, error) {
 			// %!v(BADINDEX), %!v(MISSING), with the verb's rune.
 			total += 16
 		case verb == 'w':
-			sp.verb = 'v'
-			total += wrapperBound + valueBound(last, sp, limit-total, 0)
+			// Sprintf prints a %w operand with 'w', a verb wrong for every
+			// type a template has: either each leaf is wrapped
+			// ("%!w(uint8=76)" per byte of a []byte) or the whole operand
+			// is, printed as %v (as %#v with the '#' flag). Both count.
+			asV := sp
+			asV.verb = 'v'
+			total += wrapperBound + valueBound(args[argNum], asV, limit-total, 0) + valueBound(args[argNum], sp, limit-total, 0)
+			argNum++
 		default:
-			last = args[argNum]
-			total += valueBound(last, sp, limit-total, 0)
+			total += valueBound(args[argNum], sp, limit-total, 0)
 			argNum++
 		}
 		if total > limit {
@@ -341,7 +343,7 @@ func valueBound(v any, sp spec, limit, depth int) int {
 	}
 	switch v := v.(type) {
 	case nil:
-		return leafBound(10, false, sp) // <nil>, %!d(<nil>)
+		return leafBound(13, false, sp) // <nil>, or %!d(<nil>) with a verb of up to 4 bytes
 	case bool:
 		return leafBound(5, !strings.ContainsRune("tv", sp.verb), sp)
 	case string:
@@ -424,8 +426,9 @@ func reflectBound(v reflect.Value, sp spec, limit, depth int) int {
 	case reflect.Slice, reflect.Array:
 		n := containerBound
 		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Uint8 {
-			// []byte prints like a string with %s, %q, %x.
-			return n + stringBound(v.Len(), sp) + v.Len()*leaf(4)
+			// []byte prints like a string with %s, %q, %x, and as numbers
+			// (each with the precision's digits) with any other verb.
+			return n + stringBound(v.Len(), sp) + v.Len()*leaf(numberBound(sp))
 		}
 		for i := range v.Len() {
 			n += separatorBound + reflectBound(v.Index(i), sp, limit-n, depth+1)
