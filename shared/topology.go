@@ -57,6 +57,10 @@ func KVStream(bucket string) string { return "KV_" + bucket }
 // ObjectStream is the name of the stream behind object store bucket.
 func ObjectStream(bucket string) string { return "OBJ_" + bucket }
 
+// jobsMaxConsumers is JOBS's consumer limit: the lanes of 33,000 accounts,
+// with room for the short-lived consumers that drain parked jobs.
+const jobsMaxConsumers = 100_000
+
 // Streams returns the definitions of every stream.
 func Streams(c TopologyConfig) []jetstream.StreamConfig {
 	c = c.withDefaults()
@@ -96,6 +100,9 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Storage:           jetstream.FileStorage,
 			Replicas:          c.Replicas,
 			AllowMsgSchedules: true,
+			// Three consumers per account (its lanes): the server's default
+			// of 1,000 per stream stopped dispatch at 333 accounts.
+			MaxConsumers: jobsMaxConsumers,
 		},
 		{
 			Name:        contract.StreamEvents,

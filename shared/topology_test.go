@@ -3,6 +3,7 @@ package shared_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -112,4 +113,27 @@ func TestWaitForTopology(t *testing.T) {
 		t.Fatal("WaitForTopology did not notice the topology")
 	}
 	require.Contains(t, logs.String(), `msg="topology in place"`)
+}
+
+// TestJobsTakesTheLanesOfManyAccounts: JOBS takes the three lane consumers
+// of 400 accounts; the server's default of 1,000 consumers per stream
+// refused the 1,001st, and dispatch sent nothing for the accounts beyond
+// 333.
+func TestJobsTakesTheLanesOfManyAccounts(t *testing.T) {
+	js := emptyServer(t)
+	ctx := context.Background()
+	ensure(t, js)
+	for i := range 400 {
+		for _, p := range []contract.Priority{contract.PriorityHigh, contract.PriorityNormal, contract.PriorityLow} {
+			name := fmt.Sprintf("many-%d", i)
+			_, err := js.CreateOrUpdateConsumer(ctx, contract.StreamJobs, jetstream.ConsumerConfig{
+				Durable: contract.DispatchConsumer(name, p), FilterSubject: contract.JobSubject(name, p),
+				AckPolicy: jetstream.AckExplicitPolicy, MemoryStorage: true,
+			})
+			require.NoError(t, err, "consumer %d", 3*i)
+		}
+	}
+	info, err := js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	require.Equal(t, 1200, info.CachedInfo().State.Consumers)
 }
