@@ -100,3 +100,26 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestJobSetPool: a short accounts list is copied into the job; a long one
+// is referred to, so the job's size does not grow with it.
+func TestJobSetPool(t *testing.T) {
+	var j Job
+	short := []string{"a", "b"}
+	j.SetPool(short)
+	require.Equal(t, short, j.Pool)
+	require.False(t, j.PoolInTask)
+	long := make([]string, MaxJobPool+1)
+	for i := range long {
+		long[i] = "account-with-a-long-name-" + string(rune('a'+i))
+	}
+	j.SetPool(long)
+	require.Nil(t, j.Pool)
+	require.True(t, j.PoolInTask)
+	data, err := EncodeJob(&j)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"pool_in_task":true`)
+	require.NotContains(t, string(data), "account-with")
+	j.SetPool(nil)
+	require.False(t, j.PoolInTask)
+}

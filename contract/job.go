@@ -28,8 +28,14 @@ type Job struct {
 	// provider fills its own templates (WhatsApp template messages).
 	Vars map[string]any `json:"vars,omitempty"`
 	// Pool is the accounts the task may use; empty means every enabled
-	// account of the channel. A job moves only within its pool.
+	// account of the channel (unless PoolInTask). A job moves only within
+	// its pool.
 	Pool []string `json:"pool,omitempty"`
+	// PoolInTask says the pool is the task's accounts list, longer than
+	// MaxJobPool: it is read from the task's record in KV broadcast_tasks
+	// when the job has to move, instead of being copied into every job (a
+	// pool of 1,000 accounts made each job 30 KB).
+	PoolInTask bool `json:"pool_in_task,omitempty"`
 	// Test marks a test recipient, sent before the task is approved.
 	Test bool `json:"test,omitempty"`
 	// Attempts is how many attempts were made before this message was
@@ -55,6 +61,19 @@ type Job struct {
 	// before a server restart lost its delivery count. Its events other
 	// than sent say so (Event.MaybeSent).
 	MaybeSent bool `json:"maybe_sent,omitempty"`
+}
+
+// MaxJobPool is the longest accounts list a job carries itself (Job.Pool);
+// a task naming more has its jobs refer to it (Job.PoolInTask).
+const MaxJobPool = 16
+
+// SetPool gives the job the pool of a task naming accounts.
+func (j *Job) SetPool(accounts []string) {
+	if len(accounts) > MaxJobPool {
+		j.Pool, j.PoolInTask = nil, true
+		return
+	}
+	j.Pool, j.PoolInTask = accounts, false
 }
 
 // JobID is the job id of the recipient at index in task. Test recipients use

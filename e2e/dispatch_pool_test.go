@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -236,4 +237,43 @@ func TestDeletedAccountIsReaped(t *testing.T) {
 		require.NoError(t, err, "the live account keeps its consumers")
 	}
 	t.Logf("deleted account: rp-a sent %d, rp-b %d; rp-b's runner and consumers removed after the task", gwA.Ledger().AcceptedKeys(), gwB.Ledger().AcceptedKeys())
+}
+
+// TestDispatchPoolOfManyAccounts: a task naming more accounts than a job
+// carries (contract.MaxJobPool) has its jobs refer to the task's list;
+// when one named account answers 401 its jobs still move only to the
+// other named accounts, never to an account the task did not name.
+func TestDispatchPoolOfManyAccounts(t *testing.T) {
+	t.Parallel()
+	const n, named = 300, contract.MaxJobPool + 4
+	ts := pipelinetest.Start(t)
+	bad := startRecorder(t, unauthorized, 0)
+	gw, good := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	_, outside := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	var pool []string
+	for i := range named {
+		name, url := fmt.Sprintf("many-%02d", i), good.URL
+		if i == 0 {
+			url = bad.URL
+		}
+		ts.PutAccount(t, name, webhookAccount(url, `"rate_per_sec":200,"burst":5,"concurrency":2`))
+		pool = append(pool, name)
+	}
+	// Far more capacity than the others: a move that could reach it would
+	// (PickAccount weighs by capacity).
+	ts.PutAccount(t, "outside", webhookAccount(outside.URL, `"rate_per_sec":100000,"burst":5,"concurrency":2`))
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond}})
+
+	task := contract.Task{ID: "manypool", Channel: "webhook", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("m", n)}
+	submit(t, ts, task)
+	p := ts.WaitFinal(t, task.ID, 30*time.Second)
+	l := gw.Ledger()
+	t.Logf("%d named accounts: many-00 got %d requests (all 401); sent %d failed %d; the others accepted %d (%d duplicates); the account not named got %d",
+		named, len(bad.all()), p.Sent, p.Failed, l.AcceptedKeys(), l.Duplicates, len(outside.all()))
+	require.NotEmpty(t, bad.all(), "many-00 got its share first")
+	require.Equal(t, contract.StateSucceeded, p.State)
+	require.Equal(t, n, p.Sent)
+	require.Equal(t, n, l.AcceptedKeys())
+	require.Zero(t, l.Duplicates)
+	require.Empty(t, outside.all(), "no job moved beyond the task's accounts")
 }

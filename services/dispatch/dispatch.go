@@ -28,7 +28,8 @@ type Service struct {
 	sent     *sentIndex
 	healthKV jetstream.KeyValue
 	sends    jetstream.KeyValue
-	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper
+	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper and poolOf
+	pools    poolCache
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
 	share    *fairShare         // how many accounts this replica takes (share.go)

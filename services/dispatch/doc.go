@@ -112,7 +112,8 @@
 // raised or removed) wakes them within a second (wake.go). Account-fatal
 // answers or three auth failures (401/403) in a row pause the account (KV
 // broadcast_health); its jobs move to healthy accounts of the task's pool
-// (reroute in send.go). A job answered with either moves too, spending no
+// (reroute in send.go; a pool longer than contract.MaxJobPool is read
+// from the task's record in KV broadcast_tasks, pool.go). A job answered with either moves too, spending no
 // attempt: an account's problem never sends a recipient to DEAD. Moves
 // count in Job.Moves, which keeps each move's Nats-Msg-Id unique.
 //
@@ -146,6 +147,7 @@
 //   - adapt.go: the adaptive rate's control law.
 //   - caps.go: daily cap and per-recipient gap.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
+//   - pool.go: the accounts a job may move to (its pool, or its task's).
 //   - wake.go: waking held jobs on account edits.
 //   - reap.go: stopping runners of deleted accounts, and adopting the
 //     queues of accounts deleted while no dispatch ran.

@@ -294,7 +294,7 @@ func (s *Service) retryDead(ctx context.Context, taskID string) (int, error) {
 func (s *Service) requeue(ctx context.Context, job *contract.Job) error {
 	job.Generation++
 	job.Attempts, job.Recheck = 0, true
-	if candidates := s.accounts.ForTask(job.Channel, job.Pool); len(candidates) > 0 {
+	if candidates := s.accounts.ForTask(job.Channel, s.poolOf(ctx, job)); len(candidates) > 0 {
 		job.Account = shared.PickAccount(candidates, job.To, nil).Name
 	}
 	if err := shared.PublishEvent(ctx, s.js, &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: job.Account,

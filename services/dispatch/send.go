@@ -454,7 +454,7 @@ func (r *accountRunner) event(job *contract.Job, kind contract.EventKind, attemp
 func (r *accountRunner) reroute(ctx context.Context, job *contract.Job, attempts int, why string) error {
 	s := r.svc
 	var candidates []*contract.Account
-	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, job.Pool)) {
+	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, s.poolOf(ctx, job))) {
 		if a.Name != r.name {
 			candidates = append(candidates, a)
 		}
@@ -479,7 +479,7 @@ func (r *accountRunner) reroute(ctx context.Context, job *contract.Job, attempts
 func (r *accountRunner) capReached(ctx context.Context, job *contract.Job, attempts int, adm admission) error {
 	s := r.svc
 	var candidates []*contract.Account
-	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, job.Pool)) {
+	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, s.poolOf(ctx, job))) {
 		if a.Name != r.name && s.health.Get(a.Name).Remaining() != 0 {
 			candidates = append(candidates, a)
 		}

@@ -37,6 +37,6 @@
 // Where to edit what: render.go (consumer and per-recipient steps),
 // giveup.go (batches given up on), noaccount.go (batches held for an
 // enabled account), spec.go (the cached task spec), config.go (settings).
-// Account choice is shared.PickAccount (capacity-weighted, sticky per
-// recipient).
+// Account choice is shared.Picker, one per batch (PickAccount's weighted
+// rendezvous hash: capacity-weighted, sticky per recipient).
 package render

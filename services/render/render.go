@@ -112,6 +112,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	now := time.Now().UTC()
 	htmlCh, _ := sp.channel.(channels.HTMLChannel)
 	htmlAccounts := map[string]bool{} // account name -> sends HTML, asked once per batch
+	picker := shared.NewPicker(accounts, s.health)
 	futures := make([]*shared.Publication, 0, len(b.Recipients))
 	rendered, skipped := 0, map[string]int{}
 	for i, r := range b.Recipients {
@@ -130,7 +131,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 		// The account is picked first: one that sends HTML gets the
 		// recipient's variables escaped.
-		acct := shared.PickAccount(accounts, r.To, s.health)
+		acct := picker.Pick(r.To)
 		html, known := htmlAccounts[acct.Name]
 		if !known && htmlCh != nil {
 			html = htmlCh.HTMLBody(acct)
@@ -148,8 +149,9 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
-				Vars: r.Vars, Test: b.Test, Pool: t.Accounts, Recheck: recheck,
+				Vars: r.Vars, Test: b.Test, Recheck: recheck,
 			}
+			job.SetPool(t.Accounts)
 			if perr = s.publishJob(ctx, &job, &futures); errors.Is(perr, errJobTooLarge) {
 				perr = skip("too_large", perr.Error())
 			} else {
