@@ -113,9 +113,10 @@
 // answers or three auth failures (401/403) in a row pause the account (KV
 // broadcast_health); its jobs move to healthy accounts of the task's pool
 // (reroute in send.go; a pool longer than contract.MaxJobPool is read
-// from the task's record in KV broadcast_tasks, pool.go). A job answered with either moves too, spending no
-// attempt: an account's problem never sends a recipient to DEAD. Moves
-// count in Job.Moves, which keeps each move's Nats-Msg-Id unique.
+// from the task's record in KV broadcast_tasks, pool.go). A job answered
+// with either moves too, spending no attempt: an account's problem never
+// sends a recipient to DEAD. Moves count in Job.Moves, which keeps each
+// move's Nats-Msg-Id unique.
 //
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
