@@ -76,7 +76,9 @@ type Event struct {
 
 // MsgID is the Nats-Msg-Id of the event, so a republished outcome within the
 // stream's duplicate window is stored once. Status counts exactly regardless.
-// Sent events go without one (see publishOpts).
+// Sent events go without one (see publishOpts). An event saying maybe_sent
+// has an id of its own: it must never be dropped as a repeat of the same
+// outcome told without it (by another copy of the job).
 func (e *Event) MsgID() string {
 	if e.JobID == "" {
 		return e.TaskID + ":" + string(e.Kind)
@@ -84,8 +86,12 @@ func (e *Event) MsgID() string {
 	if e.Requeued {
 		return e.JobID + ":requeued:" + e.At.Format("20060102T150405.000000000")
 	}
+	id := e.JobID + ":" + string(e.Kind) + ":" + itoa(e.Attempt)
 	if e.Generation > 0 {
-		return e.JobID + ":" + string(e.Kind) + ":" + itoa(e.Attempt) + ":g" + itoa(e.Generation)
+		id += ":g" + itoa(e.Generation)
 	}
-	return e.JobID + ":" + string(e.Kind) + ":" + itoa(e.Attempt)
+	if e.MaybeSent {
+		id += ":maybe"
+	}
+	return id
 }

@@ -21,3 +21,17 @@ func TestEventMsgIDGenerations(t *testing.T) {
 	again2.Generation = 2
 	require.NotEqual(t, again.MsgID(), again2.MsgID())
 }
+
+// TestEventMsgIDMaybeSent: an outcome saying an earlier send may have
+// reached the recipient must be stored even when the same outcome, at the
+// same attempt, was stored without it (two copies of a job in flight).
+func TestEventMsgIDMaybeSent(t *testing.T) {
+	t.Parallel()
+	plain := Event{TaskID: "t", JobID: "t.4", Kind: EventExpired, Attempt: 2}
+	maybe := plain
+	maybe.MaybeSent = true
+	require.Equal(t, "t.4:expired:2", plain.MsgID())
+	require.NotEqual(t, plain.MsgID(), maybe.MsgID())
+	maybe.Generation = 1
+	require.Equal(t, "t.4:expired:2:g1:maybe", maybe.MsgID())
+}

@@ -187,7 +187,7 @@ func (c *checker) task(t Task) {
 			// during the call: the job's later events say maybe_sent) may be
 			// accepted without a sent event.
 			if !sentTo[to] && !slices.ContainsFunc(c.all[t.ID][to], func(h Hit) bool { return h.GaveUp }) && !maybeSent(evs, to) && final {
-				c.fail(Failure{Check: CheckLedger, Task: t.ID, Account: hs[0].Account, Detail: fmt.Sprintf("%s accepted by the provider at %s but no sent event (%s)", to, c.rel(hs[0].At), eventsOf(evs, to))})
+				c.fail(Failure{Check: CheckLedger, Task: t.ID, Account: hs[0].Account, Detail: fmt.Sprintf("%s accepted by the provider at %s but no sent event (%s; calls: %s)", to, c.rel(hs[0].At), eventsOf(evs, to), c.hitsOf(t.ID, to))})
 			}
 		}
 		for to := range sentTo {
@@ -595,11 +595,32 @@ func eventsOf(evs []contract.Event, to string) string {
 	var parts []string
 	for _, e := range evs {
 		if e.To == to {
-			parts = append(parts, fmt.Sprintf("%s/%s@%d %q", e.Kind, e.Account, e.Generation, e.Error))
+			part := fmt.Sprintf("%s/%s@%d #%d", e.Kind, e.Account, e.Generation, e.Attempt)
+			if e.MaybeSent {
+				part += " maybe_sent"
+			}
+			parts = append(parts, part+fmt.Sprintf(" %q", e.Error))
 		}
 	}
 	if len(parts) == 0 {
 		return "no events"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// hitsOf lists the provider calls for a recipient of a task: when, which
+// account, which attempt, and the answer.
+func (c *checker) hitsOf(task, to string) string {
+	var parts []string
+	for _, h := range c.all[task][to] {
+		part := fmt.Sprintf("%s %s #%d %d", c.rel(h.At), h.Account, h.Attempt, h.Status)
+		if h.GaveUp {
+			part += " gave_up"
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return "none"
 	}
 	return strings.Join(parts, ", ")
 }

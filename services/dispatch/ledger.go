@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +26,13 @@ type ledgerEntry struct {
 	ProviderID string                  `json:"provider_id,omitempty"`
 	At         time.Time               `json:"at"`
 	History    []contract.AttemptError `json:"history,omitempty"`
+	// Seq and Delivery name the delivery whose outcome the entry holds
+	// last: the JOBS message (stream sequence) and its delivery count. A
+	// redelivery asks whether its previous delivery left an outcome by
+	// them, not by attempt number, which repeats across a move that spent
+	// no attempt and is shared by copies of one job.
+	Seq      uint64 `json:"seq,omitempty"`
+	Delivery uint64 `json:"delivery,omitempty"`
 }
 
 // readLedger returns the job's ledger entry, or an empty one.
@@ -55,9 +61,10 @@ func (s *Service) writeLedger(ctx context.Context, job *contract.Job, le *ledger
 	return err
 }
 
-// recorded reports whether the entry holds an outcome of attempt.
-func (le *ledgerEntry) recorded(attempt int) bool {
-	return slices.ContainsFunc(le.History, func(a contract.AttemptError) bool { return a.Attempt == attempt })
+// settledLast reports whether the last outcome the entry holds is that of
+// delivery n of the JOBS message at stream sequence seq.
+func (le *ledgerEntry) settledLast(seq, n uint64) bool {
+	return n > 0 && le.Seq == seq && le.Delivery == n
 }
 
 // lastAttempt is the highest attempt the entry knows of (0: none).
@@ -69,9 +76,11 @@ func (le *ledgerEntry) lastAttempt() int {
 	return last
 }
 
-// addAttempt appends a failed attempt to the entry's history.
-func (le *ledgerEntry) addAttempt(a contract.AttemptError) {
+// addAttempt appends a failed attempt, made by delivery n of the JOBS
+// message at stream sequence seq, to the entry's history.
+func (le *ledgerEntry) addAttempt(a contract.AttemptError, seq, n uint64) {
 	le.State = "retrying"
+	le.Seq, le.Delivery = seq, n
 	le.History = append(le.History, a)
 	if len(le.History) > maxHistory {
 		le.History = le.History[len(le.History)-maxHistory:]

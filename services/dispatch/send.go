@@ -69,6 +69,9 @@ type delivery struct {
 	// redelivered is set when the stream delivered the job before; recheck
 	// when it may have (queued before its consumer lost its state).
 	redelivered, recheck bool
+	// seq and delivered are the message's stream sequence and its
+	// delivery count, which name this delivery in the ledger.
+	seq, delivered uint64
 	// acct and sender are the account as the delivery began; batch is the
 	// session's batcher (nil unless max_batch > 1).
 	acct   *contract.Account
@@ -81,6 +84,15 @@ type delivery struct {
 	// caps holds the job's reservation in the account's caps, nil when the
 	// account has neither a daily cap nor a per-recipient interval.
 	caps *capTracker
+}
+
+// mayFollowLostAnswer reports whether an earlier delivery of the job may
+// have made a send whose answer nobody got: a redelivery whose previous
+// delivery left no outcome in the ledger (a process died during the call),
+// or a job queued before its consumer lost its state, whose earlier
+// deliveries are unknown. It needs the ledger entry (sentBefore).
+func (d *delivery) mayFollowLostAnswer() bool {
+	return d.recheck || d.redelivered && !d.entry.settledLast(d.seq, d.delivered-1)
 }
 
 // message is the job as the channel adapter sends it.
@@ -112,6 +124,7 @@ func (r *accountRunner) receive(msg jetstream.Msg, recheckThrough uint64) (*deli
 	if err != nil {
 		return nil, err
 	}
+	d.seq, d.delivered = meta.Sequence.Stream, meta.NumDelivered
 	d.redelivered = meta.NumDelivered > 1
 	d.recheck = meta.Sequence.Stream <= recheckThrough
 	d.attempt = d.job.Attempts + int(meta.NumDelivered)
@@ -152,10 +165,7 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 		d.attempt = last + 1
 		d.log.attempt, d.log.l = d.attempt, nil
 	}
-	// A redelivery whose previous delivery left no outcome may follow a
-	// send in flight when a process died: it may have been delivered. So
-	// may a job queued before its consumer lost its state.
-	if (d.redelivered || d.recheck) && !d.entry.recorded(d.attempt-1) {
+	if d.mayFollowLostAnswer() {
 		d.job.MaybeSent = true
 	}
 	if le := d.entry; le.State == "sent" {
@@ -312,7 +322,7 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 	}
 
 	log := &jobLogger{l: d.log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
-	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()})
+	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()}, d.seq, d.delivered)
 	if d.batch == nil {
 		r.noteFailure(res, log)
 	}
