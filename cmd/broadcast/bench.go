@@ -268,6 +268,9 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if err := waitLeases(ctx, js, append(slices.Clone(pool), contract.StatusFoldLease), 15*time.Second+time.Duration(accounts)*20*time.Millisecond); err != nil {
 		return nil, err
 	}
+	if err := waitLanes(ctx, js, len(pool)*len(contract.Priorities), 15*time.Second+time.Duration(accounts)*20*time.Millisecond); err != nil {
+		return nil, err
+	}
 	if v := svcErr.Load(); v != nil {
 		return nil, v.(error)
 	}
@@ -355,6 +358,29 @@ func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, 
 		}
 	}
 	return nil
+}
+
+// waitLanes waits until JOBS has at least n consumers: the lanes of every
+// account, which dispatch creates once it holds the account's lease.
+func waitLanes(ctx context.Context, js jetstream.JetStream, n int, timeout time.Duration) error {
+	start := time.Now()
+	for {
+		st, err := js.Stream(ctx, contract.StreamJobs)
+		if err != nil {
+			return err
+		}
+		if got := st.CachedInfo().State.Consumers; got >= n {
+			fmt.Printf("lanes: %d consumers on %s %s after the leases\n", got, contract.StreamJobs, time.Since(start).Round(time.Millisecond))
+			return nil
+		} else if time.Since(start) > timeout {
+			return fmt.Errorf("%s has %d of %d consumers after %s", contract.StreamJobs, got, n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // sendLatencies reads the task's sent events and measures enqueue-to-send

@@ -242,7 +242,9 @@ func (d *dashboard) pollOnce(ctx context.Context) {
 	defer cancel()
 	queues := map[string]queueInfo{}
 	stream, err := d.js.Stream(ctx, contract.StreamJobs)
-	if err == nil {
+	// JOBS is a work queue: with no message in it every queue is empty, and
+	// listing the consumers (three per account, so thousands) is skipped.
+	if err == nil && stream.CachedInfo().State.Msgs > 0 {
 		lister := stream.ListConsumers(ctx)
 		for info := range lister.Info() {
 			if name, ok := accountOfConsumer(info); ok {
