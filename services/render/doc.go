@@ -23,7 +23,8 @@
 //   - broadcast.events.<task>.retrying, task-level (index -1, code
 //     no_enabled_account), while none of the task's accounts is enabled:
 //     the batch is held and asked for again after NoAccountRetry
-//     (noaccount.go), so progress says why nothing moves.
+//     (noaccount.go), so progress says why nothing moves; the warning is
+//     logged once a minute per task, not per batch.
 //
 // A batch's jobs and events go out without waiting each
 // (shared.Publisher); the batch is acknowledged once all are stored, and
@@ -36,7 +37,8 @@
 //
 // Where to edit what: render.go (consumer and per-recipient steps),
 // giveup.go (batches given up on), noaccount.go (batches held for an
-// enabled account), spec.go (the cached task spec), config.go (settings).
+// enabled account), spec.go (the cached task spec), config.go (settings);
+// noaccount_test.go tests the held batches' warning.
 // Account choice is shared.Picker, one per batch (PickAccount's weighted
 // rendezvous hash: capacity-weighted, sticky per recipient).
 package render

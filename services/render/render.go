@@ -38,6 +38,7 @@ type Service struct {
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
 	cache    specCache
+	waits    waitLog
 }
 
 // New prepares the service; Run starts it.
