@@ -2,6 +2,8 @@ package process
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,8 +13,18 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/proctest"
 	"github.com/broadcastd/broadcast/shared"
 )
+
+// startService runs a service as a process with env and waits until it
+// says it started.
+func startService(t *testing.T, name string, env ...string) *proctest.Proc {
+	t.Helper()
+	p := proctest.StartService(t, name, env...)
+	p.WaitLog(name+" started", 30*time.Second)
+	return p
+}
 
 // chaosClient is the test's own connection to a nats-server run as a
 // process: it submits, configures accounts and reads progress.
@@ -46,6 +58,23 @@ func (c *chaosClient) putAccount(name, account string) {
 	require.NoError(c.t, err)
 	_, err = kv.Put(ctx, name, []byte(account))
 	require.NoError(c.t, err)
+}
+
+// putHook stores the webhook account "hook" sending to the gateway at
+// gatewayURL, its rate pinned (min_rate_per_sec: the gateway's random
+// answers are not what these tests are about), burst 10.
+func (c *chaosClient) putHook(gatewayURL string, rate, concurrency int) {
+	c.t.Helper()
+	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":%d}`,
+		gatewayURL, rate, rate, concurrency))
+}
+
+// submitTask publishes task as JSON with client.Submit.
+func (c *chaosClient) submitTask(task contract.Task) {
+	c.t.Helper()
+	data, err := json.Marshal(task)
+	require.NoError(c.t, err)
+	c.submit(data)
 }
 
 // submit publishes task with client.Submit.

@@ -2,8 +2,6 @@ package process
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -38,22 +36,16 @@ func TestChaosKillStatus(t *testing.T) {
 	gw := proctest.StartGateway(t, "-fail-rate", "0.05", "-latency", "2ms", "-permanent-prefix", "bad-", "-seed", "5")
 	c := newChaosClient(t, ns.URL)
 	natsEnv := "NATS_URL=" + ns.URL
-	var others []*proctest.Proc
 	for _, name := range []string{"ingest", "render", "dispatch"} {
-		others = append(others, proctest.StartService(t, name, natsEnv, "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s"))
+		startService(t, name, natsEnv, "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s")
 	}
-	status := proctest.StartService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=500ms")
-	for _, p := range append(others, status) {
-		p.WaitLog(p.Name+" started", 30*time.Second)
-	}
-	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":150,"min_rate_per_sec":150,"burst":10,"concurrency":8}`, gw.URL))
+	status := startService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=500ms")
+	c.putHook(gw.URL, 150, 8)
 
 	task := contract.Task{ID: "chaos-kill-status", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	var bad int
 	task.Recipients, bad = pipelinetest.RecipientsWithRejects(n, badEvery, 7)
-	data, err := json.Marshal(task)
-	require.NoError(t, err)
-	c.submit(data)
+	c.submitTask(task)
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	final := func(p *contract.Progress) bool { return p.State.Final() }

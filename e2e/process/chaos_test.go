@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -49,25 +48,20 @@ func TestChaosKillDispatch(t *testing.T) {
 	natsEnv := "NATS_URL=" + ns.URL
 	var others []*proctest.Proc
 	for _, name := range []string{"ingest", "render", "status"} {
-		others = append(others, proctest.StartService(t, name, natsEnv))
+		others = append(others, startService(t, name, natsEnv))
 	}
-	dispatch := proctest.StartService(t, "dispatch", natsEnv, "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s")
-	for _, p := range append(others, dispatch) {
-		p.WaitLog(p.Name+" started", 30*time.Second)
-	}
-	// min_rate_per_sec pins the rate: the gateway answers 2% of requests 429
-	// at random, whatever the rate, and adaptive pacing answering each with
-	// a halving would bring the account down to ~15/s (measured), which is
-	// not what this test is about. Retry-After pauses still apply.
-	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":150,"min_rate_per_sec":150,"burst":10,"concurrency":%d}`, gw.URL, concurrency))
+	dispatch := startService(t, "dispatch", natsEnv, "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s")
+	// The pinned rate (min_rate_per_sec): the gateway answers 2% of
+	// requests 429 at random, whatever the rate, and adaptive pacing
+	// answering each with a halving would bring the account down to ~15/s
+	// (measured). Retry-After pauses still apply.
+	c.putHook(gw.URL, 150, concurrency)
 	dispatch.WaitLog("account started", 10*time.Second)
 
 	task := contract.Task{ID: "chaos-kill-dispatch", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	var bad int
 	task.Recipients, bad = pipelinetest.RecipientsWithRejects(n, badEvery, badEvery/2)
-	data, err := json.Marshal(task)
-	require.NoError(t, err)
-	c.submit(data)
+	c.submitTask(task)
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	final := func(p *contract.Progress) bool { return p.State.Final() }

@@ -2,8 +2,6 @@ package process
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,21 +39,15 @@ func TestKillDispatchReplicaResumesSoon(t *testing.T) {
 	c := newChaosClient(t, ns.URL)
 	natsEnv := "NATS_URL=" + ns.URL
 	for _, name := range []string{"ingest", "render", "status"} {
-		p := proctest.StartService(t, name, natsEnv)
-		p.WaitLog(name+" started", 30*time.Second)
+		startService(t, name, natsEnv)
 	}
 	var replicas [2]*proctest.Proc
 	for i := range replicas {
-		replicas[i] = proctest.StartService(t, "dispatch", natsEnv)
-		replicas[i].WaitLog("dispatch started", 30*time.Second)
+		replicas[i] = startService(t, "dispatch", natsEnv)
 	}
-	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":%d}`,
-		gw.URL, rate, rate, concurrency))
-
+	c.putHook(gw.URL, rate, concurrency)
 	task := contract.Task{ID: "kill-replica", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("k", n)}
-	data, err := json.Marshal(task)
-	require.NoError(t, err)
-	c.submit(data)
+	c.submitTask(task)
 
 	requests := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

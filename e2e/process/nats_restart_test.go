@@ -2,8 +2,6 @@ package process
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -38,16 +36,11 @@ func TestKillNATSMidTaskRepeatsNothing(t *testing.T) {
 	natsEnv := "NATS_URL=" + ns.URL
 	var procs []*proctest.Proc
 	for _, name := range []string{"ingest", "render", "dispatch", "status"} {
-		p := proctest.StartService(t, name, natsEnv)
-		p.WaitLog(name+" started", 30*time.Second)
-		procs = append(procs, p)
+		procs = append(procs, startService(t, name, natsEnv))
 	}
-	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":%d}`,
-		gw.URL, rate, rate, concurrency))
+	c.putHook(gw.URL, rate, concurrency)
 	task := contract.Task{ID: "nats-restart", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("r", n)}
-	data, err := json.Marshal(task)
-	require.NoError(t, err)
-	c.submit(data)
+	c.submitTask(task)
 
 	requests := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

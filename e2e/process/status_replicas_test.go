@@ -3,7 +3,6 @@ package process
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -37,16 +36,13 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 	c := newChaosClient(t, ns.URL)
 	natsEnv := "NATS_URL=" + ns.URL
 	for _, name := range []string{"ingest", "render", "dispatch"} {
-		p := proctest.StartService(t, name, natsEnv)
-		p.WaitLog(name+" started", 30*time.Second)
+		startService(t, name, natsEnv)
 	}
 	var replicas [2]*proctest.Proc
 	for i := range replicas {
-		replicas[i] = proctest.StartService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=250ms")
-		replicas[i].WaitLog("status started", 30*time.Second)
+		replicas[i] = startService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=250ms")
 	}
-	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":8}`,
-		gw.URL, rate, rate))
+	c.putHook(gw.URL, rate, 8)
 
 	task := contract.Task{ID: "status-replicas", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("s", n)}
 
@@ -95,9 +91,7 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 		return values[len(values)-1].p.Sent
 	}
 
-	data, err := json.Marshal(task)
-	require.NoError(t, err)
-	c.submit(data)
+	c.submitTask(task)
 
 	var gaps []time.Duration
 	for k := range kills {
