@@ -61,7 +61,12 @@
 // its order checked, recreated where it stopped when it vanishes); the
 // ledger, KV broadcast_ledger (key <task>.<index>, ledger.go), keeps
 // attempt errors, and a sent record only when the event could not be
-// stored (or is not known to be). Fresh jobs skip the lookups. A sent event
+// stored (or is not known to be). Fresh jobs skip the lookups. A
+// redelivery whose previous delivery left no outcome in the ledger (the
+// entry names the delivery it holds last by stream sequence and delivery
+// count, as attempt numbers repeat across moves), or a job queued before
+// its consumer lost its state, may follow a send whose answer was lost:
+// its later outcomes say maybe_sent (Job.MaybeSent). A sent event
 // is published asynchronously (shared.Publisher) and the job acknowledged
 // by the consume loop once the event is stored (shared.Later), so no
 // handler waits on it; sent events carry no Nats-Msg-Id (the lookup before
