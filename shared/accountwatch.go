@@ -43,10 +43,6 @@ func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("accounts bucket: %w", err)
 	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("watch accounts: %w", err)
-	}
 	aw := &AccountWatcher{
 		accounts: map[string]*contract.Account{},
 		invalid:  map[string]error{},
@@ -54,8 +50,8 @@ func WatchAccounts(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 		log:      log,
 		js:       js,
 	}
-	if err := FollowWatch(ctx, w, log, func(e jetstream.KeyValueEntry, _ bool) { aw.apply(e) }); err != nil {
-		return nil, err
+	if err := FollowBucket(ctx, kv, js.Conn(), log, func(e jetstream.KeyValueEntry, _ bool) { aw.apply(e) }, aw.remove); err != nil {
+		return nil, fmt.Errorf("watch accounts: %w", err)
 	}
 	return aw, nil
 }
@@ -90,6 +86,18 @@ func (aw *AccountWatcher) apply(e jetstream.KeyValueEntry) {
 		aw.onChange(AccountChange{Name: name, Account: acct})
 	}
 	aw.applied.Store(e.Revision())
+}
+
+// remove drops an account whose key vanished while the watch was down (a
+// server restart), as a deletion.
+func (aw *AccountWatcher) remove(name string) {
+	aw.mu.Lock()
+	delete(aw.accounts, name)
+	delete(aw.invalid, name)
+	aw.mu.Unlock()
+	if aw.onChange != nil {
+		aw.onChange(AccountChange{Name: name})
+	}
 }
 
 // CatchUp waits, up to timeout, until the view has applied every change the

@@ -27,7 +27,9 @@
 //   - accountwatch.go, healthwatch.go, route.go: live views of accounts and
 //     their health, and choosing an account for a recipient.
 //   - kvview.go, kvwatch.go: a KV bucket kept in memory, and following a
-//     watch from its current values on.
+//     watch from its current values on (FollowBucket: a whole bucket,
+//     started over after each reconnect, since a server restart leaves a
+//     watch stale for about 20 s).
 //   - nats.go, logging.go: connection (over a socket, or in process to an
 //     embedded server), a service's start (ConnectService: connect, then
 //     wait for the topology) and logging from the environment.

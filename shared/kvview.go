@@ -15,8 +15,9 @@ type KVView[T any] struct {
 	values map[string]T
 }
 
-// WatchKV follows bucket and keeps every key's decoded value; it returns
-// once the current values are loaded. Values that do not decode are logged
+// WatchKV follows bucket and keeps every key's decoded value, starting its
+// watch over after each reconnect (FollowBucket); it returns once the
+// current values are loaded. Values that do not decode are logged
 // and treated as absent. onChange, if not nil, is called with the key after
 // every change that follows the initial load.
 func WatchKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, decode func([]byte) (T, error), log *slog.Logger, onChange func(key string)) (*KVView[T], error) {
@@ -24,12 +25,16 @@ func WatchKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, 
 	if err != nil {
 		return nil, fmt.Errorf("%s bucket: %w", bucket, err)
 	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", bucket, err)
-	}
 	v := &KVView[T]{values: map[string]T{}}
-	err = FollowWatch(ctx, w, log, func(e jetstream.KeyValueEntry, initial bool) {
+	gone := func(key string) {
+		v.mu.Lock()
+		delete(v.values, key)
+		v.mu.Unlock()
+		if onChange != nil {
+			onChange(key)
+		}
+	}
+	err = FollowBucket(ctx, kv, js.Conn(), log, func(e jetstream.KeyValueEntry, initial bool) {
 		v.mu.Lock()
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.values, e.Key())
@@ -43,9 +48,9 @@ func WatchKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, 
 		if onChange != nil && !initial {
 			onChange(e.Key())
 		}
-	})
+	}, gone)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("watch %s: %w", bucket, err)
 	}
 	return v, nil
 }

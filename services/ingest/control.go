@@ -53,7 +53,13 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) cont
 	if err != nil {
 		return fail("task: %v", err)
 	}
-	ctl := s.controls.Get(taskID)
+	// The bucket, not the watch's view: after a server restart the view
+	// lags until its watch starts over (seconds), and a resume judged by a
+	// stale "processing" did nothing and left the task paused.
+	ctl, err := s.controls.Read(ctx, taskID)
+	if err != nil {
+		return fail("%v", err)
+	}
 	final, finalState := s.isFinal(ctx, taskID)
 	if final && req.Action != contract.ActionRetryDead {
 		return fail("task %s is already %s", taskID, finalState)

@@ -75,7 +75,7 @@ func (s *Service) refreshLive(ctx context.Context, ttl, every time.Duration) (in
 		}
 		var rec contract.TaskRecord
 		if json.Unmarshal(e.Value(), &rec) == nil && ctl.State == contract.StateAwaitingApproval &&
-			time.Since(rec.AcceptedAt) > approvalWindow(ttl) {
+			time.Since(rec.AcceptedAt) > approvalWindow(ttl) && s.stillAwaitsApproval(ctx, id) {
 			if err := s.expireApproval(ctx, &rec, ttl); err != nil {
 				return n, err
 			}
@@ -105,6 +105,14 @@ func waits(state contract.TaskState) bool {
 // approvalWindow is how long a task may await approval: five sixths of the
 // retention (25 days of 30), leaving room to send.
 func approvalWindow(ttl time.Duration) time.Duration { return ttl / 6 * 5 }
+
+// stillAwaitsApproval confirms from the bucket what the view says before
+// a task is cancelled for want of approval: the view may lag behind an
+// approval given moments ago (after a server restart, for seconds).
+func (s *Service) stillAwaitsApproval(ctx context.Context, taskID string) bool {
+	ctl, err := s.controls.Read(ctx, taskID)
+	return err == nil && ctl.State == contract.StateAwaitingApproval
+}
 
 // expireApproval cancels a task whose approval did not come in time.
 func (s *Service) expireApproval(ctx context.Context, rec *contract.TaskRecord, ttl time.Duration) error {
