@@ -39,6 +39,35 @@ func TestCancelWhileScheduledStartWaits(t *testing.T) {
 	require.Equal(t, 20, ts.Progress(t, "sched-cancel").Cancelled)
 }
 
+// TestApprovalWhileScheduledStartWaits: a scheduled task with test
+// recipients, started early by a resume and approved while its scheduled
+// start waits out the last second before send_at, must stay approved. The
+// start, which had read "scheduled" before its wait, sent the task back
+// to awaiting approval once send_at came, and it was never sent
+// (multi-process scenario seed 77967254).
+func TestApprovalWhileScheduledStartWaits(t *testing.T) {
+	t.Parallel()
+	ts := pipelinetest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":4}`, gw.URL))
+	pipelinetest.StartPipeline(t, ts, fastRetries())
+
+	// 40 recipients at 20/s: still sending when send_at comes.
+	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
+	submit(t, ts, contract.Task{ID: "sched-approve", Channel: "webhook", Template: "x", Recipients: recipients("a", 40),
+		TestRecipients: []contract.Recipient{{To: "qa-1"}}, SendAt: sendAt.UTC().Format(time.RFC3339)})
+	ts.WaitProgress(t, "sched-approve", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
+	time.Sleep(time.Until(sendAt.Add(-400 * time.Millisecond)))
+	require.Equal(t, contract.StateAwaitingApproval, control(t, ts, "sched-approve", contract.ActionResume).State, "a resume starts it now")
+	require.Equal(t, contract.StateProcessing, control(t, ts, "sched-approve", contract.ActionResume).State, "a second resume approves it")
+	p := ts.WaitFinal(t, "sched-approve", 15*time.Second)
+	require.Equal(t, contract.StateSucceeded, p.State)
+	require.Equal(t, 40, p.Sent)
+	time.Sleep(time.Until(sendAt.Add(time.Second)))
+	require.Equal(t, contract.StateSucceeded, ts.Progress(t, "sched-approve").State, "still succeeded after send_at")
+	require.Equal(t, 41, gw.Ledger().AcceptedKeys(), "every recipient and the test recipient, each once")
+}
+
 // TestRetryDeadFailsAgain: a dead letter re-queued by retry-dead that
 // fails again is counted failed again, and the task becomes final (its
 // failed event used to be dropped as a duplicate of the first one).

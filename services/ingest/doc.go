@@ -23,7 +23,11 @@
 // the other order parked jobs that reached dispatch first). A start that
 // was cut short between the two is finished when its message comes back.
 // Test recipients go first and the task waits for approval; approving
-// publishes the rest and marks the task processing last.
+// publishes the rest and marks the task processing last. Each step is a
+// compare-and-set on the task's control value: a cancel or pause wins, and
+// a start that waited for send_at never sends an approved task back to
+// approval. Control requests judge the task by the bucket, not by the
+// watch's view, which may lag.
 //
 // Tasks that do not decode at all still get a rejected event and progress,
 // under the id the message carries (the id field or its Nats-Msg-Id header),

@@ -155,7 +155,8 @@ func (s *Service) release(ctx context.Context, rec *contract.TaskRecord, task *c
 }
 
 // advance moves a task that is starting (scheduled, awaiting approval) to
-// state, unless an operator cancelled or paused it meanwhile: the change is
+// state, unless an operator cancelled or paused it meanwhile, or, for
+// awaiting approval, it has been approved already: the change is
 // a compare-and-set on the control value, so a cancel that lands while a
 // scheduled start waits for send_at, or while an approval publishes the
 // recipients, is never overwritten (a cancelled scheduled task was sent
@@ -171,6 +172,14 @@ func (s *Service) advance(ctx context.Context, taskID string, state contract.Tas
 			}
 			if cur.State == contract.StateCancelled || cur.State == contract.StatePaused {
 				s.log.Info("task not started: an operator changed it", shared.KeyTaskID, taskID, "state", cur.State)
+				return false, nil
+			}
+			if state == contract.StateAwaitingApproval && cur.State == contract.StateProcessing {
+				// Approved already: a scheduled start that read "scheduled"
+				// before it waited for send_at, while a resume started the
+				// task and an approval released it, must not send it back
+				// to approval (it was never sent: seed 77967254).
+				s.log.Info("scheduled start ignored: the task is approved already", shared.KeyTaskID, taskID)
 				return false, nil
 			}
 			rev = e.Revision()
