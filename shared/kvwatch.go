@@ -57,9 +57,11 @@ func FollowWatch(ctx context.Context, w jetstream.KeyWatcher, log *slog.Logger, 
 // 20 s (TestKVViewAfterServerRestart), during which a resume judged by a
 // stale "processing" did nothing. After each reconnect the watch starts
 // anew: apply gets the entries that changed meanwhile (initial false) and
-// gone the keys that vanished; entries already applied (same revision)
-// are not applied again. Everything is called from one goroutine. It
-// returns once the first initial values are applied.
+// gone the keys that vanished; values already applied (same revision)
+// are not applied again, while a removal marker seen again is (so a
+// view's last applied revision still reaches the bucket's). Everything is
+// called from one goroutine. It returns once the first initial values are
+// applied.
 func FollowBucket(ctx context.Context, kv jetstream.KeyValue, nc *nats.Conn, log *slog.Logger, apply func(e jetstream.KeyValueEntry, initial bool), gone func(key string)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -126,12 +128,8 @@ func FollowBucket(ctx context.Context, kv jetstream.KeyValue, nc *nats.Conn, log
 				if seen != nil {
 					seen[e.Key()] = true
 				}
-				rev, present := revs[e.Key()]
-				if present && e.Revision() <= rev {
+				if rev, present := revs[e.Key()]; present && e.Revision() <= rev {
 					continue // applied before the watch started over
-				}
-				if !present && !first && e.Operation() != jetstream.KeyValuePut {
-					continue // the removal of a key that is not there
 				}
 				if e.Operation() == jetstream.KeyValuePut {
 					revs[e.Key()] = e.Revision()
