@@ -268,7 +268,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if err := waitLeases(ctx, js, append(slices.Clone(pool), contract.StatusFoldLease), 15*time.Second+time.Duration(accounts)*20*time.Millisecond); err != nil {
 		return nil, err
 	}
-	if err := waitLanes(ctx, js, len(pool)*len(contract.Priorities), 15*time.Second+time.Duration(accounts)*20*time.Millisecond); err != nil {
+	if err := waitLanes(ctx, js, len(pool), 15*time.Second+time.Duration(accounts)*20*time.Millisecond); err != nil {
 		return nil, err
 	}
 	if v := svcErr.Load(); v != nil {
@@ -281,8 +281,12 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 			return nil, ctx.Err()
 		case <-time.After(idle):
 		}
-		fmt.Printf("idle: %d account(s) held, no task: %.3f cores (server and services) over %s\n",
-			accounts, (cpuTime()-c0).Seconds()/time.Since(t0).Seconds(), idle)
+		consumers := 0
+		if st, err := js.Stream(ctx, contract.StreamJobs); err == nil {
+			consumers = st.CachedInfo().State.Consumers
+		}
+		fmt.Printf("idle: %d account(s) held, no task: %.3f cores (server and services) over %s, %d consumers on %s\n",
+			accounts, (cpuTime()-c0).Seconds()/time.Since(t0).Seconds(), idle, consumers, contract.StreamJobs)
 	}
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
@@ -360,7 +364,7 @@ func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, 
 	return nil
 }
 
-// waitLanes waits until JOBS has at least n consumers: the lanes of every
+// waitLanes waits until JOBS has at least n consumers: the normal lanes of every
 // account, which dispatch creates once it holds the account's lease.
 func waitLanes(ctx context.Context, js jetstream.JetStream, n int, timeout time.Duration) error {
 	start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +58,9 @@ type accountRunner struct {
 	name  string
 	pacer *pacer
 	log   *slog.Logger
+	// lanes are the current session's, nil between sessions (the lane
+	// finder, lanes.go, reads them).
+	lanes atomic.Pointer[sessionLanes]
 	// batch merges sends of identical text into one call, for accounts
 	// whose max_batch is above 1 (nil otherwise, so single sends take no
 	// extra hop). Each ownership session makes its own; the handlers of a
@@ -267,42 +271,18 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 		}
 	}))
 
-	var lanes sync.WaitGroup
-	var consumers []jetstream.Consumer
-	for lane := range numLanes {
-		cons, recheckThrough := r.laneConsumer(sctx, a, lanePriority[lane])
-		if cons == nil {
-			break // the session ended
-		}
-		consumers = append(consumers, cons)
-		lanes.Go(r.guard(end, "account consumer", func() {
-			err := shared.Consume(sctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
-				return r.handle(ctx, sched, lane, recheckThrough, msg)
-			}, shared.ConsumeConfig{
-				Concurrency: jobsInFlight(a, lanePriority[lane]),
-				AckWait:     ackWait,
-				RetryDelay:  r.svc.cfg.BackoffBase,
-				DeadLetter:  r.svc.deadLetter,
-				Logger:      r.log.With("priority", lanePriority[lane]),
-			})
-			switch {
-			case errors.Is(err, shared.ErrConsumerGone):
-				// Its state was in memory (consumerConfig): the next
-				// session creates it again.
-				r.log.Warn("the lane's consumer is gone (the server restarted?); creating it again", "priority", lanePriority[lane])
-				end(err)
-			case err != nil:
-				r.log.Error("account consumer stopped", "priority", lanePriority[lane], "err", err)
-				end(err)
-			}
-		}))
-	}
-	if len(consumers) == numLanes {
-		bg.Go(r.guard(end, "backlog watch", func() { watchBacklog(sctx, sched, consumers) }))
+	lanes := newSessionLanes(sctx, end, r, a, sched)
+	var keeper sync.WaitGroup
+	if lanes.start() {
+		r.lanes.Store(lanes)
+		keeper.Go(r.guard(end, "lane keeper", lanes.keep))
+		bg.Go(r.guard(end, "backlog watch", func() { watchBacklog(sctx, sched, lanes) }))
 	}
 	<-sctx.Done()
+	r.lanes.Store(nil)
 	sched.end()
-	lanes.Wait()
+	keeper.Wait()
+	lanes.wait()
 	stopKeeping()
 	bg.Wait()
 	if !gaveBack {
@@ -326,7 +306,8 @@ const backlogPoll = 250 * time.Millisecond
 
 // watchBacklog tells the scheduler whether the lanes above the lowest one
 // with a waiting job have jobs not yet acknowledged on the server (their
-// consumers' NumPending and NumAckPending), until ctx ends. Their handlers
+// consumers' NumPending and NumAckPending, or for a closed lane the jobs on
+// its subject), until ctx ends. Their handlers
 // alone do not tell: under load a lane's handlers can all be done while its
 // next jobs are on their way, and lower jobs got tokens then (low ones with
 // normal work queued, normal ones while a high task ran). A lane nobody
@@ -334,7 +315,7 @@ const backlogPoll = 250 * time.Millisecond
 // as unknown, which holds the lanes below back until it is asked again: one
 // request per backlogPoll for an account busy in one lane, none (and no
 // wakeup) for an idle one.
-func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.Consumer) {
+func watchBacklog(ctx context.Context, sched *scheduler, lanes *sessionLanes) {
 	sched.mu.Lock()
 	sched.watched = true
 	sched.mu.Unlock()
@@ -375,17 +356,30 @@ func watchBacklog(ctx context.Context, sched *scheduler, consumers []jetstream.C
 			}
 			asked[lane] = time.Now()
 			asOf := sched.beganSoFar(lane)
-			if info, err := consumers[lane].Info(ctx); err == nil {
-				sched.setBacklogAsOf(lane, info.NumPending+uint64(info.NumAckPending) > 0, asOf)
+			if queued, err := lanes.queued(ctx, lane); err == nil {
+				sched.setBacklogAsOf(lane, queued, asOf)
 			}
+		}
+		// Only a closed high lane above the waiting jobs: its answer comes
+		// from the lane finder's look, new every backlogPoll, so looking
+		// more often only costs wakeups (40,000 a second at 1,000
+		// accounts).
+		if below == laneNormal && !lanes.isOpen(laneHigh) {
+			t.Reset(backlogPoll)
+		} else {
+			t.Reset(backlogPoll / 10)
 		}
 	}
 }
 
-// laneConsumer creates or updates the consumer of one lane, retrying until
-// it works or ctx ends (then it returns nil).
-func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority) (cons jetstream.Consumer, recheckThrough uint64) {
+// laneConsumer creates or updates the consumer of one lane, with metadata
+// meta (the normal lane's closed marks, lanes.go), retrying until it works
+// or ctx ends (then it returns nil).
+func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority, meta map[string]string) (cons jetstream.Consumer, recheckThrough uint64) {
 	cfg := consumerConfig(a, p)
+	if len(meta) > 0 {
+		cfg.Metadata = meta
+	}
 	for {
 		cons, err := r.svc.js.CreateOrUpdateConsumer(ctx, contract.StreamJobs, cfg)
 		if err == nil {

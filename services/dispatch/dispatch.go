@@ -30,6 +30,10 @@ type Service struct {
 	sends    jetstream.KeyValue
 	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper and poolOf
 	pools    poolCache
+	jobs     jetstream.Stream // JOBS, for the lanes' subjects (lanes.go)
+	// laneJobs is the lane finder's latest look at each closed lane's
+	// subjects (lanes.go).
+	laneJobs [numLanes]atomic.Pointer[laneLook]
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
 	share    *fairShare         // how many accounts this replica takes (share.go)
@@ -79,6 +83,9 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("dispatch: %s: %w", name, err)
 		}
 	}
+	if s.jobs, err = s.js.Stream(ctx, contract.StreamJobs); err != nil {
+		return fmt.Errorf("dispatch: %s: %w", contract.StreamJobs, err)
+	}
 	st, err := s.leases.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("dispatch: %s: %w", contract.BucketLeases, err)
@@ -120,6 +127,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// does a start, for edits made while no dispatch ran.
 	go shared.Supervise(ctx, s.log, "held-job waker", s.runWaker)
 	go shared.Supervise(ctx, s.log, "deleted-account reaper", s.runReaper)
+	go shared.Supervise(ctx, s.log, "lane finder", s.findLanes)
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {

@@ -1,15 +1,19 @@
 // Package dispatch sends jobs through sender accounts, paced so accounts are
 // not throttled or banned, and never loses or repeats a message.
 //
-// Consumes: stream JOBS, three durable pull consumers per account, one per
-// priority lane: "dispatch_high-<account>", "dispatch-<account>" (normal)
-// and "dispatch_low-<account>", filters broadcast.jobs.<account>.high,
-// .normal and .low, created and resized live as KV broadcast_accounts
-// changes. Each lane's MaxAckPending is the account's concurrency (so held
-// jobs of one lane never stop another lane's delivery) and its client
-// buffer is no larger. Their state is kept in memory (consumerConfig in
-// account.go says why); a consumer created anew, after a server restart,
-// checks the jobs it finds queued for an earlier send (delivery.recheck).
+// Consumes: stream JOBS, a durable pull consumer per account and priority
+// lane: "dispatch_high-<account>", "dispatch-<account>" (normal) and
+// "dispatch_low-<account>", filters broadcast.jobs.<account>.high, .normal
+// and .low, created and resized live as KV broadcast_accounts changes. The
+// normal lane's exists while the account's lease is held; the high and low
+// lanes' only while they hold jobs (lanes.go: every consumer of JOBS costs
+// the server on every acknowledgement; a closed lane leaves a mark in the
+// normal consumer's metadata so its next jobs count as fresh). Each lane's
+// MaxAckPending is the account's concurrency (so held jobs of one lane
+// never stop another lane's delivery) and its client buffer is no larger.
+// Their state is kept in memory (consumerConfig in account.go says why); a
+// consumer created anew, after a server restart, checks the jobs it finds
+// queued for an earlier send (delivery.recheck).
 //
 // One sender per account: only the holder of the account's lease in KV
 // broadcast_leases (package lease: key <account>, value the runner's instance id,
@@ -38,7 +42,8 @@
 // lanes), to a waiting high job before a normal one before a low one, and
 // serves a lower lane only while every higher lane is idle: no job in its
 // handlers outside the provider call, and none unacknowledged on the server
-// (watchBacklog in account.go asks while a lower lane waits; a job that
+// (watchBacklog in account.go asks while a lower lane waits, a closed high
+// lane answered from the lane finder's look; a job that
 // began in a lane keeps it marked until an answer asked after that job
 // says it is empty, so a stale "empty" cannot let a lower lane in). A high
 // task therefore takes the account's whole rate while it has work, low
@@ -141,6 +146,8 @@
 //     (a new account it cannot send with starts paused, with the reason).
 //   - account.go: one account's runner: its session while it holds the
 //     lease, its lanes' consumers, the backlog watch, its sender.
+//   - lanes.go: opening the high and low lanes when jobs appear, closing
+//     them when idle, their closed marks, the lane finder.
 //   - lease.go: waiting for the account's lease and keeping it while sending.
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.

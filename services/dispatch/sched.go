@@ -68,7 +68,9 @@ type scheduler struct {
 	backlog [numLanes]bool
 	// began counts the jobs each lane has begun: an "empty" answer asked
 	// for before the latest began is stale (setBacklogAsOf).
-	began   [numLanes]uint64
+	began [numLanes]uint64
+	// live counts each lane's tickets not yet finished (laneIdle).
+	live    [numLanes]int
 	watched bool // watchBacklog runs for this session
 	inUse   int  // granted slots not yet released
 	// wanted is when a job of each lane last asked for a turn; a lane that
@@ -94,6 +96,7 @@ type ticket struct {
 	lane    int
 	counted bool          // counted in busy
 	held    bool          // holds a slot
+	live    bool          // counted in live: not finished
 	granted bool          // was granted (ready is closed)
 	seq     uint64        // the grant's number in the session, from 1
 	ready   chan struct{} // closed on grant
@@ -120,6 +123,7 @@ func (s *scheduler) begin(lane int) *ticket {
 	s.mu.Lock()
 	s.busy[lane]++
 	s.began[lane]++
+	s.live[lane]++
 	// A job being handled is unacknowledged on the server: its lane has a
 	// backlog now, whatever the last poll said (watchBacklog clears it once
 	// the lane is empty). Between a high task's jobs a stale "empty" from
@@ -129,7 +133,7 @@ func (s *scheduler) begin(lane int) *ticket {
 		s.backlog[lane] = true
 	}
 	s.mu.Unlock()
-	return &ticket{s: s, lane: lane, counted: true, ready: make(chan struct{})}
+	return &ticket{s: s, lane: lane, counted: true, live: true, ready: make(chan struct{})}
 }
 
 // sent ends the provider call: the slot is free, and the job counts as its
@@ -155,6 +159,10 @@ func (t *ticket) finish() {
 	s := t.s
 	s.mu.Lock()
 	changed := t.counted || t.held
+	if t.live {
+		t.live = false
+		s.live[t.lane]--
+	}
 	if t.counted {
 		t.counted = false
 		s.busy[t.lane]--
@@ -295,6 +303,15 @@ func (s *scheduler) setBacklog(lane int, queued bool) {
 	if changed {
 		s.poke()
 	}
+}
+
+// laneIdle reports whether lane has no job in its handlers, with the
+// number of jobs it has begun so far: a lane idle with the same count at
+// two looks was idle in between.
+func (s *scheduler) laneIdle(lane int) (idle bool, began uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live[lane] == 0 && len(s.waiting[lane]) == 0, s.began[lane]
 }
 
 // beganSoFar returns how many jobs lane has begun: taken before asking the
