@@ -71,7 +71,9 @@
 // entry names the delivery it holds last by stream sequence and delivery
 // count, as attempt numbers repeat across moves), or a job queued before
 // its consumer lost its state, may follow a send whose answer was lost:
-// its later outcomes say maybe_sent (Job.MaybeSent). A sent event
+// its later outcomes say maybe_sent (Job.MaybeSent), its retrying events
+// too. Its copies carry the mark, and its ledger entry keeps it with the
+// next attempt error, for the redeliveries after that. A sent event
 // is published asynchronously (shared.Publisher) and the job acknowledged
 // by the consume loop once the event is stored (shared.Later), so no
 // handler waits on it; sent events carry no Nats-Msg-Id (the lookup before

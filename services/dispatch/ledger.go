@@ -33,6 +33,11 @@ type ledgerEntry struct {
 	// no attempt and is shared by copies of one job.
 	Seq      uint64 `json:"seq,omitempty"`
 	Delivery uint64 `json:"delivery,omitempty"`
+	// MaybeSent says an attempt it holds may have followed a send whose
+	// answer was lost (Job.MaybeSent). A redelivery after that attempt finds
+	// its previous delivery settled and its message without the mark, so
+	// it learns it here.
+	MaybeSent bool `json:"maybe_sent,omitempty"`
 }
 
 // readLedger returns the job's ledger entry, or an empty one.
@@ -77,10 +82,12 @@ func (le *ledgerEntry) lastAttempt() int {
 }
 
 // addAttempt appends a failed attempt, made by delivery n of the JOBS
-// message at stream sequence seq, to the entry's history.
-func (le *ledgerEntry) addAttempt(a contract.AttemptError, seq, n uint64) {
+// message at stream sequence seq, to the entry's history; maybeSent is
+// whether that delivery may have followed a send whose answer was lost.
+func (le *ledgerEntry) addAttempt(a contract.AttemptError, seq, n uint64, maybeSent bool) {
 	le.State = "retrying"
 	le.Seq, le.Delivery = seq, n
+	le.MaybeSent = le.MaybeSent || maybeSent
 	le.History = append(le.History, a)
 	if len(le.History) > maxHistory {
 		le.History = le.History[len(le.History)-maxHistory:]

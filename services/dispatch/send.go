@@ -89,10 +89,12 @@ type delivery struct {
 // mayFollowLostAnswer reports whether an earlier delivery of the job may
 // have made a send whose answer nobody got: a redelivery whose previous
 // delivery left no outcome in the ledger (a process died during the call),
-// or a job queued before its consumer lost its state, whose earlier
-// deliveries are unknown. It needs the ledger entry (sentBefore).
+// a job queued before its consumer lost its state, whose earlier
+// deliveries are unknown, or one whose ledger entry says so (a delivery
+// that knew it recorded its failure; the redelivered message does not
+// carry the mark). It needs the ledger entry (sentBefore).
 func (d *delivery) mayFollowLostAnswer() bool {
-	return d.recheck || d.redelivered && !d.entry.settledLast(d.seq, d.delivered-1)
+	return d.recheck || d.entry.MaybeSent || d.redelivered && !d.entry.settledLast(d.seq, d.delivered-1)
 }
 
 // message is the job as the channel adapter sends it.
@@ -167,6 +169,8 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 	}
 	if d.mayFollowLostAnswer() {
 		d.job.MaybeSent = true
+		d.log.Debug("an earlier delivery may have sent the job, its answer lost: its outcomes say maybe_sent",
+			"seq", d.seq, "delivery", d.delivered, "ledger_seq", d.entry.Seq, "ledger_delivery", d.entry.Delivery)
 	}
 	if le := d.entry; le.State == "sent" {
 		// Sent, but its event could not be published then: publish it now.
@@ -321,8 +325,11 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 		return r.svc.publishSent(&d.job, ev, d.log)
 	}
 
+	// A failure is told as a retrying event (a give-up's failed event is
+	// the dead letter's), with maybe_sent, which a sent event never has.
+	ev.Kind, ev.MaybeSent = contract.EventRetrying, d.job.MaybeSent
 	log := &jobLogger{l: d.log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
-	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()}, d.seq, d.delivered)
+	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()}, d.seq, d.delivered, d.job.MaybeSent)
 	if d.batch == nil {
 		r.noteFailure(res, log)
 	}
@@ -343,7 +350,6 @@ func (r *accountRunner) settleAccountProblem(ctx context.Context, d *delivery, r
 	if err := r.svc.writeLedger(ctx, &d.job, d.entry); err != nil {
 		log.Warn("could not record attempt error", "err", err)
 	}
-	ev.Kind = contract.EventRetrying
 	if err := r.svc.publish(ctx, ev); err != nil {
 		return err
 	}
@@ -379,8 +385,7 @@ func (r *accountRunner) settleRetry(ctx context.Context, d *delivery, res channe
 	if err := s.writeLedger(ctx, &d.job, d.entry); err != nil {
 		log.Warn("could not record attempt error", "err", err)
 	}
-	log.Info("send failed; will retry", "err", res.Err, "delay", delay)
-	ev.Kind = contract.EventRetrying
+	log.Info("send failed; will retry", "err", res.Err, "delay", delay, "maybe_sent", d.job.MaybeSent)
 	ev.RatePerSec, _ = r.pacer.effective()
 	if err := s.publish(ctx, ev); err != nil {
 		return err
