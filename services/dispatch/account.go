@@ -271,7 +271,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 		}
 	}))
 
-	lanes := newSessionLanes(sctx, end, r, a, sched)
+	lanes := newSessionLanes(sctx, end, l.Valid, r, a, sched)
 	var keeper sync.WaitGroup
 	if lanes.start() {
 		r.lanes.Store(lanes)

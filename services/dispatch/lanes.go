@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -43,6 +44,10 @@ type sessionLanes struct {
 	sched *scheduler
 	ctx   context.Context // the session
 	end   context.CancelCauseFunc
+	// valid reports whether the session's lease is still valid: a lane is
+	// deleted or marked only then, so a holder that stalled past its lease
+	// never deletes the consumer its successor consumes.
+	valid func() bool
 
 	// Opened and closed by keep's goroutine only; read under mu.
 	mu     sync.Mutex
@@ -77,8 +82,8 @@ const laneFindEvery = time.Second
 // closedMark is the normal lane's metadata key marking lane p closed.
 func closedMark(p contract.Priority) string { return "broadcast.closed." + string(p) }
 
-func newSessionLanes(ctx context.Context, end context.CancelCauseFunc, r *accountRunner, a *contract.Account, sched *scheduler) *sessionLanes {
-	return &sessionLanes{r: r, a: a, sched: sched, ctx: ctx, end: end, marked: map[contract.Priority]bool{}, wanted: make(chan int, numLanes)}
+func newSessionLanes(ctx context.Context, end context.CancelCauseFunc, valid func() bool, r *accountRunner, a *contract.Account, sched *scheduler) *sessionLanes {
+	return &sessionLanes{r: r, a: a, sched: sched, ctx: ctx, end: end, valid: valid, marked: map[contract.Priority]bool{}, wanted: make(chan int, numLanes)}
 }
 
 // start opens the normal lane, and the high and low lanes that have a
@@ -275,7 +280,7 @@ func (sl *sessionLanes) closeIfIdle(lane int) {
 	if sl.ctx.Err() != nil {
 		return
 	}
-	if empty, err := sl.subjectEmpty(lane); err != nil || !empty {
+	if empty, err := sl.subjectEmpty(lane); err != nil || !empty || !sl.valid() {
 		sl.run(lane, ol.cons, ol.recheckThrough) // jobs arrived meanwhile: keep consuming
 		return
 	}
@@ -302,6 +307,9 @@ func (sl *sessionLanes) closeIfIdle(lane int) {
 // it down. It updates the consumer only if it exists: creating it here
 // would hide from the running session that a server restart lost it.
 func (sl *sessionLanes) setMark(p contract.Priority, closed bool) error {
+	if closed && !sl.valid() {
+		return lease.ErrLost
+	}
 	was := sl.marked[p]
 	sl.marked[p] = closed
 	cfg := consumerConfig(sl.a, contract.PriorityNormal)
