@@ -58,7 +58,8 @@ func (m *Status) Folded(kind contract.EventKind) {
 	k := string(kind)
 	switch kind {
 	case contract.EventAccepted, contract.EventRejected, contract.EventSent, contract.EventRetrying,
-		contract.EventFailed, contract.EventSkipped, contract.EventExpired, contract.EventCancelled:
+		contract.EventFailed, contract.EventSkipped, contract.EventExpired, contract.EventCancelled,
+		contract.EventDelivered, contract.EventRead, contract.EventUndelivered:
 	default:
 		k = "other"
 	}
