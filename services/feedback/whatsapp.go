@@ -134,7 +134,10 @@ func joinNonEmpty(sep string, parts ...string) string {
 // jsonError names the field a JSON decoding error is about.
 func jsonError(what string, err error) error {
 	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
+	if errors.As(err, &te) {
+		if te.Field == "" {
+			return fmt.Errorf("%s: must be a JSON object, not JSON %s", what, te.Value)
+		}
 		return fmt.Errorf("%s: must be %s, not JSON %s", te.Field, te.Type, te.Value)
 	}
 	return fmt.Errorf("%s: not valid JSON: %v", what, err)
