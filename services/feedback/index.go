@@ -24,7 +24,7 @@ func indexConsumerConfig(concurrency int) jetstream.ConsumerConfig {
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime:  &start,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
+		AckWait:       10 * time.Second,
 		MaxDeliver:    -1,
 		MaxAckPending: 4 * concurrency,
 	}

@@ -24,7 +24,7 @@ func receiptConsumerConfig() jetstream.ConsumerConfig {
 		Description:   "feedback: turns provider receipts into events",
 		FilterSubject: contract.SubjectReceiptsPrefix + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
+		AckWait:       10 * time.Second,
 		MaxDeliver:    -1,
 		MaxAckPending: 20_000,
 	}

@@ -124,7 +124,9 @@ func (s *Service) consume(ctx context.Context, open func(context.Context) (jetst
 			}
 			return fmt.Errorf("consumer: %w", err)
 		}
-		err = shared.Consume(ctx, cons, h, shared.ConsumeConfig{Concurrency: s.cfg.Concurrency, Logger: s.log})
+		// The consumers' ack wait is short (10 s), so the receipts a killed
+		// process held come back soon; handlers take milliseconds.
+		err = shared.Consume(ctx, cons, h, shared.ConsumeConfig{Concurrency: s.cfg.Concurrency, AckWait: 10 * time.Second, Logger: s.log})
 		if ctx.Err() != nil {
 			return nil
 		}
