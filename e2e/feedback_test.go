@@ -315,3 +315,52 @@ func TestFeedbackReceipts(t *testing.T) {
 	}
 	require.Empty(t, st.cs.Log.Violations(), "permission violations")
 }
+
+// TestFeedbackBounces sends through an SMTP account and posts bounces the
+// way an email provider's webhook does: a hard bounce makes the recipient
+// undelivered, a complaint delivered (it arrived, unwanted), a soft bounce
+// nothing, a hard bounce and a complaint for one address delivered (the
+// rule's maximum); a bounce matches the most recent send to its address,
+// whatever its case.
+func TestFeedbackBounces(t *testing.T) {
+	t.Parallel()
+	st := startFeedbackStack(t, map[string]string{}, nil)
+	srv := startSMTP(t, nil)
+	st.cs.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
+		"from":"Shop <noreply@shop.example>","rate_per_sec":50,"concurrency":2}`, srv.Port()))
+	submit(t, st.cs.Server, `{"id":"mail-1","channel":"smtp","template":"Hi","recipients":[
+		{"to":"a@shop.example"},{"to":"b@shop.example"},{"to":"c@shop.example"},{"to":"d@shop.example"},{"to":"e@shop.example"}]}`)
+	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "mail-1", 30*time.Second).State)
+	submit(t, st.cs.Server, `{"id":"mail-2","channel":"smtp","template":"Hi again","recipients":[{"to":"a@shop.example"}]}`)
+	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "mail-2", 30*time.Second).State)
+	natstest.Eventually(t, 10*time.Second, func() bool { return st.fb.Stats().Indexed == 6 }, "sends indexed")
+
+	auth := map[string]string{"Authorization": "Bearer bounce-token"}
+	for _, b := range []string{
+		`{"email":"A@Shop.Example","type":"hard","reason":"550 5.1.1 user unknown"}`,
+		`{"email":"b@shop.example","type":"complaint","reason":"abuse report"}`,
+		`{"email":"c@shop.example","type":"soft","reason":"452 mailbox full"}`,
+		`{"email":"d@shop.example","type":"hard"}`,
+		`{"email":"d@shop.example","type":"complaint"}`,
+	} {
+		st.postCode(t, "/webhooks/bounce", auth, []byte(b), http.StatusOK)
+	}
+	st.postCode(t, "/webhooks/bounce", auth, []byte(`{"email":"x","type":"hard"}`), http.StatusBadRequest)
+
+	p := st.cs.WaitProgress(t, "mail-2", 20*time.Second, func(p *contract.Progress) bool { return p.Undelivered == 1 }, "a's hard bounce")
+	require.Equal(t, [3]int{0, 0, 1}, [3]int{p.Delivered, p.Read, p.Undelivered})
+	p = st.cs.WaitProgress(t, "mail-1", 20*time.Second, func(p *contract.Progress) bool { return p.Delivered == 2 }, "b and d delivered")
+	require.Equal(t, [3]int{2, 0, 0}, [3]int{p.Delivered, p.Read, p.Undelivered}, "a's bounce went to mail-2, c's soft bounce counts nothing")
+	undelivered := eventsOf(st.cs.Events(t, "mail-2"), contract.EventUndelivered)
+	require.Len(t, undelivered, 1)
+	require.Equal(t, "hard_bounce", undelivered[0].Code)
+	require.Equal(t, "550 5.1.1 user unknown", undelivered[0].Error)
+	require.Equal(t, "a@shop.example", undelivered[0].To)
+	m := st.samples(t)
+	require.Equal(t, 5.0, m.Sum("broadcast_feedback_receipts_total", "source", "bounce", "result", "stored"))
+	require.Equal(t, 1.0, m.Sum("broadcast_feedback_refused_total", "route", "bounce", "reason", "bad_request"))
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return st.samples(t).Sum("broadcast_feedback_receipts_total", "source", "bounce", "result", "ignored") == 1
+	}, "the soft bounce counted ignored")
+	require.Empty(t, st.cs.Log.Violations(), "permission violations")
+}
