@@ -6,7 +6,7 @@
 //	broadcast dev                            embedded nats-server + all services + a sandbox account
 //	broadcast demo                           a 2,000-recipient broadcast on embedded defaults
 //	broadcast send FILE                      publish a task and follow it to its final state
-//	broadcast watch ID                       follow a task's progress
+//	broadcast watch [-receipts D] ID         follow a task's progress (and its receipts for D after it ends)
 //	broadcast tasks                          list tasks
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
@@ -40,6 +40,7 @@ tools:
   demo         send a 2,000-recipient broadcast with injected faults on embedded defaults
   send FILE    publish the task in FILE (- for stdin) and follow it to its final state
   watch ID     follow a task's progress (bar, rate, ETA) until it is final
+               (-receipts 10m: then show the providers' receipts that long)
   tasks        list tasks with their state and counts (-json for JSON lines)
   pause ID, resume ID, cancel ID, retry-dead ID
                control a task (broadcast.control.<ID>)
