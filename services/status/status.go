@@ -14,6 +14,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/alert"
 	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -47,6 +48,8 @@ type Service struct {
 
 	controls *shared.ControlWatcher
 	changed  chan string
+	// alerts calls the operator's webhook (alerts.go); nil without one.
+	alerts *alert.Notifier
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
@@ -75,8 +78,13 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "status"), folds: map[string]*taskFold{},
-		changed: make(chan string, 1024)}, nil
+	log := cfg.Logger.With(shared.KeyService, "status")
+	alerts, err := alert.New(alert.Config{URL: cfg.AlertURL, Interval: cfg.AlertInterval, Count: cfg.metrics.Alert, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
+		changed: make(chan string, 1024), alerts: alerts}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -100,6 +108,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	go shared.Supervise(ctx, s.log, "finished-task retention", s.forget)
+	if err := s.watchAccountPauses(ctx); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
 	stopDashboard, err := s.startDashboard(ctx)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
@@ -247,10 +258,13 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
 	if f.apply(&ev) {
 		f.dirty, f.unsaved = true, true
 	}
+	s.noteFold(f, wasFinal, failedBefore)
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
+		s.alertTripped(ev.TaskID, reason)
 		go s.pauseTask(ev.TaskID, reason)
 	}
 	s.Folded++
