@@ -48,6 +48,6 @@
 // dashboard shows, queue polling), retention.go (removing old finished
 // tasks), http.go (routes), guard.go (who may
 // use the dashboard: Host check, token, stream cap), breaker.go (the
-// per-task circuit breaker), web/ (the page),
+// per-task circuit breaker), alerts.go (what calls ALERT_URL), web/ (the page),
 // config.go (settings).
 package status
