@@ -111,7 +111,11 @@ type taskFold struct {
 	// idle paused task is not checkpointed every second.
 	unsaved   bool
 	lastWrite time.Time
-	breaker   breakerWindow
+	// lastReceipt is when a receipt last changed the fold: a finished task
+	// receiving receipts stays in memory (keepReceiving) instead of
+	// loading and saving its checkpoint for every flush's worth of them.
+	lastReceipt time.Time
+	breaker     breakerWindow
 }
 
 func newFold(taskID string) *taskFold {

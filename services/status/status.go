@@ -261,6 +261,9 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
 	if f.apply(&ev) {
 		f.dirty, f.unsaved = true, true
+		if ev.Kind.ReceiptKind() {
+			f.lastReceipt = time.Now()
+		}
 	}
 	s.noteFold(f, wasFinal, failedBefore)
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
@@ -320,6 +323,10 @@ func (s *Service) pauseTask(taskID, reason string) {
 	}
 }
 
+// keepReceiving is how long a finished task's fold stays in memory after
+// its last receipt.
+const keepReceiving = time.Minute
+
 // flush writes every changed task: checkpoint first, then progress. A
 // running task is written at least once a second so its rate and ETA stay
 // live even while it only waits.
@@ -327,7 +334,11 @@ func (s *Service) flush(ctx context.Context) error {
 	now := time.Now().UTC()
 	s.mu.Lock()
 	var todo []*taskFold
-	for _, f := range s.folds {
+	for id, f := range s.folds {
+		if !f.dirty && f.P.State.Final() && now.Sub(f.lastReceipt) >= keepReceiving {
+			delete(s.folds, id) // written; receipts stopped coming
+			continue
+		}
 		if !f.dirty && !f.P.State.Final() && now.Sub(f.lastWrite) >= time.Second {
 			f.dirty = true
 		}
@@ -379,8 +390,9 @@ func (s *Service) flush(ctx context.Context) error {
 	for _, w := range writes {
 		w.f.dirty = false
 		w.f.lastWrite = now
-		// Finished tasks leave memory; a late event reloads the checkpoint.
-		if w.f.P.State.Final() {
+		// Finished tasks leave memory (once receipts stopped coming for
+		// keepReceiving); a late event reloads the checkpoint.
+		if w.f.P.State.Final() && now.Sub(w.f.lastReceipt) >= keepReceiving {
 			delete(s.folds, w.f.P.TaskID)
 		}
 	}
