@@ -36,6 +36,10 @@ type Config struct {
 	// MaxBody is the largest request body accepted; larger ones get 413.
 	// Defaults to 1 MiB.
 	MaxBody int64
+	// MaxInFlight bounds the requests handled at once (each may hold up to
+	// MaxBody in memory); beyond it a request gets 503 at once and the
+	// provider retries. Defaults to 256.
+	MaxInFlight int
 	// StoreTimeout bounds how long a request waits for the server to store
 	// its receipts before it answers 503 (the provider retries). Defaults
 	// to 5 seconds.
@@ -96,6 +100,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("MatchWait: must not be negative, got %s", c.MatchWait)
 	case c.MatchRetry < 0:
 		return fmt.Errorf("MatchRetry: must not be negative, got %s", c.MatchRetry)
+	case c.MaxInFlight < 0:
+		return fmt.Errorf("MaxInFlight: must not be negative, got %d", c.MaxInFlight)
 	case c.Concurrency < 0 || c.Concurrency > 10_000:
 		return fmt.Errorf("Concurrency: must be between 1 and 10000, got %d", c.Concurrency)
 	}
@@ -111,6 +117,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = 1 << 20
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 256
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = 5 * time.Second

@@ -21,6 +21,7 @@
 //   - POST /webhooks/bounce: {"email","type":"hard"|"soft"|"complaint",
 //     "reason"}, with "Authorization: Bearer <FEEDBACK_TOKEN>".
 //
+// More than Config.MaxInFlight (256) requests at once get 503 at once.
 // Unsigned, wrongly signed or unauthorized posts get 401 (a handshake with
 // the wrong token 403), bodies above Config.MaxBody (1 MiB) 413, invalid
 // ones 400 naming the field; each is counted in

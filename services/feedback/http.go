@@ -31,7 +31,29 @@ func (s *Service) handler() http.Handler {
 	mux.HandleFunc("POST /webhooks/receipts", s.receiptsPost)
 	mux.HandleFunc("POST /webhooks/bounce", s.bouncePost)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	return mux
+	slots := make(chan struct{}, s.cfg.MaxInFlight)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			mux.ServeHTTP(w, r)
+		default:
+			s.refuse(w, routeOf(r.URL.Path), metrics.RefusedUnavailable, http.StatusServiceUnavailable, "busy; try again")
+		}
+	})
+}
+
+// routeOf names a path's route for the refused counter.
+func routeOf(path string) string {
+	switch path {
+	case "/webhooks/whatsapp":
+		return routeWhatsApp
+	case "/webhooks/receipts":
+		return routeReceipts
+	case "/webhooks/bounce":
+		return routeBounce
+	}
+	return "other"
 }
 
 // serve listens on the configured address and serves the routes until

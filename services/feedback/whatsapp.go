@@ -231,20 +231,24 @@ func (s *Service) whatsappPost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	receipts := make([]Receipt, 0, len(parsed))
+	var unknown, foreign int
 	for _, p := range parsed {
 		acct := s.accounts.byPhone(p.PhoneNumberID)
 		if acct == nil {
-			skipped++
-			s.log.Warn("WhatsApp status for a phone number no account has; ignored", "phone_number_id", clip(p.PhoneNumberID, 32))
+			unknown++
 			continue
 		}
 		if secret, _ := s.accounts.whatsappSecrets(acct); !bytes.Equal(secret, signer) {
-			skipped++
-			s.log.Warn("WhatsApp status signed with another app's secret; ignored", "account", acct.Name)
+			foreign++
 			continue
 		}
 		p.Account = acct.Name
 		receipts = append(receipts, p.Receipt)
+	}
+	if unknown+foreign > 0 {
+		skipped += unknown + foreign
+		s.log.Warn("WhatsApp statuses ignored: their phone_number_id is no account's, or its account has another app secret",
+			"unknown_phone", unknown, "other_app", foreign)
 	}
 	s.cfg.metrics.Receipt(SourceWhatsApp, metrics.ReceiptIgnored, skipped)
 	s.store(w, r, routeWhatsApp, receipts)
