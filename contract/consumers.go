@@ -12,6 +12,11 @@ const (
 	ConsumerRender = "render"
 	// ConsumerStatus reads EVENTS.
 	ConsumerStatus = "status"
+	// ConsumerFeedback reads RECEIPTS: feedback turns receipts into events.
+	ConsumerFeedback = "feedback"
+	// ConsumerFeedbackIndex reads the sent events of EVENTS: feedback
+	// indexes their provider ids.
+	ConsumerFeedbackIndex = "feedback-index"
 	// DispatchConsumerPrefix begins every dispatch lane's consumer name.
 	DispatchConsumerPrefix = "dispatch"
 )

@@ -15,7 +15,20 @@ const (
 	EventSkipped   EventKind = "skipped"
 	EventExpired   EventKind = "expired"
 	EventCancelled EventKind = "cancelled"
+
+	// Receipt kinds: what the provider reported later about a message it
+	// accepted (a sent recipient). services/feedback publishes them.
+	EventDelivered   EventKind = "delivered"
+	EventRead        EventKind = "read"
+	EventUndelivered EventKind = "undelivered"
 )
+
+// ReceiptKind reports whether k is a receipt kind (delivered, read,
+// undelivered): it says what became of a sent message, not whether it was
+// sent.
+func (k EventKind) ReceiptKind() bool {
+	return k == EventDelivered || k == EventRead || k == EventUndelivered
+}
 
 // CodeNoEnabledAccount is the code of the task-level retrying event (index
 // -1) render publishes while a task's batches wait because none of its

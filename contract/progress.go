@@ -52,6 +52,16 @@ type Progress struct {
 	// Channel and Priority describe the task for dashboards (extension).
 	Channel  string   `json:"channel,omitempty"`
 	Priority Priority `json:"priority,omitempty"`
+
+	// Delivered, Read and Undelivered count sent recipients by what the
+	// provider reported afterwards (services/feedback), folded per
+	// recipient as the strongest evidence seen: undelivered < delivered <
+	// read, so the counts do not depend on the order receipts arrive in.
+	// Delivered counts read recipients too; each is at most Sent, and
+	// Delivered+Undelivered <= Sent (extension).
+	Delivered   int `json:"delivered,omitempty"`
+	Read        int `json:"read,omitempty"`
+	Undelivered int `json:"undelivered,omitempty"`
 }
 
 // Done is the number of recipients that reached a final outcome.

@@ -12,6 +12,9 @@ const (
 	StreamJobs   = "JOBS"
 	StreamEvents = "EVENTS"
 	StreamDead   = "DEAD"
+	// StreamReceipts keeps every receipt services/feedback accepted from a
+	// provider, stored before the provider's request is answered.
+	StreamReceipts = "RECEIPTS"
 )
 
 // KV bucket and object store names.
@@ -26,6 +29,10 @@ const (
 	BucketControl    = "broadcast_control"
 	BucketSends      = "broadcast_sends"
 	BucketLeases     = "broadcast_leases"
+	// BucketProviderIDs maps the provider message ids of sent events (and
+	// email recipients of SMTP sends) to their task and recipient, for
+	// services/feedback (internal).
+	BucketProviderIDs = "broadcast_provider_ids"
 )
 
 // Subjects. Those in the contract (tasks, control, events, dead) must never be
@@ -40,6 +47,9 @@ const (
 	SubjectDelayPrefix   = "broadcast.delay."
 	SubjectParkedPrefix  = "broadcast.parked."
 	SubjectStartPrefix   = "broadcast.start."
+	// SubjectReceiptsPrefix begins broadcast.receipts.<source>.<account>,
+	// where services/feedback stores provider receipts (internal).
+	SubjectReceiptsPrefix = "broadcast.receipts."
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -74,6 +84,15 @@ func HeldSubject(account, jobID string) string {
 
 // HeldFilter matches every held job of account.
 func HeldFilter(account string) string { return SubjectDelayPrefix + account + ".held.*.*" }
+
+// ReceiptSubject is where feedback stores a receipt of source (whatsapp,
+// webhook, bounce) for account ("_" when the receipt names none).
+func ReceiptSubject(source, account string) string {
+	if account == "" {
+		account = "_"
+	}
+	return SubjectReceiptsPrefix + source + "." + account
+}
 
 // JobSubject carries jobs for account at priority from render to dispatch.
 func JobSubject(account string, p Priority) string {

@@ -1,5 +1,6 @@
 // Package e2e holds end-to-end tests: all four services in one process
-// (internal/pipelinetest) against an embedded nats-server or a three-node
+// (internal/pipelinetest; feedback beside them where receipts are tested)
+// against an embedded nats-server or a three-node
 // cluster, with real HTTP and SMTP stand-ins for the providers, and two
 // that run the services as OS processes (`broadcast setup`, a nats-server
 // restart). The tests that kill processes are in e2e/process, the
@@ -18,6 +19,9 @@
 //     by one (dispatchEnv), with a log of which replica sent what.
 //   - security_helpers_test.go: the users of nats.conf and .env, a server
 //     from nats.conf, submitting as the operator, leak checks.
+//   - feedback_helpers_test.go: the pipeline under nats.conf's users with
+//     feedback as its own user, a webhook gateway and a Graph API stand-in
+//     that record what they accepted, and the fold rule's expected counts.
 //   - dispatch_race_test.go / dispatch_norace_test.go: whether the race
 //     detector is on (its slowdown widens some bounds).
 //
@@ -49,6 +53,11 @@
 //     hostile account values, secrets that never leak.
 //   - dashboard_test.go: the dashboard in headless Chromium.
 //   - cluster_test.go: a leader killed in a three-node cluster.
+//   - feedback_test.go: receipts posted like the providers (shuffled,
+//     duplicated, ahead of their sent event, forged, oversized), email
+//     bounces; feedback_bench_test.go: the receipts per second feedback
+//     sustains (BenchmarkFeedbackReceipts).
+//   - alerts_test.go: ALERT_URL called once per subject.
 //   - setup_test.go, restart_test.go: as processes, `broadcast setup`
 //     before or after the services, nats-server restarted.
 package e2e

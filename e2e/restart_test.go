@@ -22,7 +22,7 @@ import (
 )
 
 // TestNATSServerRestart runs nats-server (from nats.conf, so with its users),
-// `broadcast setup` as admin and the four services as OS processes under
+// `broadcast setup` as admin and the five services as OS processes under
 // their users, which may not create or change streams (a service that
 // tried would leave a permission violation in the server's log), and
 // restarts the server twice in
@@ -44,11 +44,11 @@ func TestNATSServerRestart(t *testing.T) {
 	ns := proctest.StartNATS(t, t.TempDir(), 0, "-c", procNATSConf(t))
 	setup, err := proctest.RunSetup(t, "NATS_URL="+ns.URL, "NATS_USER="+svc["setup"].User, "NATS_PASSWORD="+svc["setup"].Password)
 	require.NoError(t, err, "broadcast setup:\n%s", setup)
-	require.Contains(t, setup, "topology in place: 15 created, 0 updated, 0 unchanged", "broadcast setup's output:\n%s", setup)
+	require.Contains(t, setup, "topology in place: 17 created, 0 updated, 0 unchanged", "broadcast setup's output:\n%s", setup)
 	var procs []*proctest.Proc
 	for _, name := range serviceNames {
 		env := []string{"NATS_URL=" + ns.URL, "NATS_USER=" + svc[name].User, "NATS_PASSWORD=" + svc[name].Password,
-			"DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s", "LOG_FORMAT=json"}
+			"DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s", "FEEDBACK_ADDR=127.0.0.1:0", "LOG_FORMAT=json"}
 		procs = append(procs, proctest.StartService(t, name, env...))
 	}
 	for _, p := range procs {

@@ -29,7 +29,7 @@ const (
 )
 
 // serviceNames are the services that connect with their own users.
-var serviceNames = []string{"ingest", "render", "dispatch", "status"}
+var serviceNames = []string{"ingest", "render", "dispatch", "status", "feedback"}
 
 var procfileCreds = regexp.MustCompile(`\bNATS_USER=(\S+)\s+NATS_PASSWORD=(\S+)`)
 

@@ -290,6 +290,25 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"render", "broadcast.dead.t1", true}, // batches it gives up on
 		{"dispatch", "broadcast.dead.t1", true},
 		{"status", "broadcast.control.t1", true},
+		// feedback publishes receipts and the receipt kinds of events, and
+		// nothing else: no sent or failed events, no tasks, no jobs.
+		{"feedback", "broadcast.receipts.whatsapp.wa", true},
+		{"feedback", "broadcast.events.t1.delivered", true},
+		{"feedback", "broadcast.events.t1.read", true},
+		{"feedback", "broadcast.events.t1.undelivered", true},
+		{"feedback", "broadcast.events.t1.sent", false},
+		{"feedback", "broadcast.events.t1.failed", false},
+		{"feedback", "broadcast.tasks", false},
+		{"feedback", "broadcast.jobs.hook.normal", false},
+		{"feedback", "broadcast.control.t1", false},
+		{"feedback", "$KV.broadcast_accounts.hook", false},
+		{"feedback", "$KV.broadcast_progress.t1", false},
+		{"feedback", "$KV.broadcast_provider_ids.id.x", true},
+		{"feedback", "$JS.API.CONSUMER.CREATE.EVENTS.status.broadcast.events.>", false},
+		// Nobody else stores receipts: they would skip the signature check.
+		{"operator", "broadcast.receipts.whatsapp.wa", false},
+		{"dispatch", "broadcast.receipts.whatsapp.wa", false},
+		{"operator", "$JS.API.CONSUMER.MSG.NEXT.RECEIPTS.feedback", false},
 	}
 	subscribes := []permCheck{
 		{"render", "broadcast.control.*", false},   // intercepting control requests
@@ -365,7 +384,7 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 	opts, err := server.ProcessConfigFile(natsConfPath)
 	require.NoError(t, err)
 	require.Empty(t, opts.NoAuthUser, "no_auth_user must stay unset")
-	require.Len(t, opts.Users, 7) // four services, operator, viewer, admin
+	require.Len(t, opts.Users, 8) // five services, operator, viewer, admin
 	for _, u := range opts.Users {
 		require.NotNil(t, u.Permissions, "user %s has permissions", u.Username)
 		require.True(t, strings.HasPrefix(u.Password, "$2a$"), "user %s: auth.conf keeps a bcrypt hash, not the password", u.Username)

@@ -51,6 +51,11 @@ func (c TopologyConfig) withDefaults() TopologyConfig {
 // process takes the account over within about this long.
 const LeaseTTL = 5 * time.Second
 
+// ReceiptRetention is how long receipts and the provider ids they are
+// matched by are kept: providers report for up to 7 days (WhatsApp retries
+// a webhook that long), with a day to spare.
+const ReceiptRetention = 8 * 24 * time.Hour
+
 // KVStream is the name of the stream behind KV bucket bucket.
 func KVStream(bucket string) string { return "KV_" + bucket }
 
@@ -124,6 +129,20 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 		},
+		{
+			// feedback stores every receipt here before it answers the
+			// provider, so a crash of feedback loses none; its processor
+			// turns them into events. Kept as long as the provider ids
+			// they are matched by (ReceiptRetention).
+			Name:        contract.StreamReceipts,
+			Description: "Provider receipts (delivered, read, failed, bounces) accepted by feedback.",
+			Subjects:    []string{contract.SubjectReceiptsPrefix + ">"},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      min(ReceiptRetention, c.Retention),
+			Duplicates:  dups,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
 	}
 }
 
@@ -144,6 +163,10 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		// sends for it. The owner refreshes it every second; one that stops
 		// refreshing (a crash) loses it LeaseTTL after its last refresh.
 		{Bucket: contract.BucketLeases, Description: "Which dispatch process sends for each account (short-lived leases).", History: 1, TTL: LeaseTTL, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is a hash of a sent message's provider id (or of an email
+		// recipient); feedback writes them from the sent events and matches
+		// receipts by them for as long as providers report (ReceiptRetention).
+		{Bucket: contract.BucketProviderIDs, Description: "Provider message ids of sent events, for matching receipts (feedback).", History: 1, TTL: ReceiptRetention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/feedback"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -85,13 +86,19 @@ func runDemo(ctx context.Context, args []string) error {
 	svcCtx, stopServices := context.WithCancel(ctx)
 	svcDone := make(chan error, 1)
 	go func() {
-		svcDone <- runServices(svcCtx, js, quiet, []string{"ingest", "render", "dispatch", "status"}, serviceOverrides{
+		svcDone <- runServices(svcCtx, js, quiet, allServices, serviceOverrides{
 			dispatch: func(c *dispatch.Config) { c.BackoffBase, c.BackoffMax = 100*time.Millisecond, 2*time.Second },
 			// The demo prints its progress; a dashboard only when asked for,
 			// so a running dev stack's port does not stop the demo.
 			status: func(c *status.Config) {
 				if getenv("DASHBOARD_ADDR") == "" {
 					c.DashboardAddr = ""
+				}
+			},
+			// Likewise feedback's routes: on a free port unless asked for.
+			feedback: func(c *feedback.Config) {
+				if getenv("FEEDBACK_ADDR") == "" {
+					c.Addr = "127.0.0.1:0"
 				}
 			},
 		})

@@ -1,12 +1,12 @@
 // Command broadcast runs Broadcast's services and its operator tools.
 //
 //	broadcast setup [-replicas N]            create or update the topology (before the services)
-//	broadcast ingest|render|dispatch|status   run one service against NATS_URL
-//	broadcast all                            run all four services against NATS_URL
+//	broadcast ingest|render|dispatch|status|feedback  run one service against NATS_URL
+//	broadcast all                            run all five services against NATS_URL
 //	broadcast dev                            embedded nats-server + all services + a sandbox account
 //	broadcast demo                           a 2,000-recipient broadcast on embedded defaults
 //	broadcast send FILE                      publish a task and follow it to its final state
-//	broadcast watch ID                       follow a task's progress
+//	broadcast watch [-receipts D] ID         follow a task's progress (and its receipts for D after it ends)
 //	broadcast tasks                          list tasks
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
@@ -32,14 +32,15 @@ setup (connects to NATS_URL as a user allowed to change streams: admin):
                (-replicas N; idempotent); the services only check them
 
 services (connect to NATS_URL; wait for setup's topology, then fail naming what is missing):
-  ingest, render, dispatch, status   run one service
-  all                                run all four in one process
+  ingest, render, dispatch, status, feedback   run one service
+  all                                          run all five in one process
 
 tools:
   dev          embedded nats-server on 127.0.0.1:4222 + all services + a sandbox account
   demo         send a 2,000-recipient broadcast with injected faults on embedded defaults
   send FILE    publish the task in FILE (- for stdin) and follow it to its final state
   watch ID     follow a task's progress (bar, rate, ETA) until it is final
+               (-receipts 10m: then show the providers' receipts that long)
   tasks        list tasks with their state and counts (-json for JSON lines)
   pause ID, resume ID, cancel ID, retry-dead ID
                control a task (broadcast.control.<ID>)
@@ -66,7 +67,7 @@ func main() {
 	switch cmd {
 	case "setup":
 		err = runSetup(ctx, args, os.Stdout)
-	case "ingest", "render", "dispatch", "status", "all":
+	case "ingest", "render", "dispatch", "status", "feedback", "all":
 		err = runServiceCommand(ctx, cmd, args)
 	case "dev":
 		err = runDev(ctx, args)

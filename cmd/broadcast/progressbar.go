@@ -32,9 +32,18 @@ func (b *progressBar) update(p *contract.Progress) {
 			progressbar.OptionClearOnFinish(),
 		)
 	}
-	b.bar.Describe(fmt.Sprintf("%s %-17s sent %d retrying %d failed %d skipped %d  %.1f/s eta %s",
-		b.id, p.State, p.Sent, p.Retrying, p.Failed, p.Skipped, p.RatePerSec, eta(p)))
+	b.bar.Describe(fmt.Sprintf("%s %-17s sent %d retrying %d failed %d skipped %d%s  %.1f/s eta %s",
+		b.id, p.State, p.Sent, p.Retrying, p.Failed, p.Skipped, receiptCounts(p), p.RatePerSec, eta(p)))
 	_ = b.bar.Set(p.Done())
+}
+
+// receiptCounts describes what providers reported about the sent
+// recipients, once they reported anything.
+func receiptCounts(p *contract.Progress) string {
+	if p.Delivered+p.Read+p.Undelivered == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" | delivered %d read %d undelivered %d", p.Delivered, p.Read, p.Undelivered)
 }
 
 func (b *progressBar) finish() {

@@ -97,26 +97,37 @@ func runSend(ctx context.Context, args []string) error {
 
 func runWatch(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("watch", flag.ExitOnError)
+	receipts := fs.Duration("receipts", 0, "after the task is final, keep showing the providers' receipts (delivered, read, undelivered) this long")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
-		return fmt.Errorf("usage: broadcast watch ID")
+		return fmt.Errorf("usage: broadcast watch [-receipts 10m] ID")
 	}
 	closeNC, js, err := connectJS(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeNC()
-	return follow(ctx, js, fs.Arg(0))
+	return followFor(ctx, js, fs.Arg(0), *receipts)
 }
 
 // follow draws a progress bar until the task is final, then prints its
 // progress JSON. The exit status is 0 for succeeded or partial, 1 otherwise.
 func follow(ctx context.Context, js jetstream.JetStream, id string) error {
+	return followFor(ctx, js, id, 0)
+}
+
+// followFor is follow that, with receipts above 0, keeps reading the
+// final task's progress that long and prints a line whenever the
+// providers' receipts change its counts (they come after the sends).
+func followFor(ctx context.Context, js jetstream.JetStream, id string, receipts time.Duration) error {
 	bar := newProgressBar(id)
 	p, err := client.Follow(ctx, js, id, bar.update)
 	bar.finish()
 	if err != nil {
 		return err
+	}
+	if receipts > 0 {
+		p = followReceipts(ctx, js, p, receipts)
 	}
 	out, _ := json.MarshalIndent(p, "", "  ")
 	fmt.Println(string(out))
@@ -124,4 +135,33 @@ func follow(ctx context.Context, js jetstream.JetStream, id string) error {
 		return exitCode(1)
 	}
 	return nil
+}
+
+// followReceipts polls p's task for d (or until ctx ends), printing its
+// receipt counts whenever they change, and returns the last progress read.
+func followReceipts(ctx context.Context, js jetstream.JetStream, p *contract.Progress, d time.Duration) *contract.Progress {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	show := func(p *contract.Progress) {
+		fmt.Fprintf(os.Stderr, "%s %s receipts: delivered %d read %d undelivered %d of %d sent\n",
+			time.Now().Format(time.TimeOnly), p.TaskID, p.Delivered, p.Read, p.Undelivered, p.Sent)
+	}
+	show(p)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return p
+		case <-tick.C:
+		}
+		q, err := client.Get(ctx, js, p.TaskID)
+		if err != nil {
+			continue
+		}
+		if q.Delivered != p.Delivered || q.Read != p.Read || q.Undelivered != p.Undelivered {
+			show(q)
+		}
+		p = q
+	}
 }

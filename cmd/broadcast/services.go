@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/internal/metrics"
 	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/feedback"
 	"github.com/broadcastd/broadcast/services/ingest"
 	"github.com/broadcastd/broadcast/services/render"
 	"github.com/broadcastd/broadcast/services/status"
@@ -26,6 +27,7 @@ const defaultMemoryLimit = 100 << 20
 type serviceOverrides struct {
 	dispatch func(*dispatch.Config)
 	status   func(*status.Config)
+	feedback func(*feedback.Config)
 	// statusReplicas is how many status services bench runs (0: one).
 	statusReplicas int
 }
@@ -54,10 +56,13 @@ func runServiceCommand(ctx context.Context, name string, args []string) error {
 	defer nc.Drain()
 	names := []string{name}
 	if name == "all" {
-		names = []string{"ingest", "render", "dispatch", "status"}
+		names = allServices
 	}
 	return runServices(ctx, js, log, names, serviceOverrides{})
 }
+
+// allServices are the services `broadcast all`, dev and demo run together.
+var allServices = []string{"ingest", "render", "dispatch", "status", "feedback"}
 
 // runServices runs the named services until ctx ends or one fails; a failure
 // stops the others. The services share one metrics registry, served at
@@ -107,6 +112,15 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 					c.DashboardAddr, c.Metrics = "", nil
 				}
 				r, err = status.New(js, c)
+			}
+		case "feedback":
+			var c feedback.Config
+			if c, err = feedback.ConfigFromEnv(); err == nil {
+				c.Logger, c.Metrics = log, reg
+				if o.feedback != nil {
+					o.feedback(&c)
+				}
+				r, err = feedback.New(js, c)
 			}
 		default:
 			err = fmt.Errorf("unknown service %q", n)

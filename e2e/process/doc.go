@@ -13,6 +13,9 @@
 //   - dispatch_kill_test.go, status_replicas_test.go: the lease holder of
 //     two dispatch or two status replicas killed (how soon the other takes
 //     over; progress stays exact).
+//   - feedback_kill_test.go: feedback killed twice during a storm of
+//     receipts from posters that retry; progress equals what they had
+//     answered 200.
 //   - nats_restart_test.go: nats-server killed twice under the lanes'
 //     in-memory consumers.
 //   - churn_test.go: the memory soak (BROADCAST_SOAK=1), months of task and

@@ -13,6 +13,8 @@ type Status struct {
 	inFlight   *prometheus.GaugeVec
 	paused     *prometheus.GaugeVec
 	tasks      *prometheus.GaugeVec
+	trips      prometheus.Counter
+	alerts     *prometheus.CounterVec
 }
 
 // NewStatus registers status's metrics with reg; a nil reg gives a nil set.
@@ -22,6 +24,8 @@ type Status struct {
 //	broadcast_queue_in_flight{account}    (delivered, not yet acknowledged)
 //	broadcast_account_paused{account}     (1 when KV broadcast_health says paused)
 //	broadcast_tasks{state}                (tasks in KV broadcast_progress by state)
+//	broadcast_circuit_breaker_trips_total (tasks the circuit breaker paused)
+//	broadcast_alerts_total{result}        (operator alerts: sent, suppressed, failed, dropped)
 func NewStatus(reg *prometheus.Registry) *Status {
 	if reg == nil {
 		return nil
@@ -47,7 +51,31 @@ func NewStatus(reg *prometheus.Registry) *Status {
 			Namespace: namespace, Name: "tasks",
 			Help: "Tasks in KV broadcast_progress by state.",
 		}, []string{"state"})),
+		trips: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "circuit_breaker_trips_total",
+			Help: "Tasks the per-task circuit breaker paused.",
+		})),
+		alerts: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "alerts_total",
+			Help: "Operator alerts (ALERT_URL) by result: sent, suppressed (one per subject per interval), failed, dropped.",
+		}, []string{"result"})),
 	}
+}
+
+// Tripped counts one task paused by the circuit breaker.
+func (m *Status) Tripped() {
+	if m == nil {
+		return
+	}
+	m.trips.Inc()
+}
+
+// Alert counts one operator alert with its result.
+func (m *Status) Alert(result string) {
+	if m == nil {
+		return
+	}
+	m.alerts.WithLabelValues(result).Inc()
 }
 
 // Folded counts one event folded.
@@ -58,7 +86,8 @@ func (m *Status) Folded(kind contract.EventKind) {
 	k := string(kind)
 	switch kind {
 	case contract.EventAccepted, contract.EventRejected, contract.EventSent, contract.EventRetrying,
-		contract.EventFailed, contract.EventSkipped, contract.EventExpired, contract.EventCancelled:
+		contract.EventFailed, contract.EventSkipped, contract.EventExpired, contract.EventCancelled,
+		contract.EventDelivered, contract.EventRead, contract.EventUndelivered:
 	default:
 		k = "other"
 	}

@@ -34,13 +34,15 @@ var serviceDurables = []struct{ stream, name string }{
 	{contract.StreamTasks, contract.ConsumerIngestStart},
 	{contract.StreamRender, contract.ConsumerRender},
 	{contract.StreamEvents, contract.ConsumerStatus},
+	{contract.StreamEvents, contract.ConsumerFeedbackIndex},
+	{contract.StreamReceipts, contract.ConsumerFeedback},
 }
 
 // Users returns every user, in the order auth.conf lists them: one per
 // service, the operator (people and the nats CLI), the read-only viewer
 // and admin, which runs `broadcast setup`.
 func Users() []User {
-	return []User{ingestUser(), renderUser(), dispatchUser(), statusUser(), operatorUser(), viewerUser(), adminUser()}
+	return []User{ingestUser(), renderUser(), dispatchUser(), statusUser(), feedbackUser(), operatorUser(), viewerUser(), adminUser()}
 }
 
 // checkTopology lets a service check the topology at start
@@ -178,6 +180,35 @@ func statusUser() User {
 	}
 }
 
+func feedbackUser() User {
+	var receiptEvents []string
+	for _, k := range []contract.EventKind{contract.EventDelivered, contract.EventRead, contract.EventUndelivered} {
+		receiptEvents = append(receiptEvents, contract.SubjectEventsPrefix+"*."+string(k))
+	}
+	return User{
+		Name: "feedback",
+		About: "feedback: stores provider receipts in RECEIPTS, indexes the provider ids of sent events, and " +
+			"publishes delivered, read and undelivered events (no other kind).",
+		PasswordHash: "$2a$06$JcLVubV0qCbJAW3yC5BTiuuVyeyHYRpk/GPFMeKYQnTOCemXuBZjm",
+		Publish: Rules{
+			Allow: []Grant{
+				checkTopology(),
+				grant("its own subjects: receipts, and the receipt kinds of events", subjects(contract.SubjectReceiptsPrefix+">"),
+					receiptEvents),
+				grant("its KV bucket (write) and the buckets it reads", kvWrite(contract.BucketProviderIDs),
+					each([]string{contract.BucketProviderIDs, contract.BucketAccounts}, kvRead)),
+				grant("its consumers: RECEIPTS, and the sent events of EVENTS",
+					durable(contract.StreamReceipts, contract.ConsumerFeedback),
+					durable(contract.StreamEvents, contract.ConsumerFeedbackIndex)),
+				flowControl(),
+			},
+			Deny: []Grant{grant("what only others publish", subjects(contract.SubjectTasks, contract.SubjectJobsPrefix+">",
+				contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">", contract.SubjectControlPrefix+">"))},
+		},
+		Subscribe: inbox(),
+	}
+}
+
 func operatorUser() User {
 	var protect []string
 	for _, d := range serviceDurables {
@@ -209,7 +240,7 @@ func operatorUser() User {
 				grant("what only the services publish", subjects(contract.SubjectJobsPrefix+">", contract.SubjectEventsPrefix+">",
 					contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">", contract.SubjectDelayPrefix+">",
 					contract.SubjectParkedPrefix+">", contract.SubjectStartPrefix+">", contract.SubjectRequeuePrefix+">",
-					contract.SubjectAlivePrefix+">")),
+					contract.SubjectAlivePrefix+">", contract.SubjectReceiptsPrefix+">")),
 				grant("the services' durable consumers on the streams it may read: no deleting or "+
 					"reconfiguring them, no pulling or acknowledging their messages", protect),
 			},

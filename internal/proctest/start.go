@@ -48,7 +48,7 @@ func StartNATS(t testing.TB, dir string, port int, extraArgs ...string) *Proc {
 // collide on them.
 var serviceEnv = []string{
 	"NATS_USER=", "NATS_PASSWORD=", "NATS_CREDS=", "NATS_CA=", "NATS_CERT=", "NATS_KEY=",
-	"DASHBOARD_ADDR=off", "METRICS_ADDR=", "PPROF_ADDR=",
+	"DASHBOARD_ADDR=off", "METRICS_ADDR=", "PPROF_ADDR=", "FEEDBACK_ADDR=127.0.0.1:0",
 }
 
 // StartService runs `broadcast <name>` (ingest, render, dispatch, status or

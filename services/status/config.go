@@ -53,6 +53,20 @@ type Config struct {
 	// PollInterval is how often queue depths (JOBS consumer info) and task
 	// counts are polled for the dashboard and metrics. Defaults to 3 seconds.
 	PollInterval time.Duration
+	// AlertURL is the operator webhook called (JSON {"text":...}) when a
+	// task ends partial or failed, the circuit breaker pauses a task, an
+	// account is paused, or a task's dead letters reach
+	// AlertDeadThreshold; only by the process that folds. ConfigFromEnv
+	// reads ALERT_URL. Defaults to "" (no alerts).
+	AlertURL string
+	// AlertInterval is the least time between two alerts of one subject
+	// (a task's end, its breaker, its dead letters, an account's pause).
+	// ConfigFromEnv reads ALERT_INTERVAL. Defaults to 10 minutes.
+	AlertInterval time.Duration
+	// AlertDeadThreshold is how many dead letters (failed recipients) of
+	// one task make an alert. ConfigFromEnv reads ALERT_DEAD_THRESHOLD.
+	// Defaults to 100.
+	AlertDeadThreshold int
 	// Metrics is the registry the service's metrics join; the dashboard
 	// serves it at /metrics. Defaults to nil (no metrics).
 	Metrics *prometheus.Registry
@@ -105,6 +119,21 @@ func ConfigFromEnv() (Config, error) {
 		}
 		c.Retention = d
 	}
+	c.AlertURL = os.Getenv("ALERT_URL")
+	if v := os.Getenv("ALERT_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("ALERT_INTERVAL: %q is not a positive duration like 10m", v)
+		}
+		c.AlertInterval = d
+	}
+	if v := os.Getenv("ALERT_DEAD_THRESHOLD"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("ALERT_DEAD_THRESHOLD: %q is not a positive whole number", v)
+		}
+		c.AlertDeadThreshold = n
+	}
 	if v := os.Getenv("STATUS_FLUSH_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -142,6 +171,9 @@ func (c *Config) validate() error {
 	if c.PollInterval < 0 {
 		return fmt.Errorf("PollInterval: must not be negative")
 	}
+	if c.AlertInterval < 0 || c.AlertDeadThreshold < 0 {
+		return fmt.Errorf("AlertInterval, AlertDeadThreshold: must not be negative")
+	}
 	return nil
 }
 
@@ -166,6 +198,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.Retention == 0 {
 		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.AlertDeadThreshold == 0 {
+		c.AlertDeadThreshold = 100
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -26,6 +26,14 @@
 // unacknowledged events are folded again onto the last checkpoint with the
 // same result.
 //
+// Receipts (delivered, read, undelivered events from services/feedback)
+// are folded into a second byte per recipient, the strongest receipt seen
+// (undelivered < delivered < read: positive evidence of arrival wins, so
+// the counts do not depend on the order receipts arrive in), counted only
+// for sent recipients, so delivered, read and undelivered never exceed
+// sent. They update finished tasks too; the byte is checkpointed with the
+// outcomes (a checkpoint without it loads with none).
+//
 // Serves (when Config.DashboardAddr is set): the live dashboard, its JSON
 // API and server-sent events, the control buttons (forwarded as requests on
 // broadcast.control.<task>) and /metrics. The dashboard reads KV
@@ -35,11 +43,11 @@
 //
 // Where to edit what: status.go (the consume and flush loop), foldlease.go
 // (taking, keeping and checking the fold lease), fold.go (how
-// an event changes a task's progress), checkpoint.go (saving and loading
+// an event changes a task's progress, receipts included), checkpoint.go (saving and loading
 // fold state), rate.go (smoothed rate and ETA), dashboard.go (what the
 // dashboard shows, queue polling), retention.go (removing old finished
 // tasks), http.go (routes), guard.go (who may
 // use the dashboard: Host check, token, stream cap), breaker.go (the
-// per-task circuit breaker), web/ (the page),
+// per-task circuit breaker), alerts.go (what calls ALERT_URL), web/ (the page),
 // config.go (settings).
 package status

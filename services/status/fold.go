@@ -26,6 +26,33 @@ const (
 	outWaiting
 )
 
+// receipt is one recipient's strongest receipt so far: the fold keeps the
+// maximum, so the counts do not depend on the order receipts arrive in
+// (WhatsApp does not keep it: delivered may come after failed). Positive
+// evidence of arrival wins: a recipient reported undelivered and later
+// delivered (another device, a provider's retry) counts as delivered, and
+// one reported read was delivered.
+type receipt byte
+
+const (
+	rcptNone receipt = iota
+	rcptUndelivered
+	rcptDelivered
+	rcptRead
+)
+
+func receiptOf(k contract.EventKind) receipt {
+	switch k {
+	case contract.EventUndelivered:
+		return rcptUndelivered
+	case contract.EventDelivered:
+		return rcptDelivered
+	case contract.EventRead:
+		return rcptRead
+	}
+	return rcptNone
+}
+
 // waitingPrefix starts progress.error while recipients wait.
 const waitingPrefix = "waiting: "
 
@@ -60,6 +87,10 @@ const maxRecipientIndex = 1 << 28
 type taskFold struct {
 	P        contract.Progress `json:"progress"`
 	Outcomes []byte            `json:"outcomes"`
+	// Receipts holds each recipient's receipt (receipt), indexed like
+	// Outcomes; nil until the first receipt. A checkpoint written before
+	// receipts existed has none and loads as nil.
+	Receipts []byte `json:"receipts,omitempty"`
 	// Tests holds test recipients' outcomes; they are not part of total.
 	Tests    map[int]outcome `json:"tests,omitempty"`
 	Accepted bool            `json:"accepted"`
@@ -80,7 +111,11 @@ type taskFold struct {
 	// idle paused task is not checkpointed every second.
 	unsaved   bool
 	lastWrite time.Time
-	breaker   breakerWindow
+	// lastReceipt is when a receipt last changed the fold: a finished task
+	// receiving receipts stays in memory (keepReceiving) instead of
+	// loading and saving its checkpoint for every flush's worth of them.
+	lastReceipt time.Time
+	breaker     breakerWindow
 }
 
 func newFold(taskID string) *taskFold {
@@ -101,6 +136,9 @@ func (f *taskFold) apply(ev *contract.Event) bool {
 		at := ev.At
 		f.P.FinishedAt = &at
 		return true
+	}
+	if ev.Kind.ReceiptKind() {
+		return f.applyReceipt(ev)
 	}
 	to, ok := outcomeOf(ev.Kind)
 	if ok && ev.Index < 0 && to == outRetrying && waitCode(ev.Code) {
@@ -159,6 +197,10 @@ func (f *taskFold) apply(ev *contract.Event) bool {
 	f.Outcomes[ev.Index] = byte(to)
 	f.count(from, -1)
 	f.count(to, +1)
+	if to == outSent {
+		// A receipt folded before its sent event counts from now on.
+		f.countReceipt(f.receiptAt(ev.Index), +1)
+	}
 	if f.P.StartedAt == nil {
 		at := ev.At
 		f.P.StartedAt = &at
@@ -204,6 +246,62 @@ func (f *taskFold) count(o outcome, d int) {
 		f.P.Expired += d
 	case outCancelled:
 		f.P.Cancelled += d
+	}
+}
+
+// applyReceipt folds a delivered, read or undelivered event: the
+// recipient's receipt becomes the maximum of what it was and what the event
+// says. Only sent recipients are counted, so no count exceeds sent and
+// delivered+undelivered never does either; a receipt ahead of its sent
+// event is kept and counts once the recipient is sent. It applies to
+// finished tasks too: receipts come after the sends.
+func (f *taskFold) applyReceipt(ev *contract.Event) bool {
+	to := receiptOf(ev.Kind)
+	// feedback publishes a receipt only after reading its sent event from
+	// the same stream, so the recipient has its slot by now; an index
+	// beyond the outcomes is a stray event, not worth memory.
+	if ev.Index < 0 || ev.Index >= len(f.Outcomes) {
+		return false
+	}
+	if _, _, test, err := contract.ParseJobID(ev.JobID); err == nil && test {
+		return false // test recipients are not part of total
+	}
+	from := f.receiptAt(ev.Index)
+	if to <= from {
+		return false
+	}
+	if ev.Index >= len(f.Receipts) {
+		f.Receipts = append(f.Receipts, make([]byte, len(f.Outcomes)-len(f.Receipts))...)
+	}
+	f.Receipts[ev.Index] = byte(to)
+	if outcome(f.Outcomes[ev.Index]) == outSent {
+		f.countReceipt(from, -1)
+		f.countReceipt(to, +1)
+	}
+	// Changed even when no count did: the state must be checkpointed
+	// before the event is acknowledged.
+	return true
+}
+
+// receiptAt is recipient i's receipt.
+func (f *taskFold) receiptAt(i int) receipt {
+	if i < len(f.Receipts) {
+		return receipt(f.Receipts[i])
+	}
+	return rcptNone
+}
+
+// countReceipt adds d to the counts receipt r is part of: delivered
+// counts read recipients too.
+func (f *taskFold) countReceipt(r receipt, d int) {
+	switch r {
+	case rcptUndelivered:
+		f.P.Undelivered += d
+	case rcptDelivered:
+		f.P.Delivered += d
+	case rcptRead:
+		f.P.Delivered += d
+		f.P.Read += d
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/alert"
 	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -47,6 +48,8 @@ type Service struct {
 
 	controls *shared.ControlWatcher
 	changed  chan string
+	// alerts calls the operator's webhook (alerts.go); nil without one.
+	alerts *alert.Notifier
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
@@ -75,8 +78,13 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "status"), folds: map[string]*taskFold{},
-		changed: make(chan string, 1024)}, nil
+	log := cfg.Logger.With(shared.KeyService, "status")
+	alerts, err := alert.New(alert.Config{URL: cfg.AlertURL, Interval: cfg.AlertInterval, Count: cfg.metrics.Alert, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
+		changed: make(chan string, 1024), alerts: alerts}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -100,6 +108,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	go shared.Supervise(ctx, s.log, "finished-task retention", s.forget)
+	if err := s.watchAccountPauses(ctx); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
 	stopDashboard, err := s.startDashboard(ctx)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
@@ -247,10 +258,16 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
 	if f.apply(&ev) {
 		f.dirty, f.unsaved = true, true
+		if ev.Kind.ReceiptKind() {
+			f.lastReceipt = time.Now()
+		}
 	}
+	s.noteFold(f, wasFinal, failedBefore)
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
+		s.alertTripped(ev.TaskID, reason)
 		go s.pauseTask(ev.TaskID, reason)
 	}
 	s.Folded++
@@ -306,6 +323,10 @@ func (s *Service) pauseTask(taskID, reason string) {
 	}
 }
 
+// keepReceiving is how long a finished task's fold stays in memory after
+// its last receipt.
+const keepReceiving = time.Minute
+
 // flush writes every changed task: checkpoint first, then progress. A
 // running task is written at least once a second so its rate and ETA stay
 // live even while it only waits.
@@ -313,7 +334,11 @@ func (s *Service) flush(ctx context.Context) error {
 	now := time.Now().UTC()
 	s.mu.Lock()
 	var todo []*taskFold
-	for _, f := range s.folds {
+	for id, f := range s.folds {
+		if !f.dirty && f.P.State.Final() && now.Sub(f.lastReceipt) >= keepReceiving {
+			delete(s.folds, id) // written; receipts stopped coming
+			continue
+		}
 		if !f.dirty && !f.P.State.Final() && now.Sub(f.lastWrite) >= time.Second {
 			f.dirty = true
 		}
@@ -365,8 +390,9 @@ func (s *Service) flush(ctx context.Context) error {
 	for _, w := range writes {
 		w.f.dirty = false
 		w.f.lastWrite = now
-		// Finished tasks leave memory; a late event reloads the checkpoint.
-		if w.f.P.State.Final() {
+		// Finished tasks leave memory (once receipts stopped coming for
+		// keepReceiving); a late event reloads the checkpoint.
+		if w.f.P.State.Final() && now.Sub(w.f.lastReceipt) >= keepReceiving {
 			delete(s.folds, w.f.P.TaskID)
 		}
 	}

@@ -8,7 +8,7 @@
   const FINAL = new Set(['succeeded', 'partial', 'failed', 'cancelled', 'rejected']);
   // Bar segments, in drawing order.
   const SEGMENTS = ['sent', 'failed', 'skipped', 'expired', 'cancelled', 'retrying'];
-  const COUNTS = ['total', 'sent', 'retrying', 'failed', 'skipped', 'expired', 'cancelled'];
+  const COUNTS = ['total', 'sent', 'retrying', 'failed', 'skipped', 'expired', 'cancelled', 'delivered', 'read', 'undelivered'];
   const ACTIONS = [
     ['pause', 'Pause', ''],
     ['resume', 'Resume', ''],

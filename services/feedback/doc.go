@@ -1,0 +1,63 @@
+// Package feedback closes the loop with the providers: it accepts their
+// delivery receipts on webhook routes and turns them into events.
+//
+// Serves (HTTP on Config.Addr, FEEDBACK_ADDR, default 127.0.0.1:8090):
+//   - GET /webhooks/whatsapp: Meta's subscription handshake; hub.mode
+//     subscribe and a hub.verify_token equal to the token of a WhatsApp
+//     account (the variable its verify_token_env names) get hub.challenge
+//     back, anything else 403.
+//   - POST /webhooks/whatsapp: Meta's payload (entry[].changes[].value
+//     .statuses[]), signed in X-Hub-Signature-256 with the app secret (the
+//     variable app_secret_env names), checked in constant time on the raw
+//     body before anything in it is read; value.metadata.phone_number_id
+//     selects the account. Statuses delivered, read and failed (with
+//     errors[0]'s code, title, message and error_data.details) are kept;
+//     sent and unknown statuses and other webhook fields are ignored.
+//   - POST /webhooks/receipts: the webhook channel's receipt
+//     {"id","status","code","error","at"}, id being the Idempotency-Key of
+//     the send, for the account in X-Broadcast-Account, signed in
+//     X-Broadcast-Signature with the account's secret_env (the secret
+//     dispatch signs its requests to the gateway with).
+//   - POST /webhooks/bounce: {"email","type":"hard"|"soft"|"complaint",
+//     "reason"}, with "Authorization: Bearer <FEEDBACK_TOKEN>".
+//
+// More than Config.MaxInFlight (256) requests at once get 503 at once.
+// Unsigned, wrongly signed or unauthorized posts get 401 (a handshake with
+// the wrong token 403), bodies above Config.MaxBody (1 MiB) 413, invalid
+// ones 400 naming the field; each is counted in
+// broadcast_feedback_refused_total{route,reason}. An accepted receipt is
+// answered 200 only after the server acknowledged storing it in stream
+// RECEIPTS (broadcast.receipts.<source>.<account>), so a crash of
+// feedback loses none: the provider retries whatever got no 200.
+//
+// Consumes:
+//   - EVENTS, sent events only (broadcast.events.*.sent), with the durable
+//     consumer "feedback-index": each sent event's provider id (and, for
+//     webhook accounts, its job id; for SMTP accounts, its recipient) is
+//     written, hashed, into KV broadcast_provider_ids (TTL 8 days) with
+//     its task, recipient index, account and attempt.
+//   - RECEIPTS with the durable consumer "feedback": each receipt is
+//     looked up in that index. A receipt that raced ahead of its sent
+//     event is tried again with a growing delay for Config.MatchWait (and
+//     while the index consumer still has sent events to read), then
+//     counted unmatched (broadcast_feedback_receipts_total) and logged.
+//     Bounces are matched by the address to the most recent SMTP send to
+//     it.
+//
+// Publishes: broadcast.events.<task>.delivered, .read and .undelivered
+// (contract.Event with the sent event's job, index, account and attempt,
+// the provider's code and reason, the provider id; Nats-Msg-Id
+// <job>:<kind>:<attempt>, so a duplicated receipt is one event). A
+// complaint is delivered with code "complaint" (it arrived, unwanted); a
+// hard bounce is undelivered with code "hard_bounce"; a soft bounce makes
+// no event. status folds the events into progress (services/status).
+//
+// Where to edit what: service.go (starting and stopping the parts),
+// http.go (the server, body limit, storing before answering), whatsapp.go
+// (Meta's handshake, signature and payload), receipts.go (the webhook
+// channel's receipts), bounce.go (email bounces and the bearer token),
+// accounts.go (which account a post is for, and its secrets from the
+// environment), receipt.go (the stored receipt, index keys and values),
+// index.go (indexing sent events), process.go (receipts to events,
+// unmatched receipts), config.go (settings).
+package feedback
