@@ -77,7 +77,10 @@
 // is published asynchronously (shared.Publisher) and the job acknowledged
 // by the consume loop once the event is stored (shared.Later), so no
 // handler waits on it; sent events carry no Nats-Msg-Id (the lookup before
-// a re-publish is their deduplication), other events do. The channel
+// a re-publish is their deduplication), other events do, and an outcome
+// of a delivery names it there (Event.JobSeq and Delivery: its JOBS
+// message and delivery count), as attempt numbers repeat across moves and
+// held jobs and a second "retrying #1" was dropped as a duplicate. The channel
 // adapter is called with the job id as Idempotency-Key; the answer is
 // classified (contract.ErrorClass).
 //

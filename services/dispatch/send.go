@@ -334,6 +334,7 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 	// A failure is told as a retrying event (a give-up's failed event is
 	// the dead letter's), with maybe_sent, which a sent event never has.
 	ev.Kind, ev.MaybeSent = contract.EventRetrying, d.job.MaybeSent
+	ev.JobSeq, ev.Delivery = d.seq, d.delivered // built as a sent event, which names none
 	log := &jobLogger{l: d.log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
 	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()}, d.seq, d.delivered, d.job.MaybeSent)
 	if d.batch == nil {
@@ -463,12 +464,19 @@ func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done boo
 }
 
 // event starts an event about d's job with the account's effective rate.
+// Other than a sent event, it names the delivery (JobSeq, Delivery), which
+// keeps its Nats-Msg-Id unique: attempt numbers repeat across moves and
+// held jobs.
 func (r *accountRunner) event(d *delivery, kind contract.EventKind, attempt int) *contract.Event {
 	job := &d.job
 	rate, _ := r.pacer.effective()
-	return &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
+	ev := &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
 		Attempt: attempt, Index: job.Index, RatePerSec: rate, Generation: job.Generation,
 		MaybeSent: job.MaybeSent && kind != contract.EventSent}
+	if kind != contract.EventSent {
+		ev.JobSeq, ev.Delivery = d.seq, d.delivered
+	}
+	return ev
 }
 
 // reroute moves a job off an account that must not send: to a healthy
