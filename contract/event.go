@@ -1,6 +1,9 @@
 package contract
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // EventKind names an outcome; it is the last token of the event subject.
 type EventKind string
@@ -85,13 +88,22 @@ type Event struct {
 	// an earlier send of the job may have reached the recipient: its
 	// answer was lost when a process died during the call (Job.MaybeSent).
 	MaybeSent bool `json:"maybe_sent,omitempty"`
+	// JobSeq and Delivery name the delivery of a job that told a
+	// per-attempt outcome (retrying, expired, cancelled): its JOBS message's
+	// stream sequence and delivery count. They are part of the Nats-Msg-Id,
+	// as attempt numbers repeat (a move or a held job spends none) and each
+	// such outcome is true.
+	JobSeq   uint64 `json:"job_seq,omitempty"`
+	Delivery uint64 `json:"delivery,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of the event, so a republished outcome within the
 // stream's duplicate window is stored once. Status counts exactly regardless.
 // Sent events go without one (see publishOpts). An event saying maybe_sent
 // has an id of its own: it must never be dropped as a repeat of the same
-// outcome told without it (by another copy of the job).
+// outcome told without it (by another copy of the job). An outcome of a
+// delivery names it (JobSeq, Delivery), so only the same delivery's outcome
+// published again is a duplicate.
 func (e *Event) MsgID() string {
 	if e.JobID == "" {
 		return e.TaskID + ":" + string(e.Kind)
@@ -105,6 +117,9 @@ func (e *Event) MsgID() string {
 	}
 	if e.MaybeSent {
 		id += ":maybe"
+	}
+	if e.JobSeq > 0 {
+		id += ":s" + strconv.FormatUint(e.JobSeq, 10) + "." + strconv.FormatUint(e.Delivery, 10)
 	}
 	return id
 }

@@ -35,3 +35,23 @@ func TestEventMsgIDMaybeSent(t *testing.T) {
 	maybe.Generation = 1
 	require.Equal(t, "t.4:expired:2:g1:maybe", maybe.MsgID())
 }
+
+// TestEventMsgIDDelivery: attempt numbers repeat (a move spends no
+// attempt), so two outcomes of one attempt by different deliveries must
+// not share an id; the same delivery's outcome published again does.
+func TestEventMsgIDDelivery(t *testing.T) {
+	t.Parallel()
+	before := Event{TaskID: "t", JobID: "t.4", Kind: EventRetrying, Attempt: 1, JobSeq: 7, Delivery: 1}
+	moved := before
+	moved.JobSeq = 9
+	again := before
+	again.Delivery = 2
+	require.Equal(t, "t.4:retrying:1:s7.1", before.MsgID())
+	require.NotEqual(t, before.MsgID(), moved.MsgID())
+	require.NotEqual(t, before.MsgID(), again.MsgID())
+	same := before
+	same.Code = "503"
+	require.Equal(t, before.MsgID(), same.MsgID(), "the same delivery's outcome again")
+	plain := Event{TaskID: "t", JobID: "t.4", Kind: EventRetrying, Attempt: 1}
+	require.Equal(t, "t.4:retrying:1", plain.MsgID(), "no delivery: the id it always had")
+}

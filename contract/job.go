@@ -50,10 +50,10 @@ type Job struct {
 	// Generation increases each time dead letters are retried, so the
 	// re-queued job is not dropped as a duplicate publish.
 	Generation int `json:"generation,omitempty"`
-	// Moves counts the job's moves between accounts (reroute). Moves spend
-	// no attempt, so the count keeps each move's Nats-Msg-Id unique: a job
-	// bounced A to B to A again within the duplicate window would otherwise
-	// be dropped as a duplicate publish, and lost.
+	// Moves counts the job's moves between accounts (reroute); they spend
+	// no attempt. A move's Nats-Msg-Id names the moved message's stream
+	// sequence, so a job bounced A to B to A again within the duplicate
+	// window is stored at every move.
 	Moves int `json:"moves,omitempty"`
 	// MaybeSent marks a job one of whose sends may have reached the
 	// provider with its answer lost: a delivery that left no outcome (the

@@ -2,7 +2,7 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
+	"time"
 
 	"github.com/broadcastd/broadcast/contract"
 )
@@ -12,24 +12,22 @@ import (
 // not-yet-approved task's job is parked on broadcast.parked.<task>.<account>
 // (test recipients excepted) until ingest re-queues it on resume. done
 // reports whether the job was handled here.
-func (r *accountRunner) obeyControl(ctx context.Context, job *contract.Job, attempts int) (done bool, err error) {
+func (r *accountRunner) obeyControl(ctx context.Context, d *delivery) (done bool, err error) {
+	job := &d.job
 	ctl := r.svc.controls.Get(job.TaskID)
 	switch {
 	case ctl.State == contract.StateCancelled:
-		ev := r.event(job, contract.EventCancelled, attempts)
+		ev := r.event(d, contract.EventCancelled, d.attempt-1)
 		ev.Code, ev.Error = "cancelled", "task cancelled"
 		return true, r.svc.publish(ctx, ev)
 	case controlLets(ctl, job):
 		return false, nil
 	}
 	cp := *job
-	cp.Attempts, cp.Recheck = attempts, true
-	data, err := json.Marshal(&cp)
-	if err != nil {
-		return true, err
-	}
-	_, err = r.svc.js.Publish(ctx, contract.ParkedSubject(job.TaskID, job.Account), data)
-	return true, err
+	cp.Attempts, cp.Recheck = d.attempt-1, true
+	// Recorded and deduplicated by this message (handoff.go): a crash
+	// before the ack must not leave two parked copies.
+	return true, r.handOff(ctx, d, "park", contract.ParkedSubject(job.TaskID, job.Account), &cp, time.Time{}, "")
 }
 
 // controlLets reports whether the task's run state lets job be sent now:

@@ -77,7 +77,10 @@
 // is published asynchronously (shared.Publisher) and the job acknowledged
 // by the consume loop once the event is stored (shared.Later), so no
 // handler waits on it; sent events carry no Nats-Msg-Id (the lookup before
-// a re-publish is their deduplication), other events do. The channel
+// a re-publish is their deduplication), other events do, and an outcome
+// of a delivery names it there (Event.JobSeq and Delivery: its JOBS
+// message and delivery count), as attempt numbers repeat across moves and
+// held jobs and a second "retrying #1" was dropped as a duplicate. The channel
 // adapter is called with the job id as Idempotency-Key; the answer is
 // classified (contract.ErrorClass).
 //
@@ -127,8 +130,7 @@
 // (reroute in send.go; a pool longer than contract.MaxJobPool is read
 // from the task's record in KV broadcast_tasks, pool.go). A job answered
 // with either moves too, spending no attempt: an account's problem never
-// sends a recipient to DEAD. Moves count in Job.Moves, which keeps each
-// move's Nats-Msg-Id unique.
+// sends a recipient to DEAD. Moves count in Job.Moves.
 //
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
@@ -139,7 +141,12 @@
 // broadcast.delay.<account>.<job> (delay.go), which hold no MaxAckPending
 // slot. Jobs of paused or unapproved tasks are parked (control.go). Every
 // re-publication (delayed, moved to another account, unparked, dead letters
-// retried) goes back to the lane of the job's own priority. It answers
+// retried) goes back to the lane of the job's own priority. A delivery
+// that hands its job on as a copy (parked, moved, delayed, held) records
+// the copy in the ledger entry before publishing it with a Nats-Msg-Id
+// naming its own message (handoff.go): killed before its ack, its
+// redelivery publishes the same copy again, which the duplicate window
+// drops, and is acknowledged without sending, so the two never both live. It answers
 // requests on broadcast.alive.dispatch.<replica> (lease.Presence) and on
 // broadcast.requeue.<task> (requeue.go).
 //
@@ -163,6 +170,8 @@
 //   - adapt.go: the adaptive rate's control law.
 //   - caps.go: daily cap and per-recipient gap.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
+//   - handoff.go: copies a delivery publishes in place of its job, and
+//     their record in the ledger, so a crash before the ack repeats none.
 //   - pool.go: the accounts a job may move to (its pool, or its task's).
 //   - wake.go: waking held jobs on account edits.
 //   - reap.go: stopping runners of deleted accounts, and adopting the
@@ -171,8 +180,8 @@
 //     sweeper.
 //   - control.go: the tasks' pause and cancel.
 //   - backoff.go: retry delays.
-//   - ledger.go: the ledger, KV broadcast_ledger: attempt errors, and sent
-//     records whose event could not be stored.
+//   - ledger.go: the ledger, KV broadcast_ledger: attempt errors, sent
+//     records whose event could not be stored, and handed-off copies.
 //   - sentindex.go: the task's sent events as the record of successes.
 //   - deadletter.go: giving up; an undecodable job's failed event from the
 //     fields that still decode.

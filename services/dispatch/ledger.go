@@ -38,6 +38,10 @@ type ledgerEntry struct {
 	// its previous delivery settled and its message without the mark, so
 	// it learns it here.
 	MaybeSent bool `json:"maybe_sent,omitempty"`
+	// Handoffs are the latest copies deliveries published in place of
+	// their messages (handoff.go): a redelivery of such a message
+	// publishes its copy again instead of sending.
+	Handoffs []handoff `json:"handoffs,omitempty"`
 }
 
 // readLedger returns the job's ledger entry, or an empty one.

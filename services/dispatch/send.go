@@ -42,7 +42,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	if done, err := r.sentBefore(ctx, d); done {
 		return err
 	}
-	if done, err := r.mayStillSend(ctx, &d.job, d.attempt-1); done {
+	if done, err := r.mayStillSend(ctx, d); done {
 		return err
 	}
 	if done, err := r.admitCaps(ctx, d); done {
@@ -160,6 +160,12 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 	if d.entry, err = s.readLedger(ctx, &d.job); err != nil {
 		return true, fmt.Errorf("ledger: %w", err)
 	}
+	if h := d.entry.handedOff(d.seq); h != nil {
+		// Its copy was published before a crash (or a lost ack) kept this
+		// message: publish it again, deduplicated, and do not send.
+		d.log.Debug("job handed off as a copy before this message was acknowledged; not sending", "copy", h.MsgID)
+		return true, s.publishCopy(ctx, h, h.copyOf(d.job))
+	}
 	// Delivery counts start again with a consumer created anew: continue
 	// after the attempts the ledger has seen. (Otherwise an attempt number
 	// may repeat on purpose: a move to another account spends none.)
@@ -197,9 +203,9 @@ func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, 
 	if adm := caps.admit(d.job.To, time.Now(), dailyCap, gap); !adm.ok {
 		d.log.Debug("send delayed by caps", "code", adm.code, "reason", adm.reason, "wait", adm.wait)
 		if adm.code == "daily_cap" {
-			return true, r.capReached(ctx, &d.job, d.attempt-1, adm)
+			return true, r.capReached(ctx, d, adm)
 		}
-		return true, r.svc.delayJob(ctx, &d.job, d.acct.Name, d.attempt-1, adm.wait)
+		return true, r.delayJob(ctx, d, d.acct.Name, d.attempt-1, adm.wait)
 	}
 	d.caps = caps
 	return false, nil
@@ -239,7 +245,7 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	}
 	// A pause or cancel that came while this job waited for a token wins:
 	// no new send starts after it.
-	if done, err := r.obeyControl(ctx, &d.job, d.attempt-1); done {
+	if done, err := r.obeyControl(ctx, d); done {
 		return nil, err
 	}
 	start, err := r.pacer.admit(ctx)
@@ -274,7 +280,7 @@ func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery
 			}
 			return true, shared.RetryAfter(delay, err)
 		}
-		if done, err := r.mayStillSend(ctx, &d.job, d.attempt-1); done {
+		if done, err := r.mayStillSend(ctx, d); done {
 			return true, err
 		}
 	}
@@ -298,11 +304,11 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 		if o.err != nil {
 			return nil, shared.RetryAfter(time.Second, o.err)
 		}
-		if done, err := r.obeyControl(ctx, &d.job, d.attempt-1); done {
+		if done, err := r.obeyControl(ctx, d); done {
 			return nil, err
 		}
 		if blocked, why := r.mustNotSend(); blocked {
-			return nil, r.reroute(ctx, &d.job, d.attempt-1, why)
+			return nil, r.reroute(ctx, d, why)
 		}
 		// Handed back, but the task runs again: queue once more.
 	}
@@ -313,7 +319,7 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 // then a move off an account that cannot send, a give-up, or a retry.
 func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome) error {
 	res := o.res
-	ev := r.event(&d.job, contract.EventSent, d.attempt)
+	ev := r.event(d, contract.EventSent, d.attempt)
 	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
 	ev.CallShared = o.callShared
 	ev.LatencyMS = float64(o.latency.Microseconds()) / 1000
@@ -328,6 +334,7 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 	// A failure is told as a retrying event (a give-up's failed event is
 	// the dead letter's), with maybe_sent, which a sent event never has.
 	ev.Kind, ev.MaybeSent = contract.EventRetrying, d.job.MaybeSent
+	ev.JobSeq, ev.Delivery = d.seq, d.delivered // built as a sent event, which names none
 	log := &jobLogger{l: d.log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
 	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()}, d.seq, d.delivered, d.job.MaybeSent)
 	if d.batch == nil {
@@ -357,7 +364,7 @@ func (r *accountRunner) settleAccountProblem(ctx context.Context, d *delivery, r
 	if blocked, reason := r.mustNotSend(); blocked {
 		why = reason
 	}
-	return r.reroute(ctx, &d.job, d.attempt-1, why)
+	return r.reroute(ctx, d, why)
 }
 
 // settleGiveUp gives up on a job whose error is permanent or which has
@@ -391,7 +398,7 @@ func (r *accountRunner) settleRetry(ctx context.Context, d *delivery, res channe
 		return err
 	}
 	if delay >= s.cfg.LongWait {
-		return s.delayJob(ctx, &d.job, d.acct.Name, d.attempt, delay)
+		return r.delayJob(ctx, d, d.acct.Name, d.attempt, delay)
 	}
 	return shared.RetryAfter(delay, fmt.Errorf("%s: %s", res.Class, res.Err))
 }
@@ -437,37 +444,46 @@ func (s *Service) sentNotStored(job *contract.Job, ev *contract.Event, cause err
 // task's run state and the account's health. done reports that the job was
 // handled here (expired, cancelled, parked or moved), with err for the
 // consume loop.
-func (r *accountRunner) mayStillSend(ctx context.Context, job *contract.Job, attempts int) (done bool, err error) {
+func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done bool, err error) {
+	job := &d.job
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
-		ev := r.event(job, contract.EventExpired, attempts)
+		ev := r.event(d, contract.EventExpired, d.attempt-1)
 		ev.Code, ev.Error = "expired", "expires_at "+job.ExpiresAt.Format(time.RFC3339)+" passed before the send"
 		if job.MaybeSent {
 			ev.Error = "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the answer to an earlier send was known"
 		}
 		return true, r.svc.publish(ctx, ev)
 	}
-	if done, err := r.obeyControl(ctx, job, attempts); done {
+	if done, err := r.obeyControl(ctx, d); done {
 		return true, err
 	}
 	if blocked, why := r.mustNotSend(); blocked {
-		return true, r.reroute(ctx, job, attempts, why)
+		return true, r.reroute(ctx, d, why)
 	}
 	return false, nil
 }
 
-// event starts an event about job with the account's effective rate.
-func (r *accountRunner) event(job *contract.Job, kind contract.EventKind, attempt int) *contract.Event {
+// event starts an event about d's job with the account's effective rate.
+// Other than a sent event, it names the delivery (JobSeq, Delivery), which
+// keeps its Nats-Msg-Id unique: attempt numbers repeat across moves and
+// held jobs.
+func (r *accountRunner) event(d *delivery, kind contract.EventKind, attempt int) *contract.Event {
+	job := &d.job
 	rate, _ := r.pacer.effective()
-	return &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
+	ev := &contract.Event{TaskID: job.TaskID, JobID: job.ID, To: job.To, Account: r.name, Kind: kind,
 		Attempt: attempt, Index: job.Index, RatePerSec: rate, Generation: job.Generation,
 		MaybeSent: job.MaybeSent && kind != contract.EventSent}
+	if kind != contract.EventSent {
+		ev.JobSeq, ev.Delivery = d.seq, d.delivered
+	}
+	return ev
 }
 
 // reroute moves a job off an account that must not send: to a healthy
 // account of its pool, or, when there is none, back onto this account
 // after a wait, with a retrying event saying why.
-func (r *accountRunner) reroute(ctx context.Context, job *contract.Job, attempts int, why string) error {
-	s := r.svc
+func (r *accountRunner) reroute(ctx context.Context, d *delivery, why string) error {
+	s, job, attempts := r.svc, &d.job, d.attempt-1
 	var candidates []*contract.Account
 	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, s.poolOf(ctx, job))) {
 		if a.Name != r.name {
@@ -476,23 +492,23 @@ func (r *accountRunner) reroute(ctx context.Context, job *contract.Job, attempts
 	}
 	if to := shared.PickAccount(candidates, job.To, s.health); to != nil {
 		r.log.Debug("job moved to a healthy account", shared.KeyJobID, job.ID, "to", to.Name, "why", why)
-		return s.moveJob(ctx, job, to.Name, attempts)
+		return r.moveJob(ctx, d, to.Name, attempts)
 	}
-	ev := r.event(job, contract.EventRetrying, attempts)
+	ev := r.event(d, contract.EventRetrying, attempts)
 	ev.Code, ev.Class = "no_healthy_account", contract.ClassAccountFatal
 	ev.Error = why + "; no healthy " + job.Channel + " account to move to, waiting"
 	if err := s.publish(ctx, ev); err != nil {
 		return err
 	}
-	return s.holdJob(ctx, job, r.name, attempts, s.cfg.NoHealthyWait)
+	return r.holdJob(ctx, d, r.name, attempts, s.cfg.NoHealthyWait)
 }
 
 // capReached handles a job whose account reached its daily cap: it moves
 // to an account of its pool that still has capacity (by the accounts'
 // health values), or is held, with a retrying event saying why, until the
 // window frees a slot or an account edit adds capacity (wake.go).
-func (r *accountRunner) capReached(ctx context.Context, job *contract.Job, attempts int, adm admission) error {
-	s := r.svc
+func (r *accountRunner) capReached(ctx context.Context, d *delivery, adm admission) error {
+	s, job, attempts := r.svc, &d.job, d.attempt-1
 	var candidates []*contract.Account
 	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, s.poolOf(ctx, job))) {
 		if a.Name != r.name && s.health.Get(a.Name).Remaining() != 0 {
@@ -501,14 +517,14 @@ func (r *accountRunner) capReached(ctx context.Context, job *contract.Job, attem
 	}
 	if to := shared.PickAccount(candidates, job.To, s.health); to != nil {
 		r.log.Debug("job moved to an account with daily capacity left", shared.KeyJobID, job.ID, "to", to.Name)
-		return s.moveJob(ctx, job, to.Name, attempts)
+		return r.moveJob(ctx, d, to.Name, attempts)
 	}
-	ev := r.event(job, contract.EventRetrying, attempts)
+	ev := r.event(d, contract.EventRetrying, attempts)
 	ev.Code, ev.Error = adm.code, adm.reason
 	if err := s.publish(ctx, ev); err != nil {
 		return err
 	}
-	return s.holdJob(ctx, job, r.name, attempts, adm.wait)
+	return r.holdJob(ctx, d, r.name, attempts, adm.wait)
 }
 
 // publish stores an event; failing to do so retries the job, so every

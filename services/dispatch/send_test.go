@@ -124,3 +124,28 @@ func taskEvents(t *testing.T, js jetstream.JetStream, task string) []contract.Ev
 		}
 	}
 }
+
+// TestRetryingEventsAfterAMoveAreKept: a move spends no attempt, so the
+// moved job's first failure is "retrying #1" again, as was the account
+// problem that moved it; both are true outcomes, and the second was dropped
+// by EVENTS's duplicate window (same Nats-Msg-Id, job:retrying:1).
+func TestRetryingEventsAfterAMoveAreKept(t *testing.T) {
+	js := topologyJS(t)
+	const task = "movedretry"
+	putAccounts(t, js, map[string]string{
+		"a": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4,"fatal_prefix":"user"}`,
+		"b": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4,"fail_rate":1}`,
+	})
+	queueJobs(t, js, task, "a", 1)
+	runService(t, js, Config{BackoffBase: 50 * time.Millisecond})
+	var evs []contract.Event
+	require.Eventually(t, func() bool {
+		evs = taskEvents(t, js, task)
+		return slices.ContainsFunc(evs, func(e contract.Event) bool { return e.Kind == contract.EventFailed })
+	}, 20*time.Second, 100*time.Millisecond, "the job is given up on")
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%s #%d %s %s", e.Kind, e.Attempt, e.Account, e.Code))
+	}
+	require.Equal(t, []string{"retrying #1 a 401", "retrying #1 b 503", "retrying #2 b 503", "failed #3 b 503"}, got)
+}

@@ -1,0 +1,97 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
+)
+
+// A delivery that hands its job on as a copy (parked, moved to another
+// account, or scheduled to come back) publishes the copy and then has its
+// message acknowledged. Killed in between, its message comes back, and the
+// copy and the original would be two live jobs that may both pass
+// sentBefore and send. So a copy is recorded first in the job's ledger
+// entry, by the original's stream sequence, and published with a
+// Nats-Msg-Id naming that sequence: a redelivery of the original finds the
+// record, publishes the same copy again (JOBS's duplicate window, 2 min,
+// drops it, or it is stored now if the crash came before the publish) and
+// is acknowledged without sending, whatever the task or account state is
+// now. Ids by sequence let a later copy of the job (a new message) be
+// parked or moved again.
+
+// handoff is a copy a delivery published in place of its message.
+type handoff struct {
+	// Seq is the stream sequence of the message handed off.
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
+	MsgID   string `json:"msg_id"`
+	// The copy is the message's job with these (not the job itself: the
+	// entry must stay small whatever the body).
+	Account   string `json:"account"`
+	Attempts  int    `json:"attempts,omitempty"`
+	Moves     int    `json:"moves,omitempty"`
+	MaybeSent bool   `json:"maybe_sent,omitempty"`
+	// At and Target make it a scheduled message (delay.go).
+	At     time.Time `json:"at,omitzero"`
+	Target string    `json:"target,omitempty"`
+}
+
+// copyOf is the copy of job, the message's job, that h records.
+func (h *handoff) copyOf(job contract.Job) *contract.Job {
+	job.Account, job.Attempts, job.Moves, job.MaybeSent, job.Recheck = h.Account, h.Attempts, h.Moves, h.MaybeSent, true
+	return &job
+}
+
+// maxHandoffs bounds the copies an entry remembers: a later copy may be
+// handed off again (resumed and paused) before a crashed original's
+// redelivery reads the entry.
+const maxHandoffs = 4
+
+// handOff publishes cp on subject in place of d's message, recorded first
+// in the ledger; at and target, when set, schedule it.
+func (r *accountRunner) handOff(ctx context.Context, d *delivery, action, subject string, cp *contract.Job, at time.Time, target string) error {
+	h := handoff{Seq: d.seq, Subject: subject, MsgID: fmt.Sprintf("%s:%s:%d", d.job.MsgID(), action, d.seq),
+		Account: cp.Account, Attempts: cp.Attempts, Moves: cp.Moves, MaybeSent: cp.MaybeSent, At: at, Target: target}
+	d.entry.Handoffs = append(d.entry.Handoffs, h)
+	if n := len(d.entry.Handoffs); n > maxHandoffs {
+		d.entry.Handoffs = d.entry.Handoffs[n-maxHandoffs:]
+	}
+	if err := r.svc.writeLedger(ctx, &d.job, d.entry); err != nil {
+		return fmt.Errorf("ledger: record the job's copy: %w", err)
+	}
+	return r.svc.publishCopy(ctx, &h, cp)
+}
+
+// publishCopy publishes cp, the copy h records.
+func (s *Service) publishCopy(ctx context.Context, h *handoff, cp *contract.Job) error {
+	data, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(h.MsgID)}
+	if h.Target != "" {
+		// Again after a crash, maybe after its time: then come back now.
+		at := h.At
+		if soon := time.Now().Truncate(time.Second).Add(time.Second); at.Before(soon) {
+			at = soon
+		}
+		opts = append(opts, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(h.Target))
+	}
+	_, err = s.js.Publish(ctx, h.Subject, data, opts...)
+	return err
+}
+
+// handedOff is the copy the entry records for the message at seq, if any.
+func (le *ledgerEntry) handedOff(seq uint64) *handoff {
+	for i := range le.Handoffs {
+		if le.Handoffs[i].Seq == seq {
+			return &le.Handoffs[i]
+		}
+	}
+	return nil
+}
