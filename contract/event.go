@@ -90,9 +90,11 @@ type Event struct {
 	MaybeSent bool `json:"maybe_sent,omitempty"`
 	// JobSeq and Delivery name the delivery of a job that told a
 	// per-attempt outcome (retrying, expired, cancelled): its JOBS message's
-	// stream sequence and delivery count. They are part of the Nats-Msg-Id,
-	// as attempt numbers repeat (a move or a held job spends none) and each
-	// such outcome is true.
+	// stream sequence and delivery count. JobSeq is part of the
+	// Nats-Msg-Id, as attempt numbers repeat across copies of a job (a move
+	// or a held job spends none) and each such outcome is true; within one
+	// message the attempt tells deliveries apart, and a redelivery after a
+	// crash telling the same outcome again is stored once.
 	JobSeq   uint64 `json:"job_seq,omitempty"`
 	Delivery uint64 `json:"delivery,omitempty"`
 }
@@ -102,8 +104,8 @@ type Event struct {
 // Sent events go without one (see publishOpts). An event saying maybe_sent
 // has an id of its own: it must never be dropped as a repeat of the same
 // outcome told without it (by another copy of the job). An outcome of a
-// delivery names it (JobSeq, Delivery), so only the same delivery's outcome
-// published again is a duplicate.
+// delivery names its message (JobSeq), so the same outcome of another copy
+// of the job is not a duplicate.
 func (e *Event) MsgID() string {
 	if e.JobID == "" {
 		return e.TaskID + ":" + string(e.Kind)
@@ -119,7 +121,7 @@ func (e *Event) MsgID() string {
 		id += ":maybe"
 	}
 	if e.JobSeq > 0 {
-		id += ":s" + strconv.FormatUint(e.JobSeq, 10) + "." + strconv.FormatUint(e.Delivery, 10)
+		id += ":s" + strconv.FormatUint(e.JobSeq, 10)
 	}
 	return id
 }
