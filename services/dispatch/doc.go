@@ -183,8 +183,10 @@
 //   - ledger.go: the ledger, KV broadcast_ledger: attempt errors, sent
 //     records whose event could not be stored, and handed-off copies.
 //   - sentindex.go: the task's sent events as the record of successes.
-//   - deadletter.go: giving up; an undecodable job's failed event from the
-//     fields that still decode.
+//   - deadletter.go: giving up (recorded in the ledger first, settleGiveUp
+//     in send.go, so a redelivery after a crash gives up again instead of
+//     sending); an undecodable job's failed event from the fields that
+//     still decode.
 //   - config.go: settings.
 //   - *_test.go: the tests of the file of the same name; helpers_test.go
 //     starts their server.

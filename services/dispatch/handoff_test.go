@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -238,4 +239,46 @@ func TestDelayedOriginalIsNotSentAfterACrash(t *testing.T) {
 
 func (g *handoffRig) delay(t *testing.T, d taken, wait time.Duration) error {
 	return g.r.delayJob(t.Context(), d.delivery, "a", d.attempt-1, wait)
+}
+
+// TestGivenUpJobIsNotSentAfterACrash: a job given up on (a permanent error)
+// whose process was killed before its dead letter or its termination was
+// stored comes back: it must be given up again, not sent past its last
+// attempt as a redelivery without an outcome.
+func TestGivenUpJobIsNotSentAfterACrash(t *testing.T) {
+	g := newHandoffRig(t)
+	job := contract.Job{ID: contract.JobID("gu", 0, false), TaskID: "gu", Index: 0, To: "user-0", Body: "hi",
+		Channel: "sandbox", Account: "a", Priority: contract.PriorityNormal, MaxAttempts: 3}
+	data, err := json.Marshal(&job)
+	require.NoError(t, err)
+	_, err = g.js.Publish(t.Context(), contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
+
+	first := g.next(t)
+	require.False(t, g.sentBefore(t, first))
+	err = g.r.settle(t.Context(), first.delivery, &sendOutcome{res: channels.Result{Code: "400", Class: contract.ClassPermanent, Err: "bad recipient"}})
+	require.True(t, shared.IsPermanent(err), "the first delivery gives up: %v", err)
+	// Killed here: neither the dead letter nor the termination happened.
+
+	again := g.next(t)
+	require.True(t, again.redelivered)
+	done, err := g.r.sentBefore(t.Context(), again.delivery)
+	require.True(t, done, "the redelivery is not sent")
+	var gu *giveUp
+	require.ErrorAs(t, err, &gu, "it gives up again")
+	require.True(t, shared.IsPermanent(err))
+	require.Equal(t, 1, gu.attempt, "with the attempt that gave up")
+	require.Equal(t, "400", gu.code)
+
+	// A re-queued dead letter (a new generation) is sent again.
+	next := job
+	next.Generation, next.Recheck = 1, true
+	data, err = json.Marshal(&next)
+	require.NoError(t, err)
+	_, err = g.js.Publish(t.Context(), contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
+	require.NoError(t, again.msg.Term())
+	requeued := g.next(t)
+	require.Equal(t, 1, requeued.job.Generation)
+	require.False(t, g.sentBefore(t, requeued), "a new generation may send")
 }

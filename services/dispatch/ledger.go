@@ -42,6 +42,12 @@ type ledgerEntry struct {
 	// their messages (handoff.go): a redelivery of such a message
 	// publishes its copy again instead of sending.
 	Handoffs []handoff `json:"handoffs,omitempty"`
+	// GivenUp says generation Generation of the job was given up on (its
+	// last attempt in History): a redelivery after a crash before its
+	// dead letter or its termination was stored gives up again, never
+	// sends. A dead letter re-queued (a new generation) is not held by it.
+	GivenUp    bool `json:"given_up,omitempty"`
+	Generation int  `json:"generation,omitempty"`
 }
 
 // readLedger returns the job's ledger entry, or an empty one.

@@ -166,6 +166,14 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 		d.log.Debug("job handed off as a copy before this message was acknowledged; not sending", "copy", h.MsgID)
 		return true, s.publishCopy(ctx, h, h.copyOf(d.job))
 	}
+	if le := d.entry; le.GivenUp && le.Generation == d.job.Generation && len(le.History) > 0 {
+		// Given up before a crash kept this message: dead-letter it again
+		// (deduplicated by the dead letter's and the event's ids), no send.
+		last := le.History[len(le.History)-1]
+		d.log.Debug("job given up before this message was terminated; giving up again")
+		return true, shared.Permanent(&giveUp{job: &d.job, attempt: last.Attempt, account: last.Account, class: last.Class,
+			code: last.Code, err: last.Error, history: le.History})
+	}
 	// Delivery counts start again with a consumer created anew: continue
 	// after the attempts the ledger has seen. (Otherwise an attempt number
 	// may repeat on purpose: a move to another account spends none.)
@@ -344,7 +352,7 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 	case accountProblem(res):
 		return r.settleAccountProblem(ctx, d, res, ev, log)
 	case !res.Class.Retryable() || d.attempt >= d.job.MaxAttempts:
-		return r.settleGiveUp(d, o, log)
+		return r.settleGiveUp(ctx, d, o, log)
 	}
 	return r.settleRetry(ctx, d, res, ev, log)
 }
@@ -369,13 +377,20 @@ func (r *accountRunner) settleAccountProblem(ctx context.Context, d *delivery, r
 
 // settleGiveUp gives up on a job whose error is permanent or which has
 // spent its attempts: the consume loop dead-letters it (deadletter.go).
-func (r *accountRunner) settleGiveUp(d *delivery, o *sendOutcome, log *jobLogger) error {
+func (r *accountRunner) settleGiveUp(ctx context.Context, d *delivery, o *sendOutcome, log *jobLogger) error {
 	res := o.res
 	reason := "permanent error"
 	if res.Class.Retryable() {
 		reason = fmt.Sprintf("gave up after %d attempts", d.attempt)
 	}
 	log.Warn("send failed; giving up", "reason", reason, "err", res.Err)
+	// Recorded before the dead letter: killed before it or before the
+	// message's termination, the redelivery gives up again (sentBefore)
+	// instead of finding no outcome and sending past max_attempts.
+	d.entry.GivenUp, d.entry.Generation = true, d.job.Generation
+	if err := r.svc.writeLedger(ctx, &d.job, d.entry); err != nil {
+		log.Warn("could not record the give-up", "err", err)
+	}
 	return shared.Permanent(&giveUp{job: &d.job, attempt: d.attempt, account: d.acct.Name, class: res.Class, code: res.Code,
 		err: res.Err, history: d.entry.History, callShared: o.callShared})
 }
