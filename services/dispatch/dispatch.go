@@ -179,16 +179,24 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	} else {
 		delete(s.deletedAccounts, c.Name)
 	}
-	// An unknown channel is a misconfiguration like any other: the account
-	// is paused with the reason and its queued jobs move, instead of
-	// waiting for a runner that never starts.
 	ch, err := s.cfg.Channels.Get(acct.Channel)
-	if err == nil {
-		acct = s.capMaxBatch(ch, acct, log)
-		// The account names the variable dispatch reads and sends to the
-		// account's endpoint: only secret variables, never dispatch's own.
-		err = contract.CheckSecretEnv(acct.SecretEnv, s.cfg.SecretEnvs)
+	if err != nil {
+		log.Error("account has an unknown channel; not started", "err", err)
+		return
 	}
+	if n := channels.EffectiveMaxBatch(ch, acct); n != acct.MaxBatch {
+		if n == 1 {
+			log.Warn("max_batch ignored: the channel sends one recipient per call", "channel", acct.Channel, "max_batch", acct.MaxBatch)
+		} else {
+			log.Warn("max_batch capped at the channel's limit", "channel", acct.Channel, "max_batch", acct.MaxBatch, "limit", n)
+		}
+		cp := *acct
+		cp.MaxBatch = n
+		acct = &cp
+	}
+	// The account names the variable dispatch reads and sends to the
+	// account's endpoint: only secret variables, never dispatch's own.
+	err = contract.CheckSecretEnv(acct.SecretEnv, s.cfg.SecretEnvs)
 	var sender channels.Sender
 	if err == nil {
 		sender, err = ch.NewSender(acct, s.cfg.Getenv)
@@ -222,22 +230,6 @@ func (s *Service) accountChanged(c shared.AccountChange) {
 	s.wg.Go(r.run)
 	log.Info("account started", "channel", acct.Channel, "enabled", acct.IsEnabled(), "rate_per_sec", acct.RatePerSec,
 		"burst", acct.Burst, "concurrency", acct.Concurrency)
-}
-
-// capMaxBatch returns acct with max_batch within what its channel allows.
-func (s *Service) capMaxBatch(ch channels.Channel, acct *contract.Account, log *slog.Logger) *contract.Account {
-	n := channels.EffectiveMaxBatch(ch, acct)
-	if n == acct.MaxBatch {
-		return acct
-	}
-	if n == 1 {
-		log.Warn("max_batch ignored: the channel sends one recipient per call", "channel", acct.Channel, "max_batch", acct.MaxBatch)
-	} else {
-		log.Warn("max_batch capped at the channel's limit", "channel", acct.Channel, "max_batch", acct.MaxBatch, "limit", n)
-	}
-	cp := *acct
-	cp.MaxBatch = n
-	return &cp
 }
 
 // startMisconfigured starts a runner for a new account that cannot send

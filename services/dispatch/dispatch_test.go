@@ -40,32 +40,3 @@ func TestDispatchMisconfiguredAccountMovesItsJobs(t *testing.T) {
 	require.Contains(t, h.Reason, "secret_env")
 	require.NotContains(t, h.Reason, "dev-", "no secret value in health")
 }
-
-// TestDispatchUnknownChannelAccountMovesItsJobs: an account edited to a
-// channel dispatch does not know (a typo) is paused with the reason, like
-// any misconfigured account, and the jobs queued for it are sent by a
-// healthy account of their channel instead of waiting for a runner that
-// never starts.
-func TestDispatchUnknownChannelAccountMovesItsJobs(t *testing.T) {
-	js := topologyJS(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	putAccounts(t, js, map[string]string{
-		"alive": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":8}`,
-		"typo":  `{"channel":"sandbx","rate_per_sec":1000,"burst":50,"concurrency":8}`,
-	})
-	const n = 10
-	queueJobs(t, js, "typo", "typo", n)
-	runService(t, js, Config{})
-
-	require.Eventually(t, func() bool { return sentEvents(t, js, "typo") == n },
-		20*time.Second, 100*time.Millisecond, "every job of the account with an unknown channel is sent by another")
-	health, err := js.KeyValue(ctx, contract.BucketHealth)
-	require.NoError(t, err)
-	var h contract.AccountHealth
-	require.Eventually(t, func() bool {
-		e, err := health.Get(ctx, "typo")
-		return err == nil && json.Unmarshal(e.Value(), &h) == nil && h.State == contract.HealthPaused
-	}, 10*time.Second, 100*time.Millisecond, "the account's health says paused")
-	require.Contains(t, h.Reason, "sandbx", "the reason names the channel")
-}

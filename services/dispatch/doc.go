@@ -152,8 +152,7 @@
 //
 // Where to edit what:
 //   - dispatch.go: the service, starting and stopping account runners
-//     (a new account it cannot send with, its channel unknown or its
-//     settings refused, starts paused, with the reason).
+//     (a new account it cannot send with starts paused, with the reason).
 //   - account.go: one account's runner: its session while it holds the
 //     lease, its lanes' consumers, the backlog watch, its sender.
 //   - lanes.go: opening the high and low lanes when jobs appear, closing
