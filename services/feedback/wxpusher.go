@@ -195,6 +195,9 @@ func parseWxStatus(code int, body []byte) wxStatus {
 	} else {
 		status = strings.TrimSpace(string(a.Data)) // bare number, null, or nothing
 	}
+	if status == "null" {
+		status = ""
+	}
 	reason := d.StatusDesc
 	if reason == "" {
 		reason = status

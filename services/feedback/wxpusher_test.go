@@ -29,7 +29,7 @@ func TestWxPusherParseStatus(t *testing.T) {
 		{"pending", 200, `{"code":1000,"data":{"status":"sending","statusDesc":"发送中"},"success":true}`, wxPending, "sending"},
 		{"numeric status is not final", 200, `{"code":1000,"data":{"status":2},"success":true}`, wxPending, "2"},
 		{"bare number, as the old query answered", 200, `{"code":1000,"msg":"处理成功","data":3,"success":true}`, wxPending, "3"},
-		{"null data", 200, `{"code":1000,"data":null,"success":true}`, wxPending, "null"},
+		{"null data", 200, `{"code":1000,"data":null,"success":true}`, wxPending, ""},
 		{"not known yet", 200, `{"code":1004,"msg":"发送记录不存在","data":null,"success":false}`, wxPending, "1004"},
 		{"call rate by code", 200, `{"code":1008,"msg":"x"}`, wxRateLimited, "1008"},
 		{"call rate by msg", 200, `{"code":1099,"msg":"请求过于频繁"}`, wxRateLimited, "1099"},
