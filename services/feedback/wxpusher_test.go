@@ -118,3 +118,21 @@ func TestWxPusherNextPoll(t *testing.T) {
 		}
 	}
 }
+
+// FuzzWxPusherParseStatus: no answer crashes the parser, and what it
+// keeps stays within its bounds.
+func FuzzWxPusherParseStatus(f *testing.F) {
+	for _, s := range []string{`{"code":1000,"data":{"status":"success"}}`, `{"code":1000,"data":3}`,
+		`{"code":1004,"msg":"发送记录不存在"}`, `{"code":1000,"data":{"status":["x"],"statusDesc":7}}`, `null`, `[]`, "\xff"} {
+		f.Add(200, []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, code int, body []byte) {
+		st := parseWxStatus(code, body)
+		if st.State < wxPending || st.State > wxError {
+			t.Fatalf("state %d", st.State)
+		}
+		if len(st.Code) > 64 || len(st.Reason) > maxErrorBytes {
+			t.Fatalf("unbounded: %d %d", len(st.Code), len(st.Reason))
+		}
+	})
+}
