@@ -17,6 +17,9 @@ const (
 	// ConsumerFeedbackIndex reads the sent events of EVENTS: feedback
 	// indexes their provider ids.
 	ConsumerFeedbackIndex = "feedback-index"
+	// ConsumerFeedbackWxPusher reads the sent events of EVENTS: feedback
+	// polls the delivery status of WxPusher sends.
+	ConsumerFeedbackWxPusher = "feedback-wxpusher"
 	// DispatchConsumerPrefix begins every dispatch lane's consumer name.
 	DispatchConsumerPrefix = "dispatch"
 )

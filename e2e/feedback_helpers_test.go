@@ -35,6 +35,10 @@ type feedbackStack struct {
 	fb   *feedback.Service
 	reg  *prometheus.Registry
 	post *feedbacktest.Poster
+	// stop stops fb and waits until it ended.
+	stop func()
+	// restart starts a new feedback service in fb's place (stop first).
+	restart func(t *testing.T)
 }
 
 // startFeedbackStack starts the stack; secrets are what dispatch and
@@ -45,32 +49,39 @@ func startFeedbackStack(t *testing.T, secrets map[string]string, tune func(*feed
 	cfg := withSecrets(secrets)
 	cfg.Users = users
 	pipelinetest.StartPipeline(t, cs.Server, cfg)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	creds := users["feedback"]
-	nc, js, err := shared.ConnectService(ctx, shared.NATSConfig{URL: cs.URL, User: creds.User, Password: creds.Password}, "feedback", logtest.Logger())
-	require.NoError(t, err, "feedback starts as its user against the topology admin created")
-	t.Cleanup(nc.Close)
-	reg := metrics.NewRegistry()
-	fc := feedback.Config{Addr: "127.0.0.1:0", Token: "bounce-token", Getenv: func(n string) string { return secrets[n] },
-		MatchWait: 3 * time.Second, MatchRetry: 20 * time.Millisecond, Metrics: reg, Logger: logtest.Logger()}
-	if tune != nil {
-		tune(&fc)
-	}
-	fb, err := feedback.New(js, fc)
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := fb.Run(rctx); err != nil {
-			t.Errorf("feedback stopped: %v", err)
+	st := &feedbackStack{cs: cs}
+	st.restart = func(t *testing.T) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		creds := users["feedback"]
+		nc, js, err := shared.ConnectService(ctx, shared.NATSConfig{URL: cs.URL, User: creds.User, Password: creds.Password}, "feedback", logtest.Logger())
+		require.NoError(t, err, "feedback starts as its user against the topology admin created")
+		t.Cleanup(nc.Close)
+		reg := metrics.NewRegistry()
+		fc := feedback.Config{Addr: "127.0.0.1:0", Token: "bounce-token", Getenv: func(n string) string { return secrets[n] },
+			MatchWait: 3 * time.Second, MatchRetry: 20 * time.Millisecond, Metrics: reg, Logger: logtest.Logger()}
+		if tune != nil {
+			tune(&fc)
 		}
-	}()
-	t.Cleanup(func() { stop(); <-done })
-	natstest.Eventually(t, 10*time.Second, func() bool { return fb.Addr() != "" }, "feedback listens")
-	return &feedbackStack{cs: cs, fb: fb, reg: reg, post: &feedbacktest.Poster{BaseURL: "http://" + fb.Addr()}}
+		fb, err := feedback.New(js, fc)
+		require.NoError(t, err)
+		rctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := fb.Run(rctx); err != nil {
+				t.Errorf("feedback stopped: %v", err)
+			}
+		}()
+		var once sync.Once
+		st.stop = func() { once.Do(func() { stop(); <-done }) }
+		t.Cleanup(st.stop)
+		natstest.Eventually(t, 10*time.Second, func() bool { return fb.Addr() != "" }, "feedback listens")
+		st.fb, st.reg, st.post = fb, reg, &feedbacktest.Poster{BaseURL: "http://" + fb.Addr()}
+	}
+	st.restart(t)
+	return st
 }
 
 // samples reads feedback's metrics from its registry.

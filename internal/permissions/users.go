@@ -35,6 +35,7 @@ var serviceDurables = []struct{ stream, name string }{
 	{contract.StreamRender, contract.ConsumerRender},
 	{contract.StreamEvents, contract.ConsumerStatus},
 	{contract.StreamEvents, contract.ConsumerFeedbackIndex},
+	{contract.StreamEvents, contract.ConsumerFeedbackWxPusher},
 	{contract.StreamReceipts, contract.ConsumerFeedback},
 }
 
@@ -197,9 +198,10 @@ func feedbackUser() User {
 					receiptEvents),
 				grant("its KV bucket (write) and the buckets it reads", kvWrite(contract.BucketProviderIDs),
 					each([]string{contract.BucketProviderIDs, contract.BucketAccounts}, kvRead)),
-				grant("its consumers: RECEIPTS, and the sent events of EVENTS",
+				grant("its consumers: RECEIPTS, and the sent events of EVENTS (index, WxPusher poller)",
 					durable(contract.StreamReceipts, contract.ConsumerFeedback),
-					durable(contract.StreamEvents, contract.ConsumerFeedbackIndex)),
+					durable(contract.StreamEvents, contract.ConsumerFeedbackIndex),
+					durable(contract.StreamEvents, contract.ConsumerFeedbackWxPusher)),
 				flowControl(),
 			},
 			Deny: []Grant{grant("what only others publish", subjects(contract.SubjectTasks, contract.SubjectJobsPrefix+">",

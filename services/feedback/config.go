@@ -1,9 +1,12 @@
 package feedback
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,6 +58,25 @@ type Config struct {
 	// Concurrency is how many receipts, and how many sent events, are
 	// handled at once. Defaults to 64.
 	Concurrency int
+	// WxPusherRate is how many status queries per second the WxPusher
+	// poller makes per app (per appToken: accounts sharing one share the
+	// budget), with bursts of one (FEEDBACK_WXPUSHER_RATE). WxPusher allows
+	// about 2 calls per second per app, sends included. Defaults to 1.
+	WxPusherRate float64
+	// WxPusherFirstPoll is how long after a WxPusher send its status is
+	// first queried; later queries come when the send's age has doubled,
+	// up to WxPusherMaxPollDelay apart. Defaults to 30 seconds.
+	WxPusherFirstPoll time.Duration
+	// WxPusherMaxPollDelay caps the delay between queries of one send.
+	// Defaults to 30 minutes.
+	WxPusherMaxPollDelay time.Duration
+	// WxPusherPollFor is how long a send is polled before it is given up
+	// (WxPusher keeps statuses about 7 days). Defaults to 7 days.
+	WxPusherPollFor time.Duration
+	// WxPusherMaxPending bounds the WxPusher sends awaiting a final status
+	// (the poller consumer's MaxAckPending); beyond it newer sends wait in
+	// EVENTS until older ones end. Defaults to 10,000.
+	WxPusherMaxPending int
 	// Metrics is the registry the service's metrics join. Defaults to nil
 	// (no metrics).
 	Metrics *prometheus.Registry
@@ -65,7 +87,8 @@ type Config struct {
 }
 
 // ConfigFromEnv reads FEEDBACK_ADDR, FEEDBACK_TOKEN, FEEDBACK_SECRET_ENVS
-// (or DISPATCH_SECRET_ENVS) and FEEDBACK_MATCH_WAIT.
+// (or DISPATCH_SECRET_ENVS), FEEDBACK_MATCH_WAIT and
+// FEEDBACK_WXPUSHER_RATE.
 func ConfigFromEnv() (Config, error) {
 	c := Config{Addr: os.Getenv("FEEDBACK_ADDR"), Token: os.Getenv("FEEDBACK_TOKEN")}
 	envs := os.Getenv("FEEDBACK_SECRET_ENVS")
@@ -83,6 +106,13 @@ func ConfigFromEnv() (Config, error) {
 			return c, fmt.Errorf("FEEDBACK_MATCH_WAIT: %q is not a duration (e.g. 2m)", v)
 		}
 		c.MatchWait = d
+	}
+	if v := os.Getenv("FEEDBACK_WXPUSHER_RATE"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r <= 0 || r > 100 {
+			return c, fmt.Errorf("FEEDBACK_WXPUSHER_RATE: %q is not a rate in calls per second (e.g. 1)", v)
+		}
+		c.WxPusherRate = r
 	}
 	return c, c.validate()
 }
@@ -102,6 +132,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("MatchRetry: must not be negative, got %s", c.MatchRetry)
 	case c.MaxInFlight < 0:
 		return fmt.Errorf("MaxInFlight: must not be negative, got %d", c.MaxInFlight)
+	case c.WxPusherRate < 0 || c.WxPusherRate > 100 || math.IsNaN(c.WxPusherRate):
+		return fmt.Errorf("WxPusherRate: must be between 0 and 100 calls per second, got %g", c.WxPusherRate)
+	case c.WxPusherFirstPoll < 0 || c.WxPusherMaxPollDelay < 0 || c.WxPusherPollFor < 0:
+		return errors.New("WxPusherFirstPoll, WxPusherMaxPollDelay, WxPusherPollFor: must not be negative")
+	case c.WxPusherMaxPending < 0 || c.WxPusherMaxPending > 1_000_000:
+		return fmt.Errorf("WxPusherMaxPending: must be between 1 and 1000000, got %d", c.WxPusherMaxPending)
 	case c.Concurrency < 0 || c.Concurrency > 10_000:
 		return fmt.Errorf("Concurrency: must be between 1 and 10000, got %d", c.Concurrency)
 	}
@@ -132,6 +168,21 @@ func (c *Config) withDefaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
+	}
+	if c.WxPusherRate == 0 {
+		c.WxPusherRate = 1
+	}
+	if c.WxPusherFirstPoll == 0 {
+		c.WxPusherFirstPoll = 30 * time.Second
+	}
+	if c.WxPusherMaxPollDelay == 0 {
+		c.WxPusherMaxPollDelay = 30 * time.Minute
+	}
+	if c.WxPusherPollFor == 0 {
+		c.WxPusherPollFor = 7 * 24 * time.Hour
+	}
+	if c.WxPusherMaxPending == 0 {
+		c.WxPusherMaxPending = 10_000
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -1,5 +1,6 @@
 // Package feedback closes the loop with the providers: it accepts their
-// delivery receipts on webhook routes and turns them into events.
+// delivery receipts on webhook routes, polls WxPusher for the statuses it
+// does not post, and turns them into events.
 //
 // Serves (HTTP on Config.Addr, FEEDBACK_ADDR, default 127.0.0.1:8090):
 //   - GET /webhooks/whatsapp: Meta's subscription handshake; hub.mode
@@ -43,6 +44,20 @@
 //     counted unmatched (broadcast_feedback_receipts_total) and logged.
 //     Bounces are matched by the address to the most recent SMTP send to
 //     it.
+//   - EVENTS, sent events only, with the durable consumer
+//     "feedback-wxpusher": the WxPusher poller. A send of a wxpusher
+//     account is kept unacknowledged (NakWithDelay) and its sendRecordId
+//     queried, GET {endpoint}/api/send/query/status?sendRecordId=&appToken=
+//     (the appToken from the variable the account's secret_env names),
+//     Config.WxPusherFirstPoll (30 s) after the send, then each time the
+//     send's age has doubled, at most Config.WxPusherMaxPollDelay (30 min)
+//     apart, until a final status or Config.WxPusherPollFor (7 days).
+//     Queries are paced per app (appToken) at Config.WxPusherRate
+//     (FEEDBACK_WXPUSHER_RATE, 1/s), burst one; Config.WxPusherMaxPending
+//     (10,000) bounds the sends waiting at once. A final status is stored
+//     in RECEIPTS (broadcast.receipts.wxpusher.<account>, id the
+//     sendRecordId, status delivered or failed with WxPusher's status and
+//     description) and handled like any receipt.
 //
 // Publishes: broadcast.events.<task>.delivered, .read and .undelivered
 // (contract.Event with the sent event's job, index, account and attempt,
@@ -59,5 +74,7 @@
 // accounts.go (which account a post is for, and its secrets from the
 // environment), receipt.go (the stored receipt, index keys and values),
 // index.go (indexing sent events), process.go (receipts to events,
-// unmatched receipts), config.go (settings).
+// unmatched receipts), wxpusher.go (the WxPusher poller: its consumer,
+// pacing, status answers and the API shape assumed), config.go
+// (settings).
 package feedback

@@ -13,6 +13,8 @@ const (
 	SourceWhatsApp = "whatsapp"
 	SourceWebhook  = "webhook"
 	SourceBounce   = "bounce"
+	// SourceWxPusher is the WxPusher poller's final statuses.
+	SourceWxPusher = "wxpusher"
 )
 
 // Receipt statuses, normalised across providers. WhatsApp and the webhook
@@ -34,7 +36,8 @@ type Receipt struct {
 	Source  string `json:"source"`
 	Account string `json:"account,omitempty"`
 	// ID is the provider's message id (WhatsApp: the wamid; webhook
-	// channel: the Idempotency-Key, which is the job id).
+	// channel: the Idempotency-Key, which is the job id; WxPusher: the
+	// sendRecordId).
 	ID string `json:"id,omitempty"`
 	// Email is the bounced recipient (bounces only), lower-cased.
 	Email  string `json:"email,omitempty"`

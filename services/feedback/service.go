@@ -24,10 +24,11 @@ type Service struct {
 	accounts *accounts
 	index    jetstream.KeyValue
 	behind   behindCache
+	wx       *wxPoller
 
 	addr atomic.Pointer[string]
 	// Counters since start, for tests and the benchmark.
-	stored, published, unmatched, indexed atomic.Int64
+	stored, published, unmatched, indexed, polls atomic.Int64
 }
 
 // Stats are the service's counters since it started.
@@ -40,11 +41,14 @@ type Stats struct {
 	Unmatched int64
 	// Indexed sent events.
 	Indexed int64
+	// Polls are the WxPusher status queries made.
+	Polls int64
 }
 
 // Stats returns the counters since start.
 func (s *Service) Stats() Stats {
-	return Stats{Stored: s.stored.Load(), Published: s.published.Load(), Unmatched: s.unmatched.Load(), Indexed: s.indexed.Load()}
+	return Stats{Stored: s.stored.Load(), Published: s.published.Load(), Unmatched: s.unmatched.Load(), Indexed: s.indexed.Load(),
+		Polls: s.polls.Load()}
 }
 
 // New prepares the service; Run starts it.
@@ -54,7 +58,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	cfg.withDefaults()
 	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "feedback"),
-		accounts: newAccounts(cfg.Getenv, cfg.SecretEnvs)}, nil
+		accounts: newAccounts(cfg.Getenv, cfg.SecretEnvs), wx: newWxPoller(cfg.WxPusherRate)}, nil
 }
 
 // Addr is the address the webhook routes listen on, "" until Run listens.
@@ -90,7 +94,7 @@ func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	run := func(name string, f func(context.Context) error) {
 		wg.Go(func() {
 			if err := f(ctx); err != nil && ctx.Err() == nil {
@@ -101,12 +105,15 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	run("http", func(ctx context.Context) error { return s.serve(ctx, ln) })
 	run("index", func(ctx context.Context) error {
-		return s.consume(ctx, s.indexConsumer, s.indexSent)
+		return s.consume(ctx, s.indexConsumer, s.indexSent, s.cfg.Concurrency)
 	})
 	run("receipts", func(ctx context.Context) error {
 		return s.consume(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 			return s.js.CreateOrUpdateConsumer(ctx, contract.StreamReceipts, receiptConsumerConfig())
-		}, s.handleReceipt)
+		}, s.handleReceipt, s.cfg.Concurrency)
+	})
+	run("wxpusher", func(ctx context.Context) error {
+		return s.consume(ctx, s.wxConsumer, s.pollSent, wxConcurrency)
 	})
 	wg.Wait()
 	close(errs)
@@ -115,7 +122,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // consume runs h over a durable consumer until ctx ends, creating the
 // consumer again when the server lost it.
-func (s *Service) consume(ctx context.Context, open func(context.Context) (jetstream.Consumer, error), h shared.Handler) error {
+func (s *Service) consume(ctx context.Context, open func(context.Context) (jetstream.Consumer, error), h shared.Handler, concurrency int) error {
 	for {
 		cons, err := open(ctx)
 		if err != nil {
@@ -126,7 +133,7 @@ func (s *Service) consume(ctx context.Context, open func(context.Context) (jetst
 		}
 		// The consumers' ack wait is short (10 s), so the receipts a killed
 		// process held come back soon; handlers take milliseconds.
-		err = shared.Consume(ctx, cons, h, shared.ConsumeConfig{Concurrency: s.cfg.Concurrency, AckWait: 10 * time.Second, Logger: s.log})
+		err = shared.Consume(ctx, cons, h, shared.ConsumeConfig{Concurrency: concurrency, AckWait: 10 * time.Second, Logger: s.log})
 		if ctx.Err() != nil {
 			return nil
 		}
