@@ -3,7 +3,7 @@ package e2e
 import (
 	"net/http"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,11 +91,13 @@ func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 12 // seconds; the lease's TTL is 5 s (shared.LeaseTTL)
 	e := newDispatchEnv(t, dispatch.Config{})
-	var once sync.Once
+	// The third request is refused, so the control law's window holds two
+	// accepted answers beside the 429 and lowers the rate (a lone refusal
+	// with nothing accepted around it is not evidence of a capacity, and
+	// on a loaded machine the first request was often alone).
+	var requests atomic.Int32
 	rec := startRecorder(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		limited := false
-		once.Do(func() { limited = true })
-		if limited {
+		if requests.Add(1) == 3 {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 			http.Error(w, `{"error":"slow down"}`, http.StatusTooManyRequests)
 			return
