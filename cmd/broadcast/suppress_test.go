@@ -74,7 +74,7 @@ func TestSuppressCommand(t *testing.T) {
 		got[s.Scope+" "+s.To] = s
 	}
 	require.Len(t, got, 4)
-	require.Equal(t, "bounce", got["smtp A@example.org"].Reason)
+	require.Equal(t, "bounce", got["smtp a@example.org"].Reason)
 	require.Equal(t, []contract.Category{"marketing", "utility"}, got["all user-9"].Categories)
 	require.Equal(t, "import", got["whatsapp +16505550100"].Source)
 	require.Equal(t, "cli", got["whatsapp +8613800000001"].Source)

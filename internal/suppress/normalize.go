@@ -21,9 +21,12 @@ var registry = channels.Builtin()
 
 // Normalize returns to in the canonical form its key is hashed from. For a
 // channel scope it is the channel's own normalization (E.164 for
-// WhatsApp, the address with its domain lower-cased for SMTP, trimmed for
-// webhook), so an entry matches what render sends. For scope "all" it is
-// normalizeAll. An unknown channel is an error naming the scope.
+// WhatsApp, trimmed for webhook), so an entry matches what render sends;
+// for SMTP the whole address is lower-cased (the channel keeps the local
+// part's case for sending, but providers report bounces lower-cased and
+// treat the local part as case-insensitive, so "Ann@x.org" and
+// "ann@x.org" are one entry). For scope "all" it is normalizeAll. An
+// unknown channel is an error naming the scope.
 func Normalize(scope, to string) (string, error) {
 	if scope == contract.ScopeAll {
 		n := normalizeAll(to)
@@ -43,11 +46,23 @@ func Normalize(scope, to string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("to: %w", err)
 	}
-	return n, nil
+	return keyForm(scope, n), nil
 }
 
+// keyForm turns a recipient already normalized by channel into the form
+// its channel-scope key is hashed from: SMTP addresses lower-cased whole.
+func keyForm(channel, normalized string) string {
+	if channel == smtpChannel {
+		return strings.ToLower(normalized)
+	}
+	return normalized
+}
+
+// smtpChannel is the SMTP channel's name.
+var smtpChannel = channels.SMTP{}.Name()
+
 // normalizeAll is the channel-independent form used for scope "all": an
-// email address as SMTP normalizes it, a phone number starting with "+"
+// email address as SMTP normalizes it, lower-cased whole, a phone number starting with "+"
 // in E.164, anything else trimmed. A "+" followed by digits only is taken
 // as E.164 already, so render's check of a WhatsApp or SMS recipient
 // (E.164 by then) costs no parse.
@@ -56,7 +71,7 @@ func normalizeAll(to string) string {
 	switch {
 	case strings.Contains(to, "@"):
 		if n, err := (channels.SMTP{}).NormalizeRecipient(to); err == nil {
-			return n
+			return strings.ToLower(n)
 		}
 	case strings.HasPrefix(to, "+") && !digitsOnly(to[1:]):
 		if n, err := channels.NormalizeE164(to, ""); err == nil {

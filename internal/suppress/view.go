@@ -244,13 +244,18 @@ func (v *View) Lookup(channel, to string, c contract.Category) (Hit, bool) {
 	if len(chm) == 0 && len(allm) == 0 {
 		return Hit{}, false
 	}
-	h := hash(sha256Sum(to))
+	form := keyForm(channel, to)
+	h := hash(sha256Sum(form))
 	if mk, ok := chm[h]; ok && mk.covers(bit, now) {
 		return Hit{Scope: channel, Reason: v.reasonOf(mk)}, true
 	}
 	if len(allm) > 0 {
-		if n := normalizeAll(to); n != to {
-			h = hash(sha256Sum(n))
+		// An SMTP recipient's key form is its "all" form already; others
+		// may differ (a webhook recipient with an email address in it).
+		if channel != smtpChannel {
+			if n := normalizeAll(to); n != form {
+				h = hash(sha256Sum(n))
+			}
 		}
 		if mk, ok := allm[h]; ok && mk.covers(bit, now) {
 			return Hit{Scope: contract.ScopeAll, Reason: v.reasonOf(mk)}, true
