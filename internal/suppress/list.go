@@ -44,6 +44,10 @@ func Prepare(scope string, e *contract.Suppression) (string, error) {
 	if err := e.Validate(); err != nil {
 		return "", err
 	}
+	if e.Categories == nil {
+		// The value always has "categories": [] for every category.
+		e.Categories = []contract.Category{}
+	}
 	return contract.SuppressionKey(scope, to), nil
 }
 

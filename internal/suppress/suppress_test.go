@@ -54,6 +54,9 @@ func TestKeyIsScopeAndHexSHA256(t *testing.T) {
 	require.Len(t, key, len("whatsapp.")+64)
 	require.Equal(t, "+8613800000001", e.To)
 	require.False(t, e.At.IsZero())
+	data, err := json.Marshal(e)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"categories":[]`, "empty, not null: every category")
 
 	_, err = suppress.Prepare("all", &contract.Suppression{To: "x", Reason: ""})
 	require.ErrorContains(t, err, "reason: required")
