@@ -61,6 +61,17 @@ type Job struct {
 	// before a server restart lost its delivery count. Its events other
 	// than sent say so (Event.MaybeSent).
 	MaybeSent bool `json:"maybe_sent,omitempty"`
+	// Category is the task's category; empty (jobs rendered before it
+	// existed) reads as marketing (JobCategory).
+	Category Category `json:"category,omitempty"`
+}
+
+// JobCategory is the job's category, marketing when unset.
+func (j *Job) JobCategory() Category {
+	if j.Category == "" {
+		return CategoryMarketing
+	}
+	return j.Category
 }
 
 // MaxJobPool is the longest accounts list a job carries itself (Job.Pool);

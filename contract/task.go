@@ -64,6 +64,9 @@ type Task struct {
 	ExpiresAt        string         `json:"expires_at,omitempty"`
 	MaxAttempts      int            `json:"max_attempts,omitempty"`
 	TestRecipients   []Recipient    `json:"test_recipients,omitempty"`
+	// Category is marketing (the default), utility or transactional:
+	// suppression entries apply to the categories they name.
+	Category Category `json:"category,omitempty"`
 }
 
 // FieldError says which field of an input is wrong and why. Its message is
@@ -150,6 +153,9 @@ func (t *Task) Normalize() {
 	if t.MaxAttempts == 0 {
 		t.MaxAttempts = DefaultMaxAttempts
 	}
+	if t.Category == "" {
+		t.Category = CategoryMarketing
+	}
 	t.Channel = strings.TrimSpace(t.Channel)
 }
 
@@ -212,6 +218,9 @@ func (t *Task) Validate(now time.Time) error {
 	case PriorityHigh, PriorityNormal, PriorityLow:
 	default:
 		return fieldErr("priority", "must be high, normal or low, got %q", truncate(string(t.Priority), 40))
+	}
+	if t.Category != "" && !ValidCategory(t.Category) {
+		return fieldErr("category", "must be marketing, utility or transactional, got %q", truncate(string(t.Category), 40))
 	}
 	if t.MaxAttempts < 1 || t.MaxAttempts > MaxAttemptsLimit {
 		return fieldErr("max_attempts", "must be between 1 and %d, got %d", MaxAttemptsLimit, t.MaxAttempts)

@@ -19,6 +19,8 @@ func TestDecodeAndValidateNameTheField(t *testing.T) {
 		{`{"id":7}`, "id: must be string"},
 		{`{` + base + `,"max_attempts":"3"}`, "max_attempts: must be int"},
 		{`{` + base + `,"extra":1}`, "extra: unknown field"},
+		{`{` + base + `,"category":"transactional"}`, ""},
+		{`{` + base + `,"category":"promo"}`, `category: must be marketing, utility or transactional, got "promo"`},
 		{`{"id":"bad id","channel":"w","template":"x","recipients":[{"to":"a"}]}`, "id: must match"},
 		{`{` + base + `,"accounts":["a b"]}`, "accounts[0]: must match"},
 		{`{` + base + `,"send_at":"2026-12-02T09:00:00Z","expires_at":"2026-12-02T08:00:00Z"}`, "expires_at: must be after send_at"},
@@ -49,6 +51,7 @@ func TestNormalizeDefaults(t *testing.T) {
 	task.Normalize()
 	require.Equal(t, PriorityNormal, task.Priority)
 	require.Equal(t, DefaultMaxAttempts, task.MaxAttempts)
+	require.Equal(t, CategoryMarketing, task.Category)
 }
 
 func TestTemplateMissingKeyAndLimits(t *testing.T) {

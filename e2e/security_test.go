@@ -309,6 +309,16 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"operator", "broadcast.receipts.whatsapp.wa", false},
 		{"dispatch", "broadcast.receipts.whatsapp.wa", false},
 		{"operator", "$JS.API.CONSUMER.MSG.NEXT.RECEIPTS.feedback", false},
+		// The suppression list: the operator (CLI) and feedback write it,
+		// render and dispatch only read it, the viewer not even that.
+		{"operator", "$KV.broadcast_suppressions.all.x", true},
+		{"feedback", "$KV.broadcast_suppressions.whatsapp.x", true},
+		{"render", "$KV.broadcast_suppressions.all.x", false},
+		{"dispatch", "$KV.broadcast_suppressions.all.x", false},
+		{"ingest", "$KV.broadcast_suppressions.all.x", false},
+		{"render", "$JS.API.DIRECT.GET.KV_broadcast_suppressions.$KV.broadcast_suppressions.all.x", true},
+		{"dispatch", "$JS.API.DIRECT.GET.KV_broadcast_suppressions.$KV.broadcast_suppressions.all.x", true},
+		{"viewer", "$JS.API.DIRECT.GET.KV_broadcast_suppressions.x", false},
 	}
 	subscribes := []permCheck{
 		{"render", "broadcast.control.*", false},   // intercepting control requests

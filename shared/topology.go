@@ -56,6 +56,10 @@ const LeaseTTL = 5 * time.Second
 // a webhook that long), with a day to spare.
 const ReceiptRetention = 8 * 24 * time.Hour
 
+// maxSuppressionValue bounds one suppression entry (a recipient of at most
+// 256 bytes, a reason, a source, times and categories fit in far less).
+const maxSuppressionValue = 2048
+
 // KVStream is the name of the stream behind KV bucket bucket.
 func KVStream(bucket string) string { return "KV_" + bucket }
 
@@ -167,6 +171,10 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		// recipient); feedback writes them from the sent events and matches
 		// receipts by them for as long as providers report (ReceiptRetention).
 		{Bucket: contract.BucketProviderIDs, Description: "Provider message ids of sent events, for matching receipts (feedback).", History: 1, TTL: ReceiptRetention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is <scope>.<hex SHA-256 of the normalized recipient>
+		// (scope: a channel or "all"); an entry stays until removed, so
+		// there is no TTL. render and dispatch watch it (internal/suppress).
+		{Bucket: contract.BucketSuppressions, Description: "Suppression list: recipients not to send to, per channel or all.", History: 1, MaxValueSize: maxSuppressionValue, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

@@ -57,11 +57,12 @@ func TestCheckTopology(t *testing.T) {
 	err := shared.CheckTopology(ctx, js)
 	var te *shared.TopologyError
 	require.True(t, errors.As(err, &te), "%v", err)
-	require.Len(t, te.Problems, 17)
+	require.Len(t, te.Problems, 18)
 	require.Contains(t, te.Problems, "stream TASKS is missing")
 	require.Contains(t, te.Problems, "KV bucket broadcast_leases is missing")
 	require.Contains(t, te.Problems, "stream RECEIPTS is missing")
 	require.Contains(t, te.Problems, "KV bucket broadcast_provider_ids is missing")
+	require.Contains(t, te.Problems, "KV bucket broadcast_suppressions is missing")
 	require.Contains(t, te.Problems, "object store broadcast_status is missing")
 	require.ErrorContains(t, err, "run `broadcast setup`")
 

@@ -14,6 +14,7 @@
 //	broadcast authconf [-nsc]                the servers' users and permissions (auth.conf), or nsc commands
 //	broadcast torture -seed N -n M           the randomized scenario tester (internal/scenario)
 //	broadcast tape TASK                      what the providers answered for a task, as a replayable tape
+//	broadcast suppress add|remove|list|import  manage the suppression list (KV broadcast_suppressions)
 package main
 
 import (
@@ -50,6 +51,8 @@ tools:
   bench        measure the pipeline against raw JetStream publishing (-n, -replicas 1,2,4)
   torture      run randomized scenarios and check every promise (-seed N -n M, -duration, -multiprocess)
   tape TASK    write what the providers answered for a task (-json: a tape for gateway -tape)
+  suppress     manage the suppression list: add (-channel C | -all) -reason R [-categories a,b] TO,
+               remove (-channel C | -all) TO, list [-json], import FILE (CSV to,reason,... or JSONL)
 
 environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
 run "broadcast <command> -h" for a command's flags.
@@ -91,6 +94,8 @@ func main() {
 		err = runCerts(args)
 	case "authconf":
 		err = runAuthconf(args)
+	case "suppress":
+		err = runSuppress(ctx, args)
 	case "pause", "resume", "cancel", "retry-dead":
 		err = runControl(ctx, cmd, args)
 	case "-h", "--help", "help":

@@ -13,6 +13,7 @@ import (
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/lease"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -43,6 +44,9 @@ type Service struct {
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
 	controls *shared.ControlWatcher
+	// suppressed is the suppression list's view, checked right before a
+	// send (mayStillSend) so an entry added while a job waits stops it.
+	suppressed *suppress.View
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
@@ -117,6 +121,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	if s.suppressed, err = suppress.Watch(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {

@@ -60,6 +60,12 @@
 // handled before (redelivered, or marked Recheck when re-published or
 // rendered by a resumed expansion) is first checked for an earlier send
 // (sentBefore), so one already sent is acknowledged without sending.
+// Then mayStillSend checks expiry, the task's run state, the suppression
+// list (KV broadcast_suppressions, through the watch-backed view of
+// internal/suppress, by the job's channel, recipient and category: a
+// listed recipient gets a skipped event with code suppressed, so an
+// entry added while the job was queued or parked still stops it) and the
+// account's health.
 // Successes are known from the task's stored sent events (sentindex.go:
 // each is stored before its job is acknowledged, so it costs nothing per
 // send; a task's events are read by one forward-only ephemeral consumer,
@@ -161,7 +167,8 @@
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.
 //   - send.go: handle and its steps, from the check for an earlier send to
-//     the outcome; rerouting off an account that must not send.
+//     the outcome (mayStillSend: expiry, run state, suppression, health);
+//     rerouting off an account that must not send.
 //   - batcher.go: merging sends of batch accounts into calls.
 //   - health.go: what answers say about the account (pauses, auth
 //     failures, the rate they leave) and its value in KV broadcast_health.

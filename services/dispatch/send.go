@@ -456,9 +456,9 @@ func (s *Service) sentNotStored(job *contract.Job, ev *contract.Event, cause err
 }
 
 // mayStillSend checks what may change while a job waits: its expiry, its
-// task's run state and the account's health. done reports that the job was
-// handled here (expired, cancelled, parked or moved), with err for the
-// consume loop.
+// task's run state, the suppression list and the account's health. done
+// reports that the job was handled here (expired, cancelled, parked,
+// skipped as suppressed or moved), with err for the consume loop.
 func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done bool, err error) {
 	job := &d.job
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
@@ -471,6 +471,13 @@ func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done boo
 	}
 	if done, err := r.obeyControl(ctx, d); done {
 		return true, err
+	}
+	if hit, ok := r.svc.suppressed.Lookup(job.Channel, job.To, job.JobCategory()); ok {
+		// Like render's skip: never attempted, so the attempt is the
+		// ones spent before this delivery.
+		ev := r.event(d, contract.EventSkipped, d.attempt-1)
+		ev.Code, ev.Error, ev.Class = contract.CodeSuppressed, hit.Explain(), contract.ClassPermanent
+		return true, r.svc.publish(ctx, ev)
 	}
 	if blocked, why := r.mustNotSend(); blocked {
 		return true, r.reroute(ctx, d, why)

@@ -67,6 +67,17 @@
 // hard bounce is undelivered with code "hard_bounce"; a soft bounce makes
 // no event. status folds the events into progress (services/status).
 //
+// Writes KV broadcast_suppressions (suppress.go, through
+// internal/suppress's Merge, which never weakens an entry): WhatsApp
+// 131050 adds a marketing opt-out (scope whatsapp, reason opt_out,
+// categories ["marketing"]); 131049 a marketing hold (reason
+// frequency_cap, until 24 h after the provider's time), so marketing
+// tasks skip the recipient with code suppressed meanwhile; an email hard
+// bounce reason bounce and a complaint reason complaint, every category
+// (scope smtp). 131026 adds nothing: it is undelivered, never re-sent.
+// Failed WhatsApp statuses keep their recipient_id on the stored receipt
+// for this (Receipt.To).
+//
 // Where to edit what: service.go (starting and stopping the parts),
 // http.go (the server, body limit, storing before answering), whatsapp.go
 // (Meta's handshake, signature and payload), receipts.go (the webhook
@@ -74,7 +85,7 @@
 // accounts.go (which account a post is for, and its secrets from the
 // environment), receipt.go (the stored receipt, index keys and values),
 // index.go (indexing sent events), process.go (receipts to events,
-// unmatched receipts), wxpusher.go (the WxPusher poller: its consumer,
-// pacing, status answers and the API shape assumed), config.go
-// (settings).
+// unmatched receipts), suppress.go (receipts to suppression entries),
+// wxpusher.go (the WxPusher poller: its consumer, pacing, status answers
+// and the API shape assumed), config.go (settings).
 package feedback

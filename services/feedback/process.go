@@ -62,6 +62,9 @@ func (s *Service) handleReceipt(ctx context.Context, m jetstream.Msg) error {
 		s.log.Warn("receipt does not decode; dropped", shared.KeySubject, m.Subject(), "err", err)
 		return nil
 	}
+	if err := s.suppressFrom(ctx, &rc); err != nil {
+		return err
+	}
 	kind, code, ok := eventKind(&rc)
 	if !ok {
 		s.cfg.metrics.Receipt(rc.Source, metrics.ReceiptIgnored, 1)

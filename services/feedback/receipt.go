@@ -40,7 +40,10 @@ type Receipt struct {
 	// sendRecordId).
 	ID string `json:"id,omitempty"`
 	// Email is the bounced recipient (bounces only), lower-cased.
-	Email  string `json:"email,omitempty"`
+	Email string `json:"email,omitempty"`
+	// To is the recipient a WhatsApp status names (recipient_id, with a
+	// leading "+"), kept for the suppression list (suppress.go).
+	To     string `json:"to,omitempty"`
 	Status string `json:"status"`
 	// Code and Error are the provider's reason for a failure.
 	Code  string `json:"code,omitempty"`

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -23,8 +24,11 @@ type Service struct {
 	log      *slog.Logger
 	accounts *accounts
 	index    jetstream.KeyValue
-	behind   behindCache
-	wx       *wxPoller
+	// suppressions receives opt-outs, holds, bounces and complaints
+	// (suppress.go).
+	suppressions *suppress.List
+	behind       behindCache
+	wx           *wxPoller
 
 	addr atomic.Pointer[string]
 	// Counters since start, for tests and the benchmark.
@@ -75,6 +79,9 @@ func (s *Service) Addr() string {
 func (s *Service) Run(ctx context.Context) error {
 	var err error
 	if s.index, err = s.js.KeyValue(ctx, contract.BucketProviderIDs); err != nil {
+		return fmt.Errorf("feedback: %w", err)
+	}
+	if s.suppressions, err = suppress.Open(ctx, s.js); err != nil {
 		return fmt.Errorf("feedback: %w", err)
 	}
 	if s.accounts.aw, err = shared.WatchAccounts(ctx, s.js, s.log, s.accounts.change); err != nil {

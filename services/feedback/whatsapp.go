@@ -100,6 +100,11 @@ func parseWhatsApp(body []byte, received time.Time) (out []whatsappReceipt, skip
 				r := whatsappReceipt{PhoneNumberID: c.Value.Metadata.PhoneNumberID, Receipt: Receipt{
 					Source: SourceWhatsApp, ID: st.ID, Status: st.Status, At: received, Received: received,
 				}}
+				// Only a failure may suppress its recipient (131049,
+				// 131050), so only failures keep it.
+				if id := strings.TrimPrefix(strings.TrimSpace(st.RecipientID), "+"); id != "" && len(id) <= 32 && st.Status == StatusFailed {
+					r.To = "+" + id
+				}
 				if st.Timestamp != "" {
 					secs, err := strconv.ParseInt(st.Timestamp, 10, 64)
 					if err != nil || secs <= 0 || secs > 1<<40 {

@@ -2,17 +2,22 @@
 //
 // Consumes: stream RENDER (broadcast.render.<task>) with the durable consumer
 // "render": recipient batches published by ingest. Reads the task spec from
-// KV broadcast_tasks and the accounts from KV broadcast_accounts.
+// KV broadcast_tasks and the accounts from KV broadcast_accounts, and
+// watches KV broadcast_suppressions (internal/suppress: an in-memory view
+// of hashes only).
 //
 // Publishes:
 //   - broadcast.jobs.<account>.<priority>: one job per recipient with the final
 //     text, with Nats-Msg-Id = the job id, so re-running a batch never
-//     enqueues twice within the stream's duplicate window; jobs of a batch
+//     enqueues twice within the stream's duplicate window, carrying the
+//     task's category (marketing when unset); jobs of a batch
 //     rendered before (redelivered, or marked Resumed by ingest after a
 //     crash) carry Recheck, so dispatch checks its ledger before sending
 //     them, beyond that window too;
-//   - broadcast.events.<task>.skipped for recipients that cannot be sent: an
-//     invalid address, a template variable the recipient lacks or has as
+//   - broadcast.events.<task>.skipped for recipients that cannot be sent: a
+//     recipient on the suppression list for the task's channel (or all)
+//     and category (code suppressed; the error names the entry's scope and
+//     reason, not the recipient), an invalid address, a template variable the recipient lacks or has as
 //     null (templates run with missingkey=error, and an output that would
 //     read "<no value>" is refused: contract.ErrNoValue), a body over the channel's
 //     limits, a job too large for the server's max_payload (code too_large);
@@ -35,7 +40,8 @@
 // execution budget (contract.Template). Jobs are encoded with go-json
 // (contract.EncodeJob, the same bytes as encoding/json).
 //
-// Where to edit what: render.go (consumer and per-recipient steps),
+// Where to edit what: render.go (consumer and per-recipient steps, the
+// suppression check among them),
 // giveup.go (batches given up on), noaccount.go (batches held for an
 // enabled account), spec.go (the cached task spec), config.go (settings);
 // noaccount_test.go tests the held batches' warning.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -37,8 +38,10 @@ type Service struct {
 	tasks    jetstream.KeyValue
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
-	cache    specCache
-	waits    waitLog
+	// suppressed is the suppression list's view (hashes only).
+	suppressed *suppress.View
+	cache      specCache
+	waits      waitLog
 }
 
 // New prepares the service; Run starts it.
@@ -60,6 +63,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("render: %w", err)
 	}
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	if s.suppressed, err = suppress.Watch(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamRender, consumerConfig())
@@ -116,6 +122,10 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	picker := shared.NewPicker(accounts, s.health)
 	futures := make([]*shared.Publication, 0, len(b.Recipients))
 	rendered, skipped := 0, map[string]int{}
+	category := t.Category
+	if category == "" {
+		category = contract.CategoryMarketing
+	}
 	for i, r := range b.Recipients {
 		index := b.First + i
 		jobID := contract.JobID(t.ID, index, b.Test)
@@ -141,6 +151,8 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		var perr error
 		if r.Invalid != "" {
 			perr = skip("invalid_recipient", r.Invalid)
+		} else if hit, ok := s.suppressed.Lookup(t.Channel, r.To, category); ok {
+			perr = skip(contract.CodeSuppressed, hit.Explain())
 		} else if body, err := renderBody(sp.tmpl, t, r, html); err != nil {
 			perr = skip("template", "template: "+err.Error())
 		} else if err := sp.channel.CheckBody(body); err != nil {
@@ -150,7 +162,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
-				Vars: r.Vars, Test: b.Test, Recheck: recheck,
+				Vars: r.Vars, Test: b.Test, Recheck: recheck, Category: category,
 			}
 			job.SetPool(t.Accounts)
 			if perr = s.publishJob(ctx, &job, &futures); errors.Is(perr, errJobTooLarge) {

@@ -1,0 +1,287 @@
+package suppress
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// hash is a recipient's SHA-256: the view keeps it, not the recipient.
+type hash [32]byte
+
+// mark is what the view keeps of an entry: 16 bytes.
+type mark struct {
+	until  int64 // Unix seconds when it stops suppressing; 0 never
+	reason uint8 // index into View.reasons
+	cats   uint8 // categoryBit of each category; 0 every category
+}
+
+// marks are the entries of one scope.
+type marks map[hash]mark
+
+// View is a live copy of the suppression list holding, per scope, only
+// each entry's recipient hash, reason, categories and Until. Memory is
+// about 120 bytes per entry (BenchmarkViewMemory: 1M entries ≈ 118 MB,
+// map overhead included), bounded by the bucket's entries. A Lookup is
+// one SHA-256 and at most two map reads under a read lock, under 1 µs
+// with 1M entries (BenchmarkLookup).
+type View struct {
+	mu      sync.RWMutex
+	scopes  map[string]marks
+	reasons []string       // interned reasons; index 255 means "other"
+	reason  map[string]int // reason -> index into reasons
+	now     func() time.Time
+}
+
+// NewView is an empty view; Watch fills one from the bucket.
+func NewView() *View {
+	return &View{scopes: map[string]marks{}, reason: map[string]int{}, now: time.Now}
+}
+
+// Watch follows KV broadcast_suppressions and returns once its current
+// entries are loaded. After a reconnect the watch starts over and the
+// view it builds replaces the old one when its initial values are in, so
+// an entry removed meanwhile is dropped. Entries that do not decode are
+// logged by key (never by recipient) and ignored.
+func Watch(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*View, error) {
+	kv, err := js.KeyValue(ctx, contract.BucketSuppressions)
+	if err != nil {
+		return nil, fmt.Errorf("%s bucket: %w", contract.BucketSuppressions, err)
+	}
+	v := NewView()
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", contract.BucketSuppressions, err)
+	}
+	ready := make(chan struct{})
+	go v.follow(ctx, kv, js.Conn(), w, log, ready)
+	select {
+	case <-ready:
+		return v, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// follow applies the watch's entries until ctx ends; on a reconnect it
+// builds a fresh set of scopes from a new watch and swaps it in.
+func (v *View) follow(ctx context.Context, kv jetstream.KeyValue, nc *nats.Conn, w jetstream.KeyWatcher, log *slog.Logger, ready chan struct{}) {
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
+	defer func() { _ = w.Stop() }()
+	first := true
+	var building map[string]marks // the restarted watch's initial values
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reconnected:
+			_ = w.Stop()
+			for {
+				nw, err := kv.WatchAll(ctx)
+				if err == nil {
+					w, building = nw, map[string]marks{}
+					break
+				}
+				log.Warn("cannot watch the suppression list again after a reconnect; retrying", "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil { // the end of the initial values
+				if first {
+					first = false
+					close(ready)
+				}
+				if building != nil {
+					v.mu.Lock()
+					v.scopes, building = building, nil
+					v.mu.Unlock()
+				}
+				continue
+			}
+			func() {
+				defer shared.Recover(log, "applying suppression key "+e.Key(), nil)
+				v.mu.Lock()
+				defer v.mu.Unlock()
+				target := v.scopes
+				if building != nil {
+					target = building
+				}
+				if err := v.apply(target, e.Key(), e.Operation() == jetstream.KeyValuePut, e.Value()); err != nil {
+					log.Warn("bad suppression entry ignored", "key", e.Key(), "err", err)
+				}
+			}()
+		}
+	}
+}
+
+// Apply records one entry (put) or its removal; it is what the watch does
+// with each change, exposed for tests and benchmarks.
+func (v *View) Apply(key string, put bool, value []byte) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.apply(v.scopes, key, put, value)
+}
+
+// apply changes scopes; v.mu is held.
+func (v *View) apply(scopes map[string]marks, key string, put bool, value []byte) error {
+	scope, hexHash, ok := strings.Cut(key, ".")
+	var h hash
+	if !ok || !contract.ValidScope(scope) || len(hexHash) != 64 {
+		return fmt.Errorf("key: want <scope>.<64 hex digits>")
+	}
+	if _, err := hex.Decode(h[:], []byte(hexHash)); err != nil {
+		return fmt.Errorf("key: want <scope>.<64 hex digits>")
+	}
+	m := scopes[scope]
+	if !put {
+		delete(m, h)
+		return nil
+	}
+	var e contract.Suppression
+	if err := json.Unmarshal(value, &e); err != nil {
+		delete(m, h)
+		return fmt.Errorf("value: %v", err)
+	}
+	mk := mark{reason: v.intern(e.Reason)}
+	if e.Until != nil {
+		mk.until = max(e.Until.Unix(), 1)
+	}
+	for _, c := range e.Categories {
+		mk.cats |= categoryBit(c)
+	}
+	if len(e.Categories) > 0 && mk.cats == 0 {
+		// Only unknown categories: it suppresses none of ours.
+		delete(m, h)
+		return fmt.Errorf("categories: none of marketing, utility, transactional")
+	}
+	if m == nil {
+		m = marks{}
+		scopes[scope] = m
+	}
+	m[h] = mk
+	return nil
+}
+
+// maxReasons bounds the interned reasons; others read as "other".
+const maxReasons = 255
+
+func (v *View) intern(reason string) uint8 {
+	if i, ok := v.reason[reason]; ok {
+		return uint8(i)
+	}
+	if len(v.reasons) >= maxReasons {
+		return maxReasons
+	}
+	v.reasons = append(v.reasons, reason)
+	v.reason[reason] = len(v.reasons) - 1
+	return uint8(len(v.reasons) - 1)
+}
+
+func categoryBit(c contract.Category) uint8 {
+	switch c {
+	case contract.CategoryMarketing:
+		return 1
+	case contract.CategoryUtility:
+		return 2
+	case contract.CategoryTransactional:
+		return 4
+	}
+	return 0
+}
+
+// Hit is the entry that suppresses a recipient.
+type Hit struct {
+	// Scope is the channel name or "all".
+	Scope string
+	// Reason is the entry's reason.
+	Reason string
+}
+
+// Explain is the skipped event's error for the hit; it names the scope
+// and reason, not the recipient.
+func (h Hit) Explain() string {
+	return "on the suppression list (scope " + h.Scope + ", reason " + h.Reason + ")"
+}
+
+// Lookup reports whether to, already normalized by channel (as render
+// and dispatch have it), is suppressed for a message of category c: an
+// entry in the channel's scope or in "all" whose categories include c and
+// whose Until has not passed. A nil view suppresses nothing.
+func (v *View) Lookup(channel, to string, c contract.Category) (Hit, bool) {
+	if v == nil {
+		return Hit{}, false
+	}
+	bit := categoryBit(c)
+	if bit == 0 {
+		bit = categoryBit(contract.CategoryMarketing)
+	}
+	now := v.now().Unix()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if len(v.scopes) == 0 {
+		return Hit{}, false
+	}
+	chm, allm := v.scopes[channel], v.scopes[contract.ScopeAll]
+	if len(chm) == 0 && len(allm) == 0 {
+		return Hit{}, false
+	}
+	form := keyForm(channel, to)
+	h := hash(sha256Sum(form))
+	if mk, ok := chm[h]; ok && mk.covers(bit, now) {
+		return Hit{Scope: channel, Reason: v.reasonOf(mk)}, true
+	}
+	if len(allm) > 0 {
+		// An SMTP recipient's key form is its "all" form already; others
+		// may differ (a webhook recipient with an email address in it).
+		if channel != smtpChannel {
+			if n := normalizeAll(to); n != form {
+				h = hash(sha256Sum(n))
+			}
+		}
+		if mk, ok := allm[h]; ok && mk.covers(bit, now) {
+			return Hit{Scope: contract.ScopeAll, Reason: v.reasonOf(mk)}, true
+		}
+	}
+	return Hit{}, false
+}
+
+func (m mark) covers(bit uint8, now int64) bool {
+	return (m.until == 0 || now < m.until) && (m.cats == 0 || m.cats&bit != 0)
+}
+
+func (v *View) reasonOf(m mark) string {
+	if int(m.reason) < len(v.reasons) {
+		return v.reasons[m.reason]
+	}
+	return "other"
+}
+
+// Len is the number of entries held, over all scopes.
+func (v *View) Len() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	n := 0
+	for _, m := range v.scopes {
+		n += len(m)
+	}
+	return n
+}
