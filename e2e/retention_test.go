@@ -17,15 +17,18 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// TestLiveTasksOutliveRetention runs with a 4 s retention (30 days in
+// TestLiveTasksOutliveRetention runs with a 6 s retention (30 days in
 // production): a task paused for twice that stays paused (its run state
 // expired before, the sweeper then read it as running and sent its parked
 // jobs) and finishes once resumed; a task awaiting approval past five
 // sixths of the retention is cancelled with the reason instead of staying
-// unapprovable forever.
+// unapprovable forever. The keep-alive rewrites records older than 500 ms,
+// so a record expires only after a stall of five seconds; with 4 s a
+// loaded CI machine (three test packages at once on two cores) once
+// stalled ingest long enough.
 func TestLiveTasksOutliveRetention(t *testing.T) {
 	t.Parallel()
-	const retention = 4 * time.Second
+	const retention = 6 * time.Second
 	ts := pipelinetest.StartWithTopology(t, shared.TopologyConfig{Retention: retention})
 	gw := startGateway(t, gatewayOK())
 	ts.PutAccount(t, "ret", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
