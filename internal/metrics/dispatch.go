@@ -28,7 +28,7 @@ var batchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
 // NewDispatch registers dispatch's metrics with reg; a nil reg gives a nil
 // set.
 //
-//	broadcast_sends_total{account, outcome="sent|retrying|failed|expired|cancelled", class}
+//	broadcast_sends_total{account, outcome="sent|retrying|failed|expired|cancelled|skipped", class}
 //	broadcast_send_duration_seconds{account}   (histogram of provider calls;
 //	                                            its _count is the number of calls)
 //	broadcast_batch_size{account}              (recipients per call, batch accounts only)
@@ -76,7 +76,8 @@ func (m *Dispatch) Outcome(ev *contract.Event) {
 	}
 	outcome := string(ev.Kind)
 	switch ev.Kind {
-	case contract.EventSent, contract.EventRetrying, contract.EventFailed, contract.EventExpired, contract.EventCancelled:
+	case contract.EventSent, contract.EventRetrying, contract.EventFailed, contract.EventExpired, contract.EventCancelled,
+		contract.EventSkipped: // suppressed before the send
 	default:
 		outcome = "other"
 	}
