@@ -67,6 +67,11 @@ type Config struct {
 	// one task make an alert. ConfigFromEnv reads ALERT_DEAD_THRESHOLD.
 	// Defaults to 100.
 	AlertDeadThreshold int
+	// SeriesLimit is how many task series, and as many account series, the
+	// dashboard's charts keep in memory (series.go, 222 KB each); a new
+	// one beyond it evicts the ended task, else the series, idle longest.
+	// Defaults to 64.
+	SeriesLimit int
 	// Metrics is the registry the service's metrics join; the dashboard
 	// serves it at /metrics. Defaults to nil (no metrics).
 	Metrics *prometheus.Registry
@@ -171,6 +176,9 @@ func (c *Config) validate() error {
 	if c.PollInterval < 0 {
 		return fmt.Errorf("PollInterval: must not be negative")
 	}
+	if c.SeriesLimit < 0 {
+		return fmt.Errorf("SeriesLimit: must not be negative")
+	}
 	if c.AlertInterval < 0 || c.AlertDeadThreshold < 0 {
 		return fmt.Errorf("AlertInterval, AlertDeadThreshold: must not be negative")
 	}
@@ -201,6 +209,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.AlertDeadThreshold == 0 {
 		c.AlertDeadThreshold = 100
+	}
+	if c.SeriesLimit == 0 {
+		c.SeriesLimit = 64
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -79,6 +79,8 @@ type dashboard struct {
 	progress *shared.KVView[*contract.Progress]
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
+	// series are the charts' data (series.go), sampled here every second.
+	series *seriesStore
 
 	mu     sync.Mutex
 	queues map[string]queueInfo
@@ -307,6 +309,7 @@ func (s *Service) startDashboard(ctx context.Context) (stop func(), err error) {
 		cancel()
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
+	d.series = s.series
 	var ln net.Listener
 	if s.cfg.DashboardAddr != "" {
 		if ln, err = net.Listen("tcp", s.cfg.DashboardAddr); err != nil {
@@ -322,6 +325,7 @@ func (s *Service) startDashboard(ctx context.Context) (stop func(), err error) {
 	if ln == nil {
 		return stop, nil
 	}
+	wg.Go(func() { shared.Supervise(ctx, s.log, "chart sampler", d.sampleSeries) })
 	srv := &http.Server{
 		Handler: newHandler(d, s.cfg.Metrics, s.log,
 			newGuard(ln.Addr(), s.cfg.DashboardToken, s.cfg.DashboardHosts), s.cfg.MaxEventStreams),

@@ -50,6 +50,9 @@ type Service struct {
 	changed  chan string
 	// alerts calls the operator's webhook (alerts.go); nil without one.
 	alerts *alert.Notifier
+	// series feeds the dashboard's charts from the events folded here
+	// (series.go).
+	series *seriesStore
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
@@ -84,7 +87,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
-		changed: make(chan string, 1024), alerts: alerts}, nil
+		changed: make(chan string, 1024), alerts: alerts, series: newSeriesStore(cfg.SeriesLimit)}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -259,12 +262,14 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
-	if f.apply(&ev) {
+	changed := f.apply(&ev)
+	if changed {
 		f.dirty, f.unsaved = true, true
 		if ev.Kind.ReceiptKind() {
 			f.lastReceipt = time.Now()
 		}
 	}
+	s.chart(f, &ev, changed)
 	s.noteFold(f, wasFinal, failedBefore)
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
 		s.alertTripped(ev.TaskID, reason)

@@ -1,0 +1,131 @@
+package status
+
+import (
+	"fmt"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+)
+
+func seriesAt(limit int, now *time.Time) *seriesStore {
+	st := newSeriesStore(limit)
+	st.now = func() time.Time { return *now }
+	return st
+}
+
+func TestSeriesCountsPerSecondAndPerMinute(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC)
+	st := seriesAt(8, &now)
+	ev := func(kind contract.EventKind, ago time.Duration) {
+		st.record(&contract.Event{TaskID: "t1", Account: "a1", Kind: kind, Index: 0, At: now.Add(-ago)})
+	}
+	for range 5 {
+		ev(contract.EventSent, 2*time.Second)
+	}
+	ev(contract.EventRetrying, 2*time.Second)
+	ev(contract.EventFailed, 0)
+	ev(contract.EventDelivered, 0)
+	ev(contract.EventSent, 90*time.Second)                                                     // the minute before
+	ev(contract.EventSent, 25*time.Hour)                                                       // older than a day: not counted
+	ev(contract.EventAccepted, time.Second)                                                    // not charted
+	st.record(&contract.Event{TaskID: "t1", Kind: contract.EventSent, At: now.Add(time.Hour)}) // future: now
+
+	v, ok := st.view("t1", false, 10)
+	require.True(t, ok)
+	require.Equal(t, "t1", v.Task)
+	ps := v.PerSecond
+	require.Equal(t, now.Add(-9*time.Second), ps.Start, "ten seconds up to now")
+	require.Len(t, ps.Sent, 10)
+	require.Equal(t, uint32(5), ps.Sent[7], "two seconds ago")
+	require.Equal(t, uint32(1), ps.Retrying[7])
+	require.Equal(t, uint32(1), ps.Failed[9])
+	require.Equal(t, uint32(1), ps.Delivered[9])
+	require.Equal(t, uint32(1), ps.Sent[9], "the future event counts now")
+	var sum uint32
+	for _, n := range ps.Sent {
+		sum += n
+	}
+	require.Equal(t, uint32(6), sum, "the event 90 s ago is outside ten seconds")
+	require.Nil(t, ps.RatePerSec, "tasks have no rate samples")
+
+	pm := v.PerMinute
+	require.Equal(t, 60, pm.StepSeconds)
+	require.Equal(t, time.Date(2026, 12, 2, 9, 59, 0, 0, time.UTC), pm.Start, "from the first event's minute")
+	require.Equal(t, []uint32{1, 6}, pm.Sent)
+
+	a, ok := st.view("a1", true, 3600)
+	require.True(t, ok)
+	require.Equal(t, uint32(5), a.PerSecond.Sent[len(a.PerSecond.Sent)-3], "the account counts its own sends")
+	require.Len(t, a.PerSecond.Sent, 91, "from its first event, 90 s ago")
+	st.sampleAccount("a1", 12.5, 50, 7)
+	st.sampleAccount("nobody", 1, 1, 1) // no series: nothing made
+	a, _ = st.view("a1", true, 5)
+	require.Equal(t, float32(12.5), a.PerSecond.RatePerSec[4])
+	require.Equal(t, float32(50), a.PerSecond.Ceiling[4])
+	require.Equal(t, uint32(7), a.PerSecond.QueueDepth[4])
+	require.Equal(t, float32(0), a.PerSecond.RatePerSec[3], "no sample then")
+	_, accounts := st.size()
+	require.Equal(t, 1, accounts)
+}
+
+func TestSeriesRingForgetsTheHourBefore(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	st := seriesAt(8, &now)
+	st.record(&contract.Event{TaskID: "t1", Kind: contract.EventSent, At: now})
+	now = now.Add(time.Hour) // same slot of the per-second ring, an hour later
+	st.record(&contract.Event{TaskID: "t1", Kind: contract.EventFailed, At: now})
+	v, _ := st.view("t1", false, 3600)
+	require.Len(t, v.PerSecond.Sent, 3600)
+	last := len(v.PerSecond.Sent) - 1
+	require.Equal(t, uint32(0), v.PerSecond.Sent[last], "the hour-old send left its slot")
+	require.Equal(t, uint32(1), v.PerSecond.Failed[last])
+	require.Equal(t, []uint32{1}, v.PerMinute.Sent[:1], "but stays in the per-minute ring")
+	require.Len(t, v.PerMinute.Sent, 61)
+}
+
+// TestSeriesMemoryIsBounded: many tasks never make more than the limit
+// of series; the ended task idle longest goes first, running ones stay.
+func TestSeriesMemoryIsBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	st := seriesAt(4, &now)
+	send := func(task string) {
+		st.record(&contract.Event{TaskID: task, Account: "acct-" + task, Kind: contract.EventSent, At: now})
+		now = now.Add(time.Second)
+	}
+	send("running-old")
+	send("ended-old")
+	send("ended-new")
+	send("running-new")
+	st.ended("ended-old")
+	st.ended("ended-new")
+	send("t5") // evicts ended-old: ended, idle longest
+	_, ok := st.view("ended-old", false, 10)
+	require.False(t, ok)
+	send("t6") // evicts ended-new
+	_, ok = st.view("ended-new", false, 10)
+	require.False(t, ok)
+	send("t7") // no ended one: the idle longest, running-old
+	_, ok = st.view("running-old", false, 10)
+	require.False(t, ok)
+	for _, id := range []string{"running-new", "t5", "t6", "t7"} {
+		_, ok := st.view(id, false, 10)
+		require.True(t, ok, id)
+	}
+	for i := range 1000 {
+		send(fmt.Sprintf("many-%d", i))
+	}
+	tasks, accounts := st.size()
+	require.Equal(t, 4, tasks)
+	require.Equal(t, 4, accounts, "accounts are bounded the same way")
+	_, ok = st.view("many-999", false, 10)
+	require.True(t, ok, "the newest stays")
+	require.Equal(t, uintptr(bucketBytes), unsafe.Sizeof(seriesBucket{}))
+	require.Less(t, unsafe.Sizeof(series{}), uintptr(222_000), "the bound docs/dashboard.md states: 222 KB a series")
+}
