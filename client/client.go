@@ -133,7 +133,14 @@ func Follow(ctx context.Context, js jetstream.JetStream, taskID string, fn func(
 // is starting or still reconnecting after a server restart) the request is
 // sent again until ctx ends: no responder means nobody acted on it.
 func Control(ctx context.Context, nc *nats.Conn, taskID, action string) (*contract.ControlReply, error) {
-	req, _ := json.Marshal(contract.ControlRequest{Action: action})
+	return ControlRequest(ctx, nc, taskID, contract.ControlRequest{Action: action})
+}
+
+// ControlRequest sends a control request with every field (a retry-dead of
+// a selection names its dead letters in Seqs), like Control.
+func ControlRequest(ctx context.Context, nc *nats.Conn, taskID string, r contract.ControlRequest) (*contract.ControlReply, error) {
+	action := r.Action
+	req, _ := json.Marshal(r)
 	msg, err := RequestAnswered(ctx, nc, contract.ControlSubject(taskID), req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, taskID, err)

@@ -15,7 +15,15 @@ type ControlRequest struct {
 	Action string `json:"action"`
 	// Reason is recorded with a pause (the circuit breaker gives one).
 	Reason string `json:"reason,omitempty"`
+	// Seqs, with retry-dead, re-queues only these dead letters (their
+	// sequences in stream DEAD, as GET /api/tasks/{id}/dead lists them);
+	// empty re-queues them all. At most MaxRetrySelection.
+	Seqs []uint64 `json:"seqs,omitempty"`
 }
+
+// MaxRetrySelection bounds the dead letters one retry-dead of a selection
+// names.
+const MaxRetrySelection = 1000
 
 // ControlReply answers a control request.
 type ControlReply struct {

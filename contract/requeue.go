@@ -29,6 +29,9 @@ const (
 // RequeueRequest is the body of a request on broadcast.requeue.<task>.
 type RequeueRequest struct {
 	Action string `json:"action"`
+	// Seqs, with retry-dead, names the dead letters to re-queue (their
+	// sequences in DEAD; each must be the task's); empty means all.
+	Seqs []uint64 `json:"seqs,omitempty"`
 }
 
 // RequeueReply answers it.

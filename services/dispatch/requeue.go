@@ -62,7 +62,13 @@ func (s *Service) serveRequeue(ctx context.Context, m *nats.Msg) {
 		}()
 	case req.Action == contract.RequeueDead:
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		n, err := s.retryDead(rctx, taskID)
+		var n int
+		var err error
+		if len(req.Seqs) > 0 {
+			n, err = s.retryDeadSelected(rctx, taskID, req.Seqs)
+		} else {
+			n, err = s.retryDead(rctx, taskID)
+		}
 		cancel()
 		reply.Requeued = n
 		if err != nil {

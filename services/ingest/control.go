@@ -128,7 +128,10 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) cont
 		return contract.ControlReply{OK: true, State: contract.StateCancelled}
 
 	case contract.ActionRetryDead:
-		n, err := s.askRetryDead(ctx, rec.Task.ID)
+		if len(req.Seqs) > contract.MaxRetrySelection {
+			return fail("seqs: at most %d dead letters at once, got %d", contract.MaxRetrySelection, len(req.Seqs))
+		}
+		n, err := s.askRetryDead(ctx, rec.Task.ID, req.Seqs)
 		if err != nil {
 			return fail("%v", err)
 		}

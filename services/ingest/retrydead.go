@@ -18,10 +18,11 @@ import (
 // broadcast.requeue.<task> (contract/requeue.go) and dispatch's sweeper
 // catches anything a lost request leaves parked.
 
-// askRetryDead asks dispatch to re-queue the task's dead letters and returns
+// askRetryDead asks dispatch to re-queue the task's dead letters (those
+// with the sequences seqs in DEAD, or all when seqs is empty) and returns
 // how many it re-queued.
-func (s *Service) askRetryDead(ctx context.Context, taskID string) (int, error) {
-	reply, err := s.askRequeue(ctx, taskID, contract.RequeueDead)
+func (s *Service) askRetryDead(ctx context.Context, taskID string, seqs []uint64) (int, error) {
+	reply, err := s.askRequeue(ctx, taskID, contract.RequeueRequest{Action: contract.RequeueDead, Seqs: seqs})
 	if err != nil {
 		return 0, err
 	}
@@ -34,13 +35,14 @@ func (s *Service) askUnpark(taskID string) {
 	defer shared.Recover(s.log, "asking dispatch to unpark "+taskID, nil) // its sweeper does it
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.askRequeue(ctx, taskID, contract.RequeueParked); err != nil {
+	if _, err := s.askRequeue(ctx, taskID, contract.RequeueRequest{Action: contract.RequeueParked}); err != nil {
 		s.log.Warn("could not ask dispatch to re-queue parked jobs; its sweeper will", shared.KeyTaskID, taskID, "err", err)
 	}
 }
 
-func (s *Service) askRequeue(ctx context.Context, taskID, action string) (*contract.RequeueReply, error) {
-	data, _ := json.Marshal(contract.RequeueRequest{Action: action})
+func (s *Service) askRequeue(ctx context.Context, taskID string, req contract.RequeueRequest) (*contract.RequeueReply, error) {
+	action := req.Action
+	data, _ := json.Marshal(req)
 	msg, err := client.RequestAnswered(ctx, s.js.Conn(), contract.RequeueSubject(taskID), data)
 	if err != nil {
 		return nil, fmt.Errorf("ask dispatch to %s: %w", action, err)
