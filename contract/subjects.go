@@ -15,6 +15,9 @@ const (
 	// StreamReceipts keeps every receipt services/feedback accepted from a
 	// provider, stored before the provider's request is answered.
 	StreamReceipts = "RECEIPTS"
+	// StreamLookup indexes outcomes by recipient for GET /api/lookup
+	// (contract/lookup.go).
+	StreamLookup = "LOOKUP"
 )
 
 // KV bucket and object store names.

@@ -134,6 +134,19 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 		},
 		{
+			// status writes one entry per recipient outcome on the subject
+			// of the recipient's hash, so a lookup reads one subject.
+			Name:              contract.StreamLookup,
+			Description:       "Outcomes indexed by recipient (hash of the normalized address) for lookups; personal data.",
+			Subjects:          []string{contract.SubjectLookupPrefix + ">"},
+			Retention:         jetstream.LimitsPolicy,
+			MaxAge:            c.Retention,
+			MaxMsgsPerSubject: contract.LookupKeptPerRecipient,
+			Duplicates:        dups,
+			Storage:           jetstream.FileStorage,
+			Replicas:          c.Replicas,
+		},
+		{
 			// feedback stores every receipt here before it answers the
 			// provider, so a crash of feedback loses none; its processor
 			// turns them into events. Kept as long as the provider ids

@@ -32,12 +32,12 @@ func TestSetupCommand(t *testing.T) {
 	require.NoError(t, runSetup(ctx, nil, &out))
 	require.Regexp(t, `(?m)^created +stream TASKS +replicas 1$`, out.String())
 	require.Regexp(t, `(?m)^created +object store broadcast_status +replicas 1$`, out.String())
-	require.Contains(t, out.String(), "topology in place: 18 created, 0 updated, 0 unchanged\n")
+	require.Contains(t, out.String(), "topology in place: 19 created, 0 updated, 0 unchanged\n")
 
 	out.Reset()
 	require.NoError(t, runSetup(ctx, nil, &out))
 	require.Regexp(t, `(?m)^unchanged +KV bucket broadcast_ledger +replicas 1$`, out.String())
-	require.Contains(t, out.String(), "topology in place: 0 created, 0 updated, 18 unchanged\n")
+	require.Contains(t, out.String(), "topology in place: 0 created, 0 updated, 19 unchanged\n")
 }
 
 // TestServiceWithoutSetup: a service started where `broadcast setup` never
@@ -65,11 +65,11 @@ func TestSetupKeepsClusterReplicas(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	require.NoError(t, runSetup(ctx, nil, &out))
-	require.Contains(t, out.String(), "topology in place: 0 created, 0 updated, 18 unchanged\n")
+	require.Contains(t, out.String(), "topology in place: 0 created, 0 updated, 19 unchanged\n")
 	require.Regexp(t, `(?m)^unchanged +stream JOBS +replicas 3$`, out.String())
 
 	out.Reset()
 	require.NoError(t, runSetup(ctx, []string{"-replicas", "1"}, &out))
-	require.Contains(t, out.String(), "topology in place: 0 created, 18 updated, 0 unchanged\n")
+	require.Contains(t, out.String(), "topology in place: 0 created, 19 updated, 0 unchanged\n")
 	require.Regexp(t, `(?m)^updated +stream JOBS +replicas 1$`, out.String())
 }

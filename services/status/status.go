@@ -270,6 +270,7 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 		}
 	}
 	s.chart(f, &ev, changed)
+	s.index(&ev, changed)
 	s.noteFold(f, wasFinal, failedBefore)
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
 		s.alertTripped(ev.TaskID, reason)
