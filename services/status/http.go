@@ -57,6 +57,8 @@ const controlTimeout = 10 * time.Second
 //	GET  /api/accounts              {"accounts":[AccountView...]}
 //	POST /api/tasks/{id}/{action}   pause, resume, cancel or retry-dead, forwarded to
 //	                                broadcast.control.<id>; answers the control reply
+//	GET  /tasks/{id}, /api/series, /api/lookup, /api/tasks/{id}/dead|failures|events
+//	                                the operator's view (story.go)
 //	GET  /metrics                   Prometheus metrics (when a registry is set)
 //	GET  /healthz                   "ok"
 //
@@ -101,6 +103,10 @@ func newHandler(b backend, reg *prometheus.Registry, log *slog.Logger, g *guard,
 		writeJSON(w, http.StatusOK, p)
 	})
 	mux.HandleFunc("POST /api/tasks/{id}/{action}", func(w http.ResponseWriter, r *http.Request) {
+		serveControl(w, r, b, log)
+	})
+	storyRoutes(mux, b, func(w http.ResponseWriter, r *http.Request) {
+		r.SetPathValue("action", contract.ActionRetryDead)
 		serveControl(w, r, b, log)
 	})
 	if reg != nil {

@@ -55,6 +55,15 @@
 
   // ---- tasks ----
 
+  // taskLink leads to the task's story page (tasks/<id>).
+  function taskLink(id) {
+    const d = el('div', 'task-id');
+    const a = el('a', '', id);
+    a.href = `tasks/${encodeURIComponent(id)}`;
+    d.append(a);
+    return d;
+  }
+
   function buildTaskRow(id) {
     const tr = el('tr');
     tr.dataset.task = id;
@@ -70,7 +79,7 @@
       return node;
     };
     const c0 = cell('task');
-    c0.append(field(el('div', 'task-id', id), 'id'), field(el('div', 'meta'), 'meta'), field(el('div', 'error'), 'error'));
+    c0.append(field(taskLink(id), 'id'), field(el('div', 'meta'), 'meta'), field(el('div', 'error'), 'error'));
     cell().append(field(el('span', 'state'), 'state'));
     const cb = cell('bar-col');
     f.bar = el('div', 'bar');
