@@ -30,10 +30,17 @@ type operatorSetup struct {
 
 func startOperatorSetup(t *testing.T, rate int) *operatorSetup {
 	t.Helper()
-	ts := pipelinetest.Start(t)
+	return startOperatorSetupOn(t, pipelinetest.Start(t), nil, rate)
+}
+
+// startOperatorSetupOn is startOperatorSetup on a given server, with the
+// services connecting as users (nil: the server's own client).
+func startOperatorSetupOn(t *testing.T, ts *pipelinetest.Server, users map[string]natstest.Credentials, rate int) *operatorSetup {
+	t.Helper()
 	gw := startGateway(t, gateway.Config{Seed: 1, PermanentPrefix: "bad-"})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":%d,"burst":1,"concurrency":2}`, gw.URL, rate))
 	cfg := fastRetries()
+	cfg.Users = users
 	cfg.Status.DashboardAddr = "127.0.0.1:0"
 	cfg.Status.PollInterval = 500 * time.Millisecond
 	p := pipelinetest.StartPipeline(t, ts, cfg)
@@ -68,10 +75,36 @@ func requestsByKey(gw *recordedGateway, keys []string) map[string]int {
 // two (the gateway's own ledger says so).
 func TestOperatorAPI(t *testing.T) {
 	t.Parallel()
-	o := startOperatorSetup(t, 200)
+	checkOperatorStory(t, startOperatorSetup(t, 200))
+}
+
+// TestOperatorAPILeastPrivilege runs the same story with every service
+// connected as its own user of auth.conf: no permission is missing (the
+// server logs none), and the operator user reads what the CLI shows.
+func TestOperatorAPILeastPrivilege(t *testing.T) {
+	t.Parallel()
+	cs, users, _ := startSecureServer(t, natstest.ConfigOptions{})
+	o := startOperatorSetupOn(t, cs.Server, users, 200)
+	checkOperatorStory(t, o)
+	ctx := t.Context()
+	page, err := client.DeadLetters(ctx, cs.JS, "story", 0, 10)
+	require.NoError(t, err, "the operator reads dead letters")
+	require.Equal(t, 6, page.Total)
+	one, err := client.DeadLetter(ctx, cs.JS, "story", page.Letters[0].Seq)
+	require.NoError(t, err)
+	require.Equal(t, page.Letters[0].To, one.To)
+	found, err := client.LookupRecipient(ctx, cs.JS, "user-0000")
+	require.NoError(t, err, "the operator reads the recipient index")
+	require.Len(t, found.Entries, 1)
+	require.Empty(t, uniqueViolations(cs.Log.Violations()), "permission violations")
+}
+
+func checkOperatorStory(t *testing.T, o *operatorSetup) {
+	t.Helper()
 	rs, bad := pipelinetest.RecipientsWithRejects(30, 5, 2) // bad-0002, bad-0007, ...
 	require.Equal(t, 6, bad)
 	submit(t, o.ts, contract.Task{ID: "story", Channel: "webhook", Template: "hi {{.to}}", Recipients: rs})
+	submit(t, o.ts, contract.Task{ID: "other", Channel: "webhook", Template: "hi", Recipients: []contract.Recipient{{To: "bad-x"}}})
 	final := o.ts.WaitFinal(t, "story", 30*time.Second)
 	require.Equal(t, contract.StatePartial, final.State)
 	require.Equal(t, 24, final.Sent)
@@ -181,9 +214,11 @@ func TestOperatorAPI(t *testing.T) {
 	o.get(t, "api/tasks/story/dead", &again)
 	require.Equal(t, 6, again.Total, "the two failed again and are dead letters again, the four untouched")
 	var wrong contract.ControlReply
-	other, err := o.ts.JS.Publish(t.Context(), contract.DeadSubject("other"), []byte(`{"job":{"id":"x"}}`))
-	require.NoError(t, err)
-	body, _ = json.Marshal(map[string]any{"seqs": []uint64{other.Sequence}}) // another task's dead letter
+	o.ts.WaitFinal(t, "other", 10*time.Second)
+	var others client.DeadPage
+	o.get(t, "api/tasks/other/dead", &others)
+	require.Len(t, others.Letters, 1)
+	body, _ = json.Marshal(map[string]any{"seqs": []uint64{others.Letters[0].Seq}}) // another task's dead letter
 	res, err = http.Post(o.url+"api/tasks/story/retry-dead", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&wrong))

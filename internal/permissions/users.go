@@ -134,9 +134,10 @@ func dispatchUser() User {
 						"$JS.API.CONSUMER.MSG.NEXT."+jobs+".*", "$JS.API.CONSUMER.DELETE."+jobs+".*", "$JS.ACK."+jobs+".>")),
 				grant("whether a deleted account still has jobs (the last message on its subjects)",
 					subjects("$JS.API.STREAM.MSG.GET."+jobs)),
-				grant("reading and purging the dead letters it re-queues (retry-dead)",
+				grant("reading and purging the dead letters it re-queues (retry-dead), or deleting the selected ones",
 					subjects("$JS.API.CONSUMER.CREATE."+dead+".>", "$JS.API.CONSUMER.MSG.NEXT."+dead+".*",
-						"$JS.API.CONSUMER.DELETE."+dead+".*", "$JS.API.STREAM.PURGE."+dead)),
+						"$JS.API.CONSUMER.DELETE."+dead+".*", "$JS.API.STREAM.PURGE."+dead,
+						"$JS.API.STREAM.MSG.GET."+dead, "$JS.API.STREAM.MSG.DELETE."+dead)),
 				grant("reading a task's sent events when a job may have been sent before (its ledger of successes)",
 					subjects("$JS.API.STREAM.MSG.GET."+events, "$JS.API.DIRECT.GET."+events+".>",
 						"$JS.API.CONSUMER.CREATE."+events+".>", "$JS.API.CONSUMER.MSG.NEXT."+events+".*",
@@ -154,13 +155,14 @@ func dispatchUser() User {
 func statusUser() User {
 	return User{
 		Name: "status",
-		About: "status: reads EVENTS, writes progress and checkpoints (while it holds the fold lease); asks " +
-			"ingest to pause a failing task (circuit breaker).",
+		About: "status: reads EVENTS, writes progress, checkpoints and the recipient index (while it holds the " +
+			"fold lease); asks ingest to pause a failing task (circuit breaker); reads DEAD, EVENTS and LOOKUP " +
+			"for the operator's pages.",
 		PasswordHash: "$2a$06$oFMR36gOtbf4WKchRgZULeod0HByvLmV9rtFd.Q9f7Wkp1hIRGVyy",
 		Publish: Rules{
 			Allow: []Grant{
 				checkTopology(),
-				grant("its own subjects", subjects(contract.SubjectControlPrefix+"*"),
+				grant("its own subjects", subjects(contract.SubjectControlPrefix+"*", contract.SubjectLookupPrefix+">"),
 					kvWrite(contract.BucketProgress), objectWrite(contract.BucketStatus),
 					subjects("$KV."+contract.BucketLeases+"."+contract.StatusFoldLease)),
 				grant("asking whether the status process holding the fold lease is still connected",
@@ -170,6 +172,8 @@ func statusUser() User {
 						contract.BucketLeases}, kvRead),
 					objectRead(contract.BucketStatus), subjects("$JS.API.STREAM.PURGE."+shared.ObjectStream(contract.BucketStatus))),
 				grant("its consumer on EVENTS", durable(contract.StreamEvents, contract.ConsumerStatus)),
+				grant("the operator's pages: a task's dead letters and events, a recipient's index entries (short-lived consumers)",
+					browse(contract.StreamDead), browse(contract.StreamEvents), browse(contract.StreamLookup)),
 				grant("queue depths per account for the dashboard (read only)",
 					subjects("$JS.API.CONSUMER.LIST."+contract.StreamJobs, "$JS.API.CONSUMER.INFO."+contract.StreamJobs+".*")),
 				flowControl(),
@@ -245,7 +249,7 @@ func operatorUser() User {
 				grant("what only the services publish", subjects(contract.SubjectJobsPrefix+">", contract.SubjectEventsPrefix+">",
 					contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">", contract.SubjectDelayPrefix+">",
 					contract.SubjectParkedPrefix+">", contract.SubjectStartPrefix+">", contract.SubjectRequeuePrefix+">",
-					contract.SubjectAlivePrefix+">", contract.SubjectReceiptsPrefix+">")),
+					contract.SubjectAlivePrefix+">", contract.SubjectReceiptsPrefix+">", contract.SubjectLookupPrefix+">")),
 				grant("the services' durable consumers on the streams it may read: no deleting or "+
 					"reconfiguring them, no pulling or acknowledging their messages", protect),
 			},
