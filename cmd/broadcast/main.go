@@ -15,6 +15,9 @@
 //	broadcast torture -seed N -n M           the randomized scenario tester (internal/scenario)
 //	broadcast tape TASK                      what the providers answered for a task, as a replayable tape
 //	broadcast suppress add|remove|list|import  manage the suppression list (KV broadcast_suppressions)
+//	broadcast dead ls|show|retry TASK        a task's dead letters: list, inspect, re-queue (all or some)
+//	broadcast accounts                       accounts with health, effective rate and daily use
+//	broadcast lookup RECIPIENT               which tasks sent to a recipient, when, how it ended
 package main
 
 import (
@@ -53,6 +56,12 @@ tools:
   tape TASK    write what the providers answered for a task (-json: a tape for gateway -tape)
   suppress     manage the suppression list: add (-channel C | -all) -reason R [-categories a,b] TO,
                remove (-channel C | -all) TO, list [-json], import FILE (CSV to,reason,... or JSONL)
+  dead ls|show|retry TASK
+               a task's dead letters: ls [-offset N -limit N], show TASK SEQ (every attempt),
+               retry [-seqs 12,15] (all, or only those); each with -json
+  accounts     accounts with health, effective rate against the ceiling, daily use (-json)
+  lookup RECIPIENT
+               which tasks sent to a recipient, when, through which account, how it ended (-json)
 
 environment: NATS_URL, NATS_USER, NATS_PASSWORD, NATS_CREDS, LOG_FORMAT (text|json), LOG_LEVEL
 run "broadcast <command> -h" for a command's flags.
@@ -96,6 +105,8 @@ func main() {
 		err = runAuthconf(args)
 	case "suppress":
 		err = runSuppress(ctx, args)
+	case "dead", "accounts", "lookup":
+		err = runOperatorCommand(ctx, cmd, args)
 	case "pause", "resume", "cancel", "retry-dead":
 		err = runControl(ctx, cmd, args)
 	case "-h", "--help", "help":
