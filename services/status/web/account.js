@@ -11,9 +11,9 @@
     { key: 'failed', label: 'failed', color: '#d2443c' },
   ];
   const RATE = [
-    { key: 'rate_per_sec', label: 'effective rate /s', color: '#2f6fde' },
-    { key: 'ceiling', label: 'ceiling /s', color: '#6b7385', dash: '5 4' },
-    { key: 'queue_depth', label: 'queued', color: '#b07ad6', axis: 'right' },
+    { key: 'rate_per_sec', label: 'effective rate /s', color: '#2f6fde', summary: 'max' },
+    { key: 'ceiling', label: 'ceiling /s', color: '#6b7385', dash: '5 4', summary: 'max' },
+    { key: 'queue_depth', label: 'queued', color: '#b07ad6', axis: 'right', summary: 'max' },
   ];
   $('#account-name').textContent = name;
   async function charts() {

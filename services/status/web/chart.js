@@ -16,8 +16,9 @@ window.broadcastChart = (() => {
   }
 
   // draw replaces svg's content with one polyline per line in lines
-  // ([{key, label, color, axis}]), axis 'right' for rates on their own
-  // scale; range is a SeriesRange.
+  // ([{key, label, color, dash, axis, summary}]): axis 'right' puts a line
+  // on its own scale, summary 'max' labels it with its largest value
+  // rather than its total; range is a SeriesRange.
   function draw(svg, legend, range, lines) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     const n = (range && range.sent) ? range.sent.length : 0;
@@ -29,6 +30,9 @@ window.broadcastChart = (() => {
     svg.append(node('line', { x1: PAD, y1: H - PAD, x2: W - 4, y2: H - PAD, stroke: '#c9ced8' }));
     svg.append(node('text', { x: 2, y: 12, 'font-size': 10, fill: '#6b7385' }, String(max.left)));
     svg.append(node('text', { x: 2, y: H - PAD, 'font-size': 10, fill: '#6b7385' }, '0'));
+    if (lines.some((l) => l.axis === 'right')) {
+      svg.append(node('text', { x: W - 40, y: 12, 'font-size': 10, fill: '#6b7385' }, String(max.right) + ' ▸'));
+    }
     if (range) {
       const t0 = new Date(range.start);
       svg.append(node('text', { x: PAD, y: H - 8, 'font-size': 10, fill: '#6b7385' }, t0.toLocaleTimeString()));
@@ -44,6 +48,10 @@ window.broadcastChart = (() => {
       const m = max[l.axis || 'left'];
       const step = vals.length > 1 ? (W - PAD - 4) / (vals.length - 1) : 0;
       const pts = vals.map((v, i) => `${(PAD + i * step).toFixed(1)},${(H - PAD - (v / m) * (H - 2 * PAD)).toFixed(1)}`);
+      if (vals.length === 1) {
+        const [x, y] = pts[0].split(',');
+        svg.append(node('circle', { cx: x, cy: y, r: 3, fill: l.color, 'data-line': l.key }));
+      }
       svg.append(node('polyline', { points: pts.join(' '), fill: 'none', stroke: l.color, 'stroke-width': 1.6,
         'stroke-dasharray': l.dash || '', 'data-line': l.key }));
       if (legend) {
@@ -51,7 +59,7 @@ window.broadcastChart = (() => {
         item.className = 'legend-item';
         const sw = document.createElement('span');
         sw.className = 'swatch swatch-' + l.key;
-        item.append(sw, document.createTextNode(`${l.label} (${l.axis === 'right' ? 'max ' + Math.max(...vals) : 'total ' + sum})`));
+        item.append(sw, document.createTextNode(`${l.label} (${l.summary === 'max' ? 'max ' + Math.max(...vals) : 'total ' + sum}${l.axis === 'right' ? ', right scale' : ''})`));
         legend.append(item);
       }
     }

@@ -20,6 +20,7 @@
   let deadTotal = 0;
   let lastFailed = -1;
   let eventsAfter = 0;
+  let ticks = 0;
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
@@ -54,7 +55,9 @@
         `${p.read || 0} read; ${(p.rate_per_sec || 0).toFixed(1)}/s`;
       $('#task-error').textContent = p.error || '';
       $('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
-      if (p.failed + p.skipped !== lastFailed) {
+      // Reloaded on a change of the counts, and every few seconds: a retry
+      // can take letters out of DEAD and put them back between two polls.
+      if (p.failed + p.skipped !== lastFailed || ++ticks % 3 === 0) {
         lastFailed = p.failed + p.skipped;
         failures();
         dead();
@@ -185,8 +188,10 @@
           el('td', '', e.code || ''), el('td', 'error', e.error || ''));
         tbody.append(tr);
       }
+      // "More" reads on from the last event shown: the next page, or the
+      // events that arrived since.
       eventsAfter = page.next || (page.events.length ? page.events[page.events.length - 1].seq : eventsAfter);
-      $('#events-more').disabled = !page.next;
+      $('#events-note').textContent = page.events.length ? '' : 'no newer events';
     } catch (e) {
       $('#events-more').textContent = String(e.message || e);
     }
