@@ -1,6 +1,9 @@
 // Package client is the Go side of Broadcast's contract for operators and
-// tests: submit a task, read and follow its progress. Everything it does can
-// also be done with the nats CLI.
+// tests: submit a task, read and follow its progress, control it
+// (client.go); read its dead letters (dead.go), its failures grouped and
+// its events (failures.go), the accounts with their health (accounts.go)
+// and a recipient's outcomes (lookup.go), all through readSubject
+// (streamread.go). Everything it does can also be done with the nats CLI.
 package client
 
 import (

@@ -15,6 +15,8 @@
 //   - health.go, control.go: account health and task run state (KV
 //     values), the control requests and replies.
 //   - requeue.go: the re-queue request ingest sends dispatch.
+//   - lookup.go: the recipient index (stream LOOKUP): its subjects and
+//     entries.
 //   - taskrecord.go: the task record and render batches (ingest to render).
 //   - errclass.go: the error classes of send outcomes.
 //   - codec.go: fast JSON for jobs, events and incoming tasks (go-json,

@@ -52,6 +52,10 @@
 //     secrets_test.go: least privilege under nats.conf's users, TLS,
 //     hostile account values, secrets that never leak.
 //   - dashboard_test.go: the dashboard in headless Chromium.
+//   - operator_test.go: the operator's API (a task's story: failures,
+//     dead letters, events, series; recipient lookup; retry of a
+//     selection), also under nats.conf's users; operator_browser_test.go:
+//     its pages in headless Chromium.
 //   - cluster_test.go: a leader killed in a three-node cluster.
 //   - feedback_test.go: receipts posted like the providers (shuffled,
 //     duplicated, ahead of their sent event, forged, oversized), email

@@ -184,6 +184,8 @@
 //     queues of accounts deleted while no dispatch ran.
 //   - requeue.go: re-queue requests (unparking, retry-dead) and the parked
 //     sweeper.
+//   - retryselected.go: retry-dead of a selection: re-queues the dead
+//     letters named by their DEAD sequences and deletes each from DEAD.
 //   - control.go: the tasks' pause and cancel.
 //   - backoff.go: retry delays.
 //   - ledger.go: the ledger, KV broadcast_ledger: attempt errors, sent

@@ -15,8 +15,17 @@
 // killed holder's lease at once (package lease).
 //
 // Publishes: KV broadcast_progress (key = task id, value = contract.Progress),
-// written at most every flush interval (not once per event), and a
-// checkpoint per task in object store broadcast_status.
+// written at most every flush interval (not once per event), a
+// checkpoint per task in object store broadcast_status, and one entry per
+// recipient outcome in the recipient index, stream LOOKUP
+// (broadcast.lookup.<hash of the recipient>, contract/lookup.go),
+// published without waiting (lookup.go).
+//
+// Series: the folding process also counts what it folds per second (an
+// hour) and per minute (a day), per task and per account, in fixed rings
+// of at most SeriesLimit series of each kind (series.go); the dashboard
+// samples each account's effective rate, ceiling and queue depth into
+// them every second. A standby has none.
 //
 // Exactness: every event carries its recipient's index; the fold keeps one
 // outcome byte per recipient (none, retrying, sent, failed, skipped, expired,
@@ -39,7 +48,11 @@
 // broadcast.control.<task>) and /metrics. The dashboard reads KV
 // broadcast_progress, broadcast_accounts and broadcast_health, and polls
 // the JOBS consumers of dispatch (one per account and priority) for queue
-// depths.
+// depths. The operator's pages (story.go) read a task's dead letters
+// (stream DEAD), its events (EVENTS, by the task's subjects) and the
+// recipient index (LOOKUP) through short-lived consumers, via package
+// client, and forward a retry of selected dead letters as a retry-dead
+// control request with their sequences.
 //
 // Where to edit what: status.go (the consume and flush loop), foldlease.go
 // (taking, keeping and checking the fold lease), fold.go (how
@@ -48,6 +61,12 @@
 // dashboard shows, queue polling), retention.go (removing old finished
 // tasks), http.go (routes), guard.go (who may
 // use the dashboard: Host check, token, stream cap), breaker.go (the
-// per-task circuit breaker), alerts.go (what calls ALERT_URL), web/ (the page),
-// config.go (settings).
+// per-task circuit breaker), alerts.go (what calls ALERT_URL), series.go
+// (the charts' bounded series and their sampler), story.go (the
+// operator's routes: a task's story, series, lookup, retry of a
+// selection), lookup.go (publishing the recipient index), web/ (the
+// pages: index.html and app.js the live dashboard, task.html and task.js
+// a task's story, account.html and account.js an account's charts,
+// lookup.html and lookup.js the recipient lookup, chart.js the SVG
+// charts, style.css), config.go (settings).
 package status
