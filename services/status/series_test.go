@@ -129,3 +129,14 @@ func TestSeriesMemoryIsBounded(t *testing.T) {
 	require.Equal(t, uintptr(bucketBytes), unsafe.Sizeof(seriesBucket{}))
 	require.Less(t, unsafe.Sizeof(series{}), uintptr(222_000), "the bound docs/dashboard.md states: 222 KB a series")
 }
+
+// BenchmarkSeriesRecord is the cost the charts add to folding one event.
+func BenchmarkSeriesRecord(b *testing.B) {
+	st := newSeriesStore(64)
+	now := time.Now()
+	ev := &contract.Event{TaskID: "t1", Account: "a1", Kind: contract.EventSent, Index: 1, At: now}
+	b.ReportAllocs()
+	for range b.N {
+		st.record(ev)
+	}
+}
