@@ -40,13 +40,13 @@ func TestSetupBeforeServices(t *testing.T) {
 
 	out, err := proctest.RunSetup(t, as(svc["setup"])...)
 	require.NoError(t, err, "setup as admin:\n%s", out)
-	require.Contains(t, out, "topology in place: 18 created, 0 updated, 0 unchanged")
+	require.Contains(t, out, "topology in place: 19 created, 0 updated, 0 unchanged")
 	ingest.WaitLog("topology in place", 30*time.Second)
 	ingest.WaitLog("ingest started", 30*time.Second)
 
 	out, err = proctest.RunSetup(t, as(svc["setup"])...)
 	require.NoError(t, err, "setup again:\n%s", out)
-	require.Contains(t, out, "topology in place: 0 created, 0 updated, 18 unchanged")
+	require.Contains(t, out, "topology in place: 0 created, 0 updated, 19 unchanged")
 
 	violations := regexp.MustCompile(`(?m)^.*Violation.*$`).FindAllString(ns.Logs(), -1)
 	require.NotEmpty(t, violations, "the refused setups")
