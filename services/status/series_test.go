@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -139,4 +140,38 @@ func BenchmarkSeriesRecord(b *testing.B) {
 	for range b.N {
 		st.record(ev)
 	}
+}
+
+// TestSeriesConcurrentUse: the fold records, the sampler samples and the
+// API reads at once (run with -race); every event is counted once.
+func TestSeriesConcurrentUse(t *testing.T) {
+	t.Parallel()
+	st := newSeriesStore(8)
+	const writers, each = 4, 2000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 500 {
+			st.sampleAccount("a1", 10, 20, 3)
+			st.view("t1", false, 60)
+			st.view("a1", true, 60)
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				st.record(&contract.Event{TaskID: "t1", Account: "a1", Kind: contract.EventSent, Index: w*each + i, At: time.Now()})
+			}
+		})
+	}
+	wg.Wait()
+	<-done
+	v, ok := st.view("t1", false, 3600)
+	require.True(t, ok)
+	var sum uint32
+	for _, n := range v.PerMinute.Sent {
+		sum += n
+	}
+	require.Equal(t, uint32(writers*each), sum)
 }
