@@ -37,6 +37,11 @@ type Config struct {
 	// /?token=<token> sets. A dashboard listening beyond loopback must have
 	// one. ConfigFromEnv reads DASHBOARD_TOKEN. Defaults to "" (none).
 	DashboardToken string
+	// DashboardViewerToken, when set (with DashboardToken), is a second
+	// token that sees progress, accounts and charts but no recipient
+	// (dead letters, events, failures, lookups) and presses no button.
+	// ConfigFromEnv reads DASHBOARD_VIEWER_TOKEN. Defaults to "" (none).
+	DashboardViewerToken string
 	// DashboardHosts are Host names the dashboard answers besides the
 	// loopback names with its port (a name behind a proxy, say); requests
 	// naming any other host are refused, so a DNS-rebinding page gets
@@ -100,6 +105,7 @@ func ConfigFromEnv() (Config, error) {
 		c.DashboardAddr = v
 	}
 	c.DashboardToken = os.Getenv("DASHBOARD_TOKEN")
+	c.DashboardViewerToken = os.Getenv("DASHBOARD_VIEWER_TOKEN")
 	if v := os.Getenv("DASHBOARD_HOSTS"); v != "" {
 		c.DashboardHosts = strings.Split(v, ",")
 	}
@@ -166,6 +172,9 @@ func (c *Config) validate() error {
 		if !loopbackHost(c.DashboardAddr) && c.DashboardToken == "" {
 			return fmt.Errorf("DashboardAddr: %q listens beyond loopback; set DASHBOARD_TOKEN so that only operators get in", c.DashboardAddr)
 		}
+	}
+	if c.DashboardViewerToken != "" && (c.DashboardToken == "" || c.DashboardViewerToken == c.DashboardToken) {
+		return fmt.Errorf("DashboardViewerToken: needs a DashboardToken (DASHBOARD_TOKEN) for operators, different from it")
 	}
 	if c.Retention < 0 {
 		return fmt.Errorf("Retention: must not be negative")

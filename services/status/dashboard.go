@@ -328,7 +328,7 @@ func (s *Service) startDashboard(ctx context.Context) (stop func(), err error) {
 	wg.Go(func() { shared.Supervise(ctx, s.log, "chart sampler", d.sampleSeries) })
 	srv := &http.Server{
 		Handler: newHandler(d, s.cfg.Metrics, s.log,
-			newGuard(ln.Addr(), s.cfg.DashboardToken, s.cfg.DashboardHosts), s.cfg.MaxEventStreams),
+			newGuard(ln.Addr(), s.cfg.DashboardToken, s.cfg.DashboardHosts).withViewer(s.cfg.DashboardViewerToken), s.cfg.MaxEventStreams),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Requests have no body worth waiting for; event streams write, and
 		// have no write timeout for that reason.

@@ -60,7 +60,8 @@
 // fold state), rate.go (smoothed rate and ETA), dashboard.go (what the
 // dashboard shows, queue polling), retention.go (removing old finished
 // tasks), http.go (routes), guard.go (who may
-// use the dashboard: Host check, token, stream cap), breaker.go (the
+// use the dashboard: Host check, token, stream cap), viewer.go (what the
+// viewer token may see), breaker.go (the
 // per-task circuit breaker), alerts.go (what calls ALERT_URL), series.go
 // (the charts' bounded series and their sampler), story.go (the
 // operator's routes: a task's story, series, lookup, retry of a

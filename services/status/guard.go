@@ -21,6 +21,9 @@ type guard struct {
 	// with a token, whose cookie a rebinding page never gets).
 	hosts map[string]bool
 	token string
+	// viewer is a second token that sees progress, accounts and charts
+	// but no recipient and presses no button (viewer.go); "" for none.
+	viewer string
 }
 
 // newGuard accepts the loopback names with the listener's port plus
@@ -59,7 +62,7 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 			return
 		}
 		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && r.URL.Path == "/" {
-			if !g.valid(t) {
+			if g.roleOf(t) == "" {
 				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "wrong token"})
 				return
 			}
@@ -68,12 +71,22 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 			http.Redirect(w, r, "/", http.StatusSeeOther) // the token leaves the address bar
 			return
 		}
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && g.valid(bearer) {
+		role := ""
+		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			role = g.roleOf(bearer)
+		}
+		if c, err := r.Cookie(tokenCookie); err == nil && role == "" {
+			role = g.roleOf(c.Value)
+		}
+		switch {
+		case role == roleOperator:
 			next.ServeHTTP(w, r)
 			return
-		}
-		if c, err := r.Cookie(tokenCookie); err == nil && g.valid(c.Value) {
+		case role == roleViewer && viewerMay(r):
 			next.ServeHTTP(w, r)
+			return
+		case role == roleViewer:
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the viewer token sees no recipients and presses no buttons: this needs DASHBOARD_TOKEN"})
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="broadcast dashboard"`)
@@ -81,8 +94,16 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 	})
 }
 
-func (g *guard) valid(t string) bool {
-	return subtle.ConstantTimeCompare([]byte(t), []byte(g.token)) == 1
+// roleOf says whose token t is: roleOperator (DASHBOARD_TOKEN),
+// roleViewer (DASHBOARD_VIEWER_TOKEN) or "" (neither).
+func (g *guard) roleOf(t string) string {
+	switch {
+	case subtle.ConstantTimeCompare([]byte(t), []byte(g.token)) == 1:
+		return roleOperator
+	case g.viewer != "" && subtle.ConstantTimeCompare([]byte(t), []byte(g.viewer)) == 1:
+		return roleViewer
+	}
+	return ""
 }
 
 // streamSlots bounds the event-stream clients; a client beyond them gets
