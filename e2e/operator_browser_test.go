@@ -147,6 +147,7 @@ func TestOperatorPagesInABrowser(t *testing.T) {
 	cancel()
 	waitJS(t, browser, 5*time.Second, "the account's sends", fmt.Sprintf(`Number(document.querySelector('#chart-sends').dataset.sumSent) === %d`, n-bad))
 	require.Greater(t, evalJS[float64](t, browser, `Number(document.querySelector('#chart-rate').dataset.sumCeiling)`), 0.0, "the ceiling is drawn")
+	require.Greater(t, evalJS[int](t, browser, `Number(document.querySelector('#chart-daily').dataset.points)`), 0, "the daily window is drawn")
 	screenshot(t, browser, "account")
 
 	// The lookup page finds a sent and a failed recipient.

@@ -73,7 +73,7 @@ type Config struct {
 	// Defaults to 100.
 	AlertDeadThreshold int
 	// SeriesLimit is how many task series, and as many account series, the
-	// dashboard's charts keep in memory (series.go, 222 KB each); a new
+	// dashboard's charts keep in memory (series.go, 262 KB each); a new
 	// one beyond it evicts the ended task, else the series, idle longest.
 	// Defaults to 64.
 	SeriesLimit int

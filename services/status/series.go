@@ -16,7 +16,7 @@ import (
 // effective rate, ceiling and queue depth.
 //
 // Memory is bounded: a series is two rings of fixed size (secondsKept and
-// minutesKept buckets of bucketBytes each, 222 KB), and at most
+// minutesKept buckets of bucketBytes each, 262 KB), and at most
 // Config.SeriesLimit task series and as many account series exist. A new
 // series beyond the limit evicts, of its kind, the ended one (a task in a
 // final state) idle longest, else the one idle longest.
@@ -24,10 +24,10 @@ const (
 	secondsKept = 3600
 	minutesKept = 1440
 	// bucketBytes is the size of one bucket (its time, six counts, two
-	// rates, a queue depth, a flag), for the memory bound in
-	// docs/dashboard.md: a series is (secondsKept+minutesKept)*bucketBytes,
-	// 222 KB.
-	bucketBytes = 44
+	// rates, a queue depth, the daily window, a flag), for the memory
+	// bound in docs/dashboard.md: a series is
+	// (secondsKept+minutesKept)*bucketBytes, 262 KB.
+	bucketBytes = 52
 )
 
 // seriesBucket counts one second or one minute. At is its start in
@@ -37,10 +37,11 @@ type seriesBucket struct {
 	at                                               uint32
 	sent, retrying, failed, skipped, delivered, read uint32
 	// rate and ceiling are the account's effective rate and configured
-	// ceiling last sampled in the bucket; queue its jobs waiting.
-	rate, ceiling float32
-	queue         uint32
-	sampled       bool
+	// ceiling last sampled in the bucket; queue its jobs waiting;
+	// dailyUsed and dailyCap its rolling 24 h window.
+	rate, ceiling              float32
+	queue, dailyUsed, dailyCap uint32
+	sampled                    bool
 }
 
 func (b *seriesBucket) add(kind contract.EventKind) {
@@ -91,9 +92,17 @@ func (s *series) add(kind contract.EventKind, at time.Time) {
 	slot(s.min[:], at.Unix()/60).add(kind)
 }
 
-func (s *series) sample(rate, ceiling float64, queue uint64, now time.Time) {
+// accountSample is what the sampler reads of an account each second.
+type accountSample struct {
+	rate, ceiling       float64
+	queue               uint64
+	dailyUsed, dailyCap int
+}
+
+func (s *series) sample(a accountSample, now time.Time) {
 	for _, b := range []*seriesBucket{slot(s.sec[:], now.Unix()), slot(s.min[:], now.Unix()/60)} {
-		b.rate, b.ceiling, b.queue, b.sampled = float32(rate), float32(ceiling), uint32(min(queue, 1<<32-1)), true
+		b.rate, b.ceiling, b.queue, b.sampled = float32(a.rate), float32(a.ceiling), uint32(min(a.queue, 1<<32-1)), true
+		b.dailyUsed, b.dailyCap = uint32(max(a.dailyUsed, 0)), uint32(max(a.dailyCap, 0))
 	}
 }
 
@@ -145,13 +154,14 @@ func (st *seriesStore) ended(taskID string) {
 	}
 }
 
-// sampleAccount records an account's effective rate, ceiling and queue
-// depth now, when the account has a series (it had events).
-func (st *seriesStore) sampleAccount(name string, rate, ceiling float64, queue uint64) {
+// sampleAccount records an account's effective rate, ceiling, queue
+// depth and daily window now, when the account has a series (it had
+// events).
+func (st *seriesStore) sampleAccount(name string, a accountSample) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if s := st.accounts[name]; s != nil {
-		s.sample(rate, ceiling, queue, st.now())
+		s.sample(a, st.now())
 	}
 }
 
@@ -196,9 +206,9 @@ type SeriesView struct {
 }
 
 // SeriesRange is a run of equal steps from Start, one value per step in
-// each column. RatePerSec, Ceiling and QueueDepth (accounts only) are the
-// account's last sample in the step, 0 where none was taken; for a task,
-// Sent per step is its effective rate.
+// each column. RatePerSec, Ceiling, QueueDepth, DailyUsed and DailyCap
+// (accounts only) are the account's last sample in the step, 0 where none
+// was taken; for a task, Sent per step is its effective rate.
 type SeriesRange struct {
 	Start       time.Time `json:"start"`
 	StepSeconds int       `json:"step_seconds"`
@@ -211,6 +221,8 @@ type SeriesRange struct {
 	RatePerSec  []float32 `json:"rate_per_sec,omitempty"`
 	Ceiling     []float32 `json:"ceiling,omitempty"`
 	QueueDepth  []uint32  `json:"queue_depth,omitempty"`
+	DailyUsed   []uint32  `json:"daily_used,omitempty"`
+	DailyCap    []uint32  `json:"daily_cap,omitempty"`
 }
 
 // view returns the series of a task (account false) or an account, with
@@ -249,6 +261,7 @@ func columns(ring []seriesBucket, from, to int64, step int, account bool) Series
 		Skipped: make([]uint32, n), Delivered: make([]uint32, n), Read: make([]uint32, n)}
 	if account {
 		r.RatePerSec, r.Ceiling, r.QueueDepth = make([]float32, n), make([]float32, n), make([]uint32, n)
+		r.DailyUsed, r.DailyCap = make([]uint32, n), make([]uint32, n)
 	}
 	for i := range n {
 		b := ring[(from+int64(i))%int64(len(ring))]
@@ -259,6 +272,7 @@ func columns(ring []seriesBucket, from, to int64, step int, account bool) Series
 			b.sent, b.retrying, b.failed, b.skipped, b.delivered, b.read
 		if account && b.sampled {
 			r.RatePerSec[i], r.Ceiling[i], r.QueueDepth[i] = b.rate, b.ceiling, b.queue
+			r.DailyUsed[i], r.DailyCap[i] = b.dailyUsed, b.dailyCap
 		}
 	}
 	return r
@@ -280,8 +294,8 @@ func (s *Service) chart(f *taskFold, ev *contract.Event, changed bool) {
 	}
 }
 
-// sampleSeries records every account's effective rate, ceiling and queue
-// depth in its series once a second until ctx ends.
+// sampleSeries records every account's effective rate, ceiling, queue
+// depth and daily window in its series once a second until ctx ends.
 func (d *dashboard) sampleSeries(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -298,14 +312,17 @@ func (d *dashboard) sampleSeries(ctx context.Context) {
 		}
 		d.mu.Unlock()
 		for _, a := range d.accounts.All() {
-			rate, ceiling := 0.0, a.RatePerSec
+			s := accountSample{ceiling: a.RatePerSec, queue: queues[a.Name].pending, dailyCap: a.DailyCap}
 			if h := d.health.Get(a.Name); h != nil {
-				rate = h.RatePerSec
+				s.rate, s.dailyUsed = h.RatePerSec, h.DailyUsed
 				if h.Ceiling > 0 {
-					ceiling = h.Ceiling
+					s.ceiling = h.Ceiling
+				}
+				if h.DailyCap > 0 {
+					s.dailyCap = h.DailyCap
 				}
 			}
-			d.series.sampleAccount(a.Name, rate, ceiling, queues[a.Name].pending)
+			d.series.sampleAccount(a.Name, s)
 		}
 	}
 }

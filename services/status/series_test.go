@@ -63,12 +63,15 @@ func TestSeriesCountsPerSecondAndPerMinute(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, uint32(5), a.PerSecond.Sent[len(a.PerSecond.Sent)-3], "the account counts its own sends")
 	require.Len(t, a.PerSecond.Sent, 91, "from its first event, 90 s ago")
-	st.sampleAccount("a1", 12.5, 50, 7)
-	st.sampleAccount("nobody", 1, 1, 1) // no series: nothing made
+	st.sampleAccount("a1", accountSample{rate: 12.5, ceiling: 50, queue: 7, dailyUsed: 120, dailyCap: 250})
+	st.sampleAccount("nobody", accountSample{rate: 1}) // no series: nothing made
 	a, _ = st.view("a1", true, 5)
 	require.Equal(t, float32(12.5), a.PerSecond.RatePerSec[4])
 	require.Equal(t, float32(50), a.PerSecond.Ceiling[4])
 	require.Equal(t, uint32(7), a.PerSecond.QueueDepth[4])
+	require.Equal(t, uint32(120), a.PerSecond.DailyUsed[4])
+	require.Equal(t, uint32(250), a.PerSecond.DailyCap[4])
+	require.Equal(t, uint32(250), a.PerMinute.DailyCap[len(a.PerMinute.DailyCap)-1], "the minute keeps its last sample")
 	require.Equal(t, float32(0), a.PerSecond.RatePerSec[3], "no sample then")
 	_, accounts := st.size()
 	require.Equal(t, 1, accounts)
@@ -128,7 +131,7 @@ func TestSeriesMemoryIsBounded(t *testing.T) {
 	_, ok = st.view("many-999", false, 10)
 	require.True(t, ok, "the newest stays")
 	require.Equal(t, uintptr(bucketBytes), unsafe.Sizeof(seriesBucket{}))
-	require.Less(t, unsafe.Sizeof(series{}), uintptr(222_000), "the bound docs/dashboard.md states: 222 KB a series")
+	require.Less(t, unsafe.Sizeof(series{}), uintptr(262_200), "the bound docs/dashboard.md states: 262 KB a series")
 }
 
 // BenchmarkSeriesRecord is the cost the charts add to folding one event.
@@ -152,7 +155,7 @@ func TestSeriesConcurrentUse(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range 500 {
-			st.sampleAccount("a1", 10, 20, 3)
+			st.sampleAccount("a1", accountSample{rate: 10, ceiling: 20, queue: 3})
 			st.view("t1", false, 60)
 			st.view("a1", true, 60)
 		}

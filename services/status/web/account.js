@@ -15,6 +15,10 @@
     { key: 'ceiling', label: 'ceiling /s', color: '#6b7385', dash: '5 4', summary: 'max' },
     { key: 'queue_depth', label: 'queued', color: '#b07ad6', axis: 'right', summary: 'max' },
   ];
+  const DAILY = [
+    { key: 'daily_used', label: 'used', color: '#2f6fde', summary: 'max' },
+    { key: 'daily_cap', label: 'cap (0: none)', color: '#6b7385', dash: '5 4', summary: 'max' },
+  ];
   $('#account-name').textContent = name;
   async function charts() {
     try {
@@ -24,6 +28,7 @@
       $('#no-series').hidden = true;
       window.broadcastChart.draw($('#chart-sends'), $('#legend-sends'), s.per_second, SENDS);
       window.broadcastChart.draw($('#chart-rate'), $('#legend-rate'), s.per_second, RATE);
+      window.broadcastChart.draw($('#chart-daily'), $('#legend-daily'), s.per_minute, DAILY);
       window.broadcastChart.draw($('#chart-minutes'), $('#legend-minutes'), s.per_minute, SENDS);
       $('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     } catch (e) {
