@@ -95,8 +95,11 @@ func TestOperatorPagesInABrowser(t *testing.T) {
 	for _, to := range tos {
 		require.True(t, strings.HasPrefix(to, "bad-"), to)
 	}
-	group := evalJS[[]string](t, browser, `[...document.querySelectorAll('#failures tbody tr')].map((r) => r.dataset.kind + '/' + r.dataset.account + '/' + r.dataset.count)`)
-	require.Equal(t, []string{fmt.Sprintf("failed/hook/%d", bad)}, group, "the failures in one group")
+	// The groups are reloaded at most every five seconds.
+	waitJS(t, browser, 10*time.Second, "the failures in one group", fmt.Sprintf(`(() => {
+		const g = [...document.querySelectorAll('#failures tbody tr')].map((r) => r.dataset.kind + '/' + r.dataset.account + '/' + r.dataset.count);
+		return g.length === 1 && g[0] === 'failed/hook/%d';
+	})()`, bad))
 	waitJS(t, browser, 5*time.Second, "the final chart", fmt.Sprintf(`Number(document.querySelector('#chart-seconds').dataset.sumSent) === %d`, n-bad))
 	require.Equal(t, float64(bad), readChart(t, browser, "#chart-seconds").SumFailed)
 	screenshot(t, browser, "task-story-dead-letters")

@@ -21,6 +21,7 @@
   let lastFailed = -1;
   let eventsAfter = 0;
   let ticks = 0;
+  let failuresAt = 0;
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
@@ -55,12 +56,17 @@
         `${p.read || 0} read; ${(p.rate_per_sec || 0).toFixed(1)}/s`;
       $('#task-error').textContent = p.error || '';
       $('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
-      // Reloaded on a change of the counts, and every few seconds: a retry
-      // can take letters out of DEAD and put them back between two polls.
-      if (p.failed + p.skipped !== lastFailed || ++ticks % 3 === 0) {
+      // Dead letters are reloaded on a change of the counts and every few
+      // seconds (a retry can take letters out of DEAD and put them back
+      // between two polls); the failure groups, which read every dead
+      // letter and skipped event of the task, on a change at most every
+      // five seconds.
+      const changed = p.failed + p.skipped !== lastFailed;
+      if (changed || ++ticks % 3 === 0) dead();
+      if (changed && Date.now() - failuresAt >= 5000) {
         lastFailed = p.failed + p.skipped;
+        failuresAt = Date.now();
         failures();
-        dead();
       }
     } catch (e) {
       $('#task-error').textContent = String(e.message || e);
@@ -169,6 +175,7 @@
       reply.textContent = 'retry failed: ' + (e.message || e);
     }
     lastFailed = -1; // reload failures and dead letters
+    failuresAt = 0;
     progress();
   }
 
