@@ -6,7 +6,7 @@
 //	broadcast dev                            embedded nats-server + all services + a sandbox account
 //	broadcast demo                           a 2,000-recipient broadcast on embedded defaults
 //	broadcast send FILE                      publish a task and follow it to its final state
-//	broadcast watch [-receipts D] ID         follow a task's progress (and its receipts for D after it ends)
+//	broadcast watch [-receipts D] [-lines] ID  follow a task's progress (and its receipts for D after it ends)
 //	broadcast tasks                          list tasks
 //	broadcast pause|resume|cancel|retry-dead ID  control a task
 //	broadcast gateway                        a fault-injecting HTTP gateway (webhook provider)
@@ -44,7 +44,8 @@ tools:
   demo         send a 2,000-recipient broadcast with injected faults on embedded defaults
   send FILE    publish the task in FILE (- for stdin) and follow it to its final state
   watch ID     follow a task's progress (bar, rate, ETA) until it is final
-               (-receipts 10m: then show the providers' receipts that long)
+               (-receipts 10m: then show the providers' receipts that long;
+               -lines: a line a second with sent, failed, skipped per second, retrying, rate)
   tasks        list tasks with their state and counts (-json for JSON lines)
   pause ID, resume ID, cancel ID, retry-dead ID
                control a task (broadcast.control.<ID>)

@@ -98,15 +98,19 @@ func runSend(ctx context.Context, args []string) error {
 func runWatch(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("watch", flag.ExitOnError)
 	receipts := fs.Duration("receipts", 0, "after the task is final, keep showing the providers' receipts (delivered, read, undelivered) this long")
+	lines := fs.Bool("lines", false, "print a line a second (sent, failed, skipped per second, retrying, rate) instead of a bar")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
-		return fmt.Errorf("usage: broadcast watch [-receipts 10m] ID")
+		return fmt.Errorf("usage: broadcast watch [-receipts 10m] [-lines] ID")
 	}
 	closeNC, js, err := connectJS(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeNC()
+	if *lines {
+		return followWith(ctx, js, fs.Arg(0), *receipts, newWatchLines(os.Stdout, time.Second).update, func() {})
+	}
 	return followFor(ctx, js, fs.Arg(0), *receipts)
 }
 
@@ -121,8 +125,14 @@ func follow(ctx context.Context, js jetstream.JetStream, id string) error {
 // providers' receipts change its counts (they come after the sends).
 func followFor(ctx context.Context, js jetstream.JetStream, id string, receipts time.Duration) error {
 	bar := newProgressBar(id)
-	p, err := client.Follow(ctx, js, id, bar.update)
-	bar.finish()
+	return followWith(ctx, js, id, receipts, bar.update, bar.finish)
+}
+
+// followWith is followFor showing progress with show, and calling done
+// once the task is final.
+func followWith(ctx context.Context, js jetstream.JetStream, id string, receipts time.Duration, show func(*contract.Progress), done func()) error {
+	p, err := client.Follow(ctx, js, id, show)
+	done()
 	if err != nil {
 		return err
 	}
