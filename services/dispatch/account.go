@@ -84,7 +84,7 @@ type accountRunner struct {
 
 func newAccountRunner(parent context.Context, s *Service, a *contract.Account, sender channels.Sender) *accountRunner {
 	ctx, cancel := context.WithCancel(parent)
-	return &accountRunner{
+	r := &accountRunner{
 		svc:     s,
 		name:    a.Name,
 		acct:    a,
@@ -95,6 +95,8 @@ func newAccountRunner(parent context.Context, s *Service, a *contract.Account, s
 		cancel:  cancel,
 		stopped: make(chan struct{}),
 	}
+	r.configurePacer(a)
+	return r
 }
 
 // canUpdateInPlace reports whether a change leaves the consumer as it is.
@@ -114,7 +116,7 @@ func (r *accountRunner) update(a *contract.Account, sender channels.Sender) {
 	r.paused, r.pauseReason, r.authFails = false, "", 0
 	r.mu.Unlock()
 	closeSender(old)
-	r.pacer.configure(a.RatePerSec, a.MinRatePerSec, a.Burst)
+	r.configurePacer(a)
 	if wasPaused {
 		r.log.Info("account edited; pause cleared")
 	}

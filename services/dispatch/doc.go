@@ -138,6 +138,18 @@
 // with either moves too, spending no attempt: an account's problem never
 // sends a recipient to DEAD. Moves count in Job.Moves.
 //
+// Provider signals (KV broadcast_signals, watched; quality.go): a quality
+// rating of YELLOW or RED halves the account's rate ceiling until it
+// recovers; RED also holds its marketing jobs, which move to an account
+// of their pool whose rating does not hold them or wait with a retrying
+// event, code quality_red, until the rating changes (a change wakes held
+// jobs). The daily cap is the lowest of daily_cap, the warm-up ramp's cap
+// for the day (account field warmup) and the provider's messaging limit
+// (reported in the signals, else the tier); accounts with the same
+// portfolio field share one rolling 24 h count of distinct recipients,
+// held to the portfolio's limit, under pf=<portfolio> keys of
+// broadcast_sends (limits.go, portfolio.go).
+//
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
 // recipient given up on, with every attempt's error (before its failed
@@ -174,12 +186,18 @@
 //     failures, the rate they leave) and its value in KV broadcast_health.
 //   - pacer.go: token bucket, Retry-After pauses, the one-second bound.
 //   - adapt.go: the adaptive rate's control law.
-//   - caps.go: daily cap and per-recipient gap.
+//   - caps.go: daily cap and per-recipient gap, and a portfolio's shared
+//     count.
+//   - limits.go: which daily cap applies (daily_cap, warm-up, messaging
+//     limit) and how a reason names it.
+//   - portfolio.go: a portfolio's accounts, limit and shared count.
+//   - quality.go: what a quality rating does to pacing and marketing
+//     sends, and applying a change of the signals.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
 //   - handoff.go: copies a delivery publishes in place of its job, and
 //     their record in the ledger, so a crash before the ack repeats none.
 //   - pool.go: the accounts a job may move to (its pool, or its task's).
-//   - wake.go: waking held jobs on account edits.
+//   - wake.go: waking held jobs on account edits and signal changes.
 //   - reap.go: stopping runners of deleted accounts, and adopting the
 //     queues of accounts deleted while no dispatch ran.
 //   - requeue.go: re-queue requests (unparking, retry-dead) and the parked
