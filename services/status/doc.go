@@ -34,6 +34,12 @@
 // sent. They update finished tasks too; the byte is checkpointed with the
 // outcomes (a checkpoint without it loads with none).
 //
+// Account health scores: the folding process counts each account's
+// outcomes per minute over the last hour (sent, receipts, blocks, attempts
+// refused as too fast) and writes its score (contract.HealthScore) to KV
+// broadcast_scores every 5 s (score.go); a process that takes over the
+// fold starts from those windows.
+//
 // Serves (when Config.DashboardAddr is set): the live dashboard, its JSON
 // API and server-sent events, the control buttons (forwarded as requests on
 // broadcast.control.<task>) and /metrics. The dashboard reads KV
@@ -48,6 +54,7 @@
 // dashboard shows, queue polling), retention.go (removing old finished
 // tasks), http.go (routes), guard.go (who may
 // use the dashboard: Host check, token, stream cap), breaker.go (the
-// per-task circuit breaker), alerts.go (what calls ALERT_URL), web/ (the page),
+// per-task circuit breaker), alerts.go (what calls ALERT_URL), score.go
+// (accounts' health scores, KV broadcast_scores), web/ (the page),
 // config.go (settings).
 package status

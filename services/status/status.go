@@ -48,6 +48,10 @@ type Service struct {
 
 	controls *shared.ControlWatcher
 	changed  chan string
+	// scores count each account's outcomes for its health score
+	// (score.go); signals give its quality rating.
+	scores  *scoreBook
+	signals *shared.SignalsWatcher
 	// alerts calls the operator's webhook (alerts.go); nil without one.
 	alerts *alert.Notifier
 	// dashboardURL is set once the dashboard listens.
@@ -84,7 +88,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
-		changed: make(chan string, 1024), alerts: alerts}, nil
+		changed: make(chan string, 1024), alerts: alerts, scores: newScoreBook()}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -107,6 +111,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
+	qa := &qualityAlerts{s: s, seen: map[string]string{}}
+	if s.signals, err = shared.WatchSignals(ctx, s.js, s.log, qa.changed); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	qa.seed(s.signals)
 	go shared.Supervise(ctx, s.log, "finished-task retention", s.forget)
 	if err := s.watchAccountPauses(ctx); err != nil {
 		return fmt.Errorf("status: %w", err)
@@ -148,6 +157,7 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	s.holds.Store(l)
 	defer s.holds.Store(nil)
 	go s.keepFoldLease(sctx, l, end)
+	go s.writeScores(sctx)
 
 	msgs := make(chan jetstream.Msg, 4096)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -259,7 +269,9 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
-	if f.apply(&ev) {
+	applied := f.apply(&ev)
+	s.scores.note(&ev, applied, time.Now())
+	if applied {
 		f.dirty, f.unsaved = true, true
 		if ev.Kind.ReceiptKind() {
 			f.lastReceipt = time.Now()
