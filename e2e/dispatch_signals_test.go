@@ -201,7 +201,7 @@ func TestDispatchWarmupAndMessagingLimit(t *testing.T) {
 	h := accountHealth(t, ts, "new")
 	t.Logf("warm-up day 0: accepted %d; health daily %d/%d warmup_cap %d; e.g. %q", len(distinctAccepted(rec)), h.DailyUsed, h.DailyCap, h.WarmupCap, sample.Error)
 	require.Len(t, distinctAccepted(rec), 15)
-	require.Contains(t, sample.Error, "warm-up cap 15 (day 0) of account new")
+	require.Contains(t, sample.Error, "warm-up cap 15 (day 0) reached on account new")
 	require.Equal(t, 15, h.WarmupCap)
 	require.Equal(t, 15, h.DailyCap)
 
@@ -219,6 +219,6 @@ func TestDispatchWarmupAndMessagingLimit(t *testing.T) {
 		sample = ev
 	}
 	t.Logf("messaging limit 10 below the warm-up cap: %q", sample.Error)
-	require.Contains(t, sample.Error, "messaging limit 10 of account new")
+	require.Contains(t, sample.Error, "messaging limit 10 reached on account new")
 	require.Len(t, distinctAccepted(rec), 15)
 }

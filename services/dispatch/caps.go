@@ -79,7 +79,8 @@ type admission struct {
 }
 
 // admit reserves a send to `to` now, or says how long to wait and why;
-// capName says which cap dailyCap is, for the reason.
+// capName says which cap dailyCap is, for the reason ("daily_cap 30
+// reached on account a").
 func (c *capTracker) admit(to string, now time.Time, dailyCap int, capName string, interval time.Duration) admission {
 	h := recipientHash(to)
 	c.mu.Lock()
@@ -134,7 +135,7 @@ func (c *capTracker) fullLocked(now time.Time, dailyCap int, capName string, see
 		wait = max(oldest.Add(capWindow).Sub(now), time.Second)
 	}
 	return admission{wait: wait, code: "daily_cap",
-		reason: fmt.Sprintf("%s reached; next slot in %s", capName, wait.Round(time.Second))}, true
+		reason: fmt.Sprintf("%s; next slot in %s", capName, wait.Round(time.Second))}, true
 }
 
 // usedLocked counts distinct recipients in the window (plus sends under

@@ -55,14 +55,14 @@ func lowestCap(a, b int) int {
 }
 
 // describeOwn names the cap that sets l.own, for a reason an operator
-// reads: "warm-up cap 70 (day 1) of account wa1".
+// reads: "warm-up cap 70 (day 1) reached on account wa1".
 func (l dailyLimits) describeOwn(acct *contract.Account, now time.Time) string {
 	switch {
 	case l.own == l.warmup && l.warmup > 0:
-		return fmt.Sprintf("warm-up cap %d (day %d) of account %s", l.own, acct.Warmup.Day(now), acct.Name)
+		return fmt.Sprintf("warm-up cap %d (day %d) reached on account %s", l.own, acct.Warmup.Day(now), acct.Name)
 	case l.own == acct.DailyCap:
-		return fmt.Sprintf("daily_cap %d of account %s", l.own, acct.Name)
+		return fmt.Sprintf("daily_cap %d reached on account %s", l.own, acct.Name)
 	default:
-		return fmt.Sprintf("messaging limit %d of account %s", l.own, acct.Name)
+		return fmt.Sprintf("messaging limit %d reached on account %s", l.own, acct.Name)
 	}
 }

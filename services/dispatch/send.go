@@ -224,7 +224,7 @@ func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, 
 			caps.release(ctx, d.job.To, false, now)
 			return true, err
 		}
-		if adm := shared.admitShared(d.job.To, now, lim.portfolio, "messaging limit "+strconv.Itoa(lim.portfolio)+" of portfolio "+p); !adm.ok {
+		if adm := shared.admitShared(d.job.To, now, lim.portfolio, "messaging limit "+strconv.Itoa(lim.portfolio)+" reached on portfolio "+p); !adm.ok {
 			caps.release(ctx, d.job.To, false, now)
 			d.log.Debug("send delayed by its portfolio's limit", "reason", adm.reason, "wait", adm.wait)
 			return true, r.capReached(ctx, d, adm, p)
