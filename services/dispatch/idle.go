@@ -85,7 +85,7 @@ func (r *accountRunner) asleep() bool { return r.lanes.Load() == nil && !r.inSes
 // endWhenIdle ends the session once every lane has been without a job in
 // its handlers for sessionIdleClose, the high and low lanes are closed,
 // and the normal lane's consumer has nothing pending or unacknowledged on
-// the server.
+// the server and its subject no job.
 func (r *accountRunner) endWhenIdle(ctx context.Context, end context.CancelCauseFunc, sched *scheduler, lanes *sessionLanes) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -118,6 +118,10 @@ func (r *accountRunner) endWhenIdle(ctx context.Context, end context.CancelCause
 		}
 		if queued, err := lanes.queued(ctx, laneNormal); err != nil || queued {
 			idleSince = time.Time{}
+			continue
+		}
+		if empty, err := lanes.subjectEmpty(laneNormal); err != nil || !empty {
+			idleSince = time.Time{} // a job waits on the server (a retry's delay)
 			continue
 		}
 		// The mark lets the next session take the jobs queued meanwhile as
