@@ -5,7 +5,9 @@
 // lane: "dispatch_high-<account>", "dispatch-<account>" (normal) and
 // "dispatch_low-<account>", filters broadcast.jobs.<account>.high, .normal
 // and .low, created and resized live as KV broadcast_accounts changes. The
-// normal lane's exists while the account's lease is held; the high and low
+// normal lane's stays on the server, consumed only while the account has
+// work and this replica holds its lease (idle.go: an account without work
+// sleeps, with no lease and no pull request); the high and low
 // lanes' only while they hold jobs (lanes.go: every consumer of JOBS costs
 // the server on every acknowledgement; a closed lane leaves a mark in the
 // normal consumer's metadata so its next jobs count as fresh). Each lane's
@@ -24,8 +26,9 @@
 // confirmed fresh: it counts it valid until its last successful refresh
 // began plus the TTL minus 1.5 s, so a former holder's last send starts at
 // least 1.5 s before anyone else can hold the lease. A stopping holder
-// deletes the lease after its in-flight sends and the standbys, which watch
-// the key and retry every second, take over at once. A killed one's lease
+// deletes the lease after its in-flight sends and the standbys (the other
+// replicas' runners, which watch the key and retry every second while the
+// lane finder shows jobs for the account) take over at once. A killed one's lease
 // is taken at the standbys' next try (lease.Presence: its alive subject,
 // broadcast.alive.dispatch.<id>, has no responders once the server closed
 // its connection); otherwise it expires. A holder whose connection drops
@@ -176,6 +179,8 @@
 //   - lanes.go: opening the high and low lanes when jobs appear, closing
 //     them when idle, their closed marks, the lane finder.
 //   - lease.go: waiting for the account's lease and keeping it while sending.
+//   - idle.go: sleeping accounts without work (no lease, no pull), waking
+//     them when the lane finder shows jobs, ending idle sessions.
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.
 //   - send.go: handle and its steps, from the check for an earlier send to
