@@ -23,8 +23,17 @@ func EffectiveMaxBatch(ch Channel, acct *contract.Account) int {
 // whose daily_cap is 0 the cap of its tier. It returns 0 (no cap) when
 // neither is set or the tier is invalid (NewSender reports that).
 func EffectiveDailyCap(acct *contract.Account) int {
-	if acct.DailyCap > 0 || acct.Channel != (WhatsApp{}).Name() {
+	if acct.DailyCap > 0 {
 		return acct.DailyCap
+	}
+	return TierDailyCap(acct)
+}
+
+// TierDailyCap is the cap of a WhatsApp account's configured tier, 0 when
+// it has none (or is not a WhatsApp account).
+func TierDailyCap(acct *contract.Account) int {
+	if acct.Channel != (WhatsApp{}).Name() {
+		return 0
 	}
 	var o whatsappOptions
 	if decodeOptions(acct, &o) != nil || o.Tier == "" {

@@ -67,6 +67,12 @@ type Account struct {
 	RecoverAfter int `json:"recover_after,omitempty"`
 	// Enabled is true unless set to false.
 	Enabled *bool `json:"enabled,omitempty"`
+	// Portfolio groups accounts that share one provider messaging limit
+	// (a WhatsApp business portfolio): they share one rolling 24 h count
+	// of distinct recipients, held to the limit the provider reports.
+	Portfolio string `json:"portfolio,omitempty"`
+	// Warmup is the account's warm-up ramp; nil when none.
+	Warmup *Warmup `json:"warmup,omitempty"`
 
 	Raw json.RawMessage `json:"-"`
 }
@@ -139,6 +145,14 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	}
 	if a.MaxBatch < 0 || a.MaxBatch > MaxBatchLimit {
 		return nil, fieldErr("max_batch", "must be between 1 and %d, got %d", MaxBatchLimit, a.MaxBatch)
+	}
+	if a.Portfolio != "" && !ValidID(a.Portfolio) {
+		return nil, fieldErr("portfolio", "must match [A-Za-z0-9_-]{1,64}, got %q", truncate(a.Portfolio, 80))
+	}
+	if a.Warmup != nil {
+		if err := a.Warmup.check(); err != nil {
+			return nil, err
+		}
 	}
 	return &a, nil
 }

@@ -1,7 +1,8 @@
 // Package contract is Broadcast's wire contract: what outside programs and
 // tests may import to talk to a Broadcast deployment. It holds subject,
 // stream, bucket and consumer names, the JSON shapes that travel on the
-// wire (task, job, event, progress, account, account health, control
+// wire (task, job, event, progress, account, account health, provider
+// signals, health score, control
 // state, dead letter, the re-queue request), their validation, and the
 // template language a task's template is written in (its limits are part
 // of what intake accepts). It imports nothing of Broadcast's runtime
@@ -14,6 +15,10 @@
 //   - job.go, event.go, progress.go, account.go, deadletter.go: wire shapes.
 //   - health.go, control.go: account health and task run state (KV
 //     values), the control requests and replies.
+//   - signals.go: what providers say of an account (KV broadcast_signals:
+//     quality rating, messaging limit) and what a rating does.
+//   - warmup.go: an account's warm-up ramp and its cap on a given day.
+//   - score.go: an account's health score (KV broadcast_scores).
 //   - requeue.go: the re-queue request ingest sends dispatch.
 //   - lookup.go: the recipient index (stream LOOKUP): its subjects and
 //     entries.

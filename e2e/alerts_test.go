@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -80,15 +81,26 @@ func TestAlerts(t *testing.T) {
 	submit(t, ts, contract.Task{ID: "al-locked", Channel: "webhook", Accounts: []string{"locked"}, Template: "Hi", Recipients: recipients("l", 5)})
 	natstest.Eventually(t, 30*time.Second, func() bool { return !accountHealth(t, ts, "locked").Healthy() }, "account locked paused")
 
+	// The quality of hook drops to YELLOW, then RED: one alert each; its
+	// recovery and a repeated GREEN say nothing.
+	for _, q := range []string{contract.QualityYellow, contract.QualityRed, contract.QualityGreen, contract.QualityGreen} {
+		putSignals(t, ts, "hook", contract.AccountSignals{Quality: q, Event: "TEST", Source: "test"})
+		time.Sleep(200 * time.Millisecond)
+	}
+
 	want := []string{
 		"Broadcast: task al-partial ended partial: 15 of 20 sent, 5 failed, 0 skipped, 0 expired",
 		"Broadcast: task al-partial has 3 dead letters (threshold 3)",
 		"Broadcast: task al-breaker has 3 dead letters",
 		"Broadcast: task al-breaker paused (circuit breaker: 100% of the last 10 attempts failed",
 		"Broadcast: account locked paused: ",
+		"Broadcast: account hook quality dropped to YELLOW (TEST); rate ceiling halved",
+		"Broadcast: account hook quality dropped to RED (TEST); marketing sends held",
 	}
 	got := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), texts...) }
-	natstest.Eventually(t, 20*time.Second, func() bool { return len(got()) >= len(want) }, "alerts arrive")
+	if !assert.Eventually(t, func() bool { return len(got()) >= len(want) }, 20*time.Second, 20*time.Millisecond) {
+		t.Fatalf("alerts arrive: got %q", got())
+	}
 	time.Sleep(time.Second) // anything repeated would arrive by now
 	alerts := got()
 	require.Len(t, alerts, len(want), "one alert per subject: %q", alerts)

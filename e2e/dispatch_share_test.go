@@ -16,29 +16,30 @@ import (
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
-// TestDispatchReplicasShareAccounts: one replica takes all six accounts;
-// when a second one joins, the first hands half of them over, so each
-// sends for three; a broadcast over the six then goes through both, each
-// recipient once.
+// TestDispatchReplicasShareAccounts: one replica takes all six accounts
+// of a running broadcast; when a second one joins, the first hands half of
+// them over, so each sends for three, and the broadcast goes through both,
+// each recipient once. (An account holds its lease only while it has
+// work, so the broadcast, 20 s at the accounts' rates, runs throughout.)
 func TestDispatchReplicasShareAccounts(t *testing.T) {
 	t.Parallel()
-	const accounts, n = 6, 600
+	const accounts, n = 6, 1200
 	e := newDispatchEnv(t, dispatch.Config{MaxInFlight: 4})
 	var pool []string
 	for i := range accounts {
 		name := fmt.Sprintf("share-%d", i)
 		pool = append(pool, name)
-		e.ts.PutAccount(t, name, `{"channel":"sandbox","rate_per_sec":1000,"burst":20,"concurrency":8,"latency":"10ms"}`)
+		e.ts.PutAccount(t, name, `{"channel":"sandbox","rate_per_sec":10,"burst":1,"concurrency":8,"latency":"10ms"}`)
 	}
 	e.startReplica()
+	task := contract.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("s", n)}
+	submit(t, e.ts, task)
 	waitShares(t, e.ts, pool, []int{6}, 15*time.Second)
 	e.startReplica()
 	start := time.Now()
-	owners := waitShares(t, e.ts, pool, []int{3, 3}, 20*time.Second)
+	owners := waitShares(t, e.ts, pool, []int{3, 3}, 15*time.Second)
 	t.Logf("after the second replica joined, accounts per replica %v within %s", owners, time.Since(start).Round(time.Millisecond))
 
-	task := contract.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("s", n)}
-	submit(t, e.ts, task)
 	p := e.ts.WaitFinal(t, task.ID, 60*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)

@@ -25,7 +25,9 @@
 //   - recover.go: keeping a panicking goroutine from killing the service.
 //   - controlwatch.go: the live view of task run states and writing one.
 //   - accountwatch.go, healthwatch.go, route.go: live views of accounts and
-//     their health, and choosing an account for a recipient.
+//     their health, and choosing an account for a recipient;
+//     signalswatch.go: the providers' signals per account and a
+//     portfolio's limit.
 //   - kvview.go, kvwatch.go: a KV bucket kept in memory, and following a
 //     watch from its current values on (FollowBucket: a whole bucket,
 //     started over after each reconnect, since a server restart leaves a

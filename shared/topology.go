@@ -188,6 +188,13 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		// (scope: a channel or "all"); an entry stays until removed, so
 		// there is no TTL. render and dispatch watch it (internal/suppress).
 		{Bucket: contract.BucketSuppressions, Description: "Suppression list: recipients not to send to, per channel or all.", History: 1, MaxValueSize: maxSuppressionValue, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is an account; its value is what the provider last said
+		// of it (quality rating, messaging limit). feedback writes it from
+		// account webhooks, operators may too; dispatch and status watch it.
+		{Bucket: contract.BucketSignals, Description: "Provider signals per account: quality rating and messaging limit.", History: 5, MaxValueSize: 4096, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is an account; its value is its health score over the
+		// last hour, written by the status process that folds events.
+		{Bucket: contract.BucketScores, Description: "Account health scores over the last hour, written by status.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

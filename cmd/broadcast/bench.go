@@ -275,6 +275,13 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		return nil, v.(error)
 	}
 	if idle > 0 {
+		// Accounts without work sleep (no lease, no pull request) once
+		// their first session idles out: measure the pipeline at rest.
+		asleep, err := waitAsleep(ctx, js, pool, 60*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Printf("idle: every account asleep (lease released) %s after its first session\n", asleep.Round(time.Second))
 		t0, c0 := time.Now(), cpuTime()
 		select {
 		case <-ctx.Done():
@@ -362,6 +369,35 @@ func waitLeases(ctx context.Context, js jetstream.JetStream, accounts []string, 
 		}
 	}
 	return nil
+}
+
+// waitAsleep waits until none of accounts holds a lease (dispatch lets an
+// account without work sleep) and says how long that took.
+func waitAsleep(ctx context.Context, js jetstream.JetStream, accounts []string, timeout time.Duration) (time.Duration, error) {
+	kv, err := js.KeyValue(ctx, contract.BucketLeases)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for {
+		held := 0
+		for _, a := range accounts {
+			if _, err := kv.Get(ctx, a); err == nil {
+				held++
+			}
+		}
+		if held == 0 {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return 0, fmt.Errorf("%d of %d accounts still hold a lease after %s", held, len(accounts), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // waitLanes waits until JOBS has at least n consumers: the normal lanes of every

@@ -86,6 +86,41 @@ func WhatsAppPayload(phoneNumberID string, statuses ...WhatsAppStatus) []byte {
 	return body
 }
 
+// WhatsAppQualityUpdate is one phone_number_quality_update of Meta's
+// account webhooks: the number, the event (FLAGGED, UNFLAGGED, DOWNGRADE,
+// UPGRADE, ...), the limits as tier names (TIER_250, TIER_2K, ...; empty
+// left out) and the entry's time.
+type WhatsAppQualityUpdate struct {
+	DisplayPhoneNumber, Event, CurrentLimit, OldLimit, MaxDailyPerBusiness string
+	At                                                                     time.Time
+}
+
+// WhatsAppQualityPayload is Meta's payload for account-level quality
+// updates, in the shape of the phone_number_quality_update webhook
+// reference.
+func WhatsAppQualityPayload(updates ...WhatsAppQualityUpdate) []byte {
+	var entries []any
+	for _, u := range updates {
+		at := u.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		value := map[string]string{"display_phone_number": u.DisplayPhoneNumber, "event": u.Event}
+		for k, v := range map[string]string{"current_limit": u.CurrentLimit, "old_limit": u.OldLimit,
+			"max_daily_conversations_per_business": u.MaxDailyPerBusiness} {
+			if v != "" {
+				value[k] = v
+			}
+		}
+		entries = append(entries, map[string]any{
+			"id": "102290129340398", "time": at.Unix(),
+			"changes": []any{map[string]any{"field": "phone_number_quality_update", "value": value}},
+		})
+	}
+	body, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": entries})
+	return body
+}
+
 // WebhookReceipt is the webhook channel's receipt body.
 func WebhookReceipt(id, status, code, reason string, at time.Time) []byte {
 	body, _ := json.Marshal(map[string]string{"id": id, "status": status, "code": code, "error": reason, "at": at.UTC().Format(time.RFC3339Nano)})

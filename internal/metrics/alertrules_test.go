@@ -70,10 +70,10 @@ func TestAlertRules(t *testing.T) {
 	}
 	// The conditions status alerts on through ALERT_URL are all there.
 	for _, want := range []string{"BroadcastTaskEndedPartialOrFailed", "BroadcastCircuitBreakerPaused",
-		"BroadcastAccountPaused", "BroadcastDeadLettersPilingUp"} {
+		"BroadcastAccountPaused", "BroadcastDeadLettersPilingUp", "BroadcastAccountQualityDropped"} {
 		require.True(t, seen[want], "rule %s", want)
 	}
-	require.Equal(t, 7, n)
+	require.Equal(t, 9, n)
 }
 
 // definedMetrics are the metric names this package's sources define

@@ -12,6 +12,10 @@ type Status struct {
 	queueDepth *prometheus.GaugeVec
 	inFlight   *prometheus.GaugeVec
 	paused     *prometheus.GaugeVec
+	score      *prometheus.GaugeVec
+	quality    *prometheus.GaugeVec
+	dailyCap   *prometheus.GaugeVec
+	dailyUsed  *prometheus.GaugeVec
 	tasks      *prometheus.GaugeVec
 	trips      prometheus.Counter
 	alerts     *prometheus.CounterVec
@@ -23,6 +27,10 @@ type Status struct {
 //	broadcast_queue_depth{account}        (JOBS consumers of the account, every priority: not yet delivered)
 //	broadcast_queue_in_flight{account}    (delivered, not yet acknowledged)
 //	broadcast_account_paused{account}     (1 when KV broadcast_health says paused)
+//	broadcast_account_health_score{account} (0-100, KV broadcast_scores)
+//	broadcast_account_quality{account,rating} (1 for the account's quality rating)
+//	broadcast_account_daily_cap{account}  (its effective cap: daily_cap, warm-up, messaging limit; 0 none)
+//	broadcast_account_daily_used{account} (distinct recipients in the rolling 24 h)
 //	broadcast_tasks{state}                (tasks in KV broadcast_progress by state)
 //	broadcast_circuit_breaker_trips_total (tasks the circuit breaker paused)
 //	broadcast_alerts_total{result}        (operator alerts: sent, suppressed, failed, dropped)
@@ -46,6 +54,22 @@ func NewStatus(reg *prometheus.Registry) *Status {
 		paused: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "account_paused",
 			Help: "1 when the account is paused by an account-fatal answer, else 0.",
+		}, []string{"account"})),
+		score: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "account_health_score",
+			Help: "Account health score 0-100 over the last hour (delivery rate, blocks, 429 share, quality).",
+		}, []string{"account"})),
+		quality: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "account_quality",
+			Help: "1 for the account's quality rating as the provider reports it (GREEN, YELLOW, RED, UNKNOWN).",
+		}, []string{"account", "rating"})),
+		dailyCap: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "account_daily_cap",
+			Help: "The account's effective daily cap (lowest of daily_cap, warm-up and messaging limit); 0 for none.",
+		}, []string{"account"})),
+		dailyUsed: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "account_daily_used",
+			Help: "Distinct recipients the account reached in the rolling 24 h.",
 		}, []string{"account"})),
 		tasks: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "tasks",
@@ -100,6 +124,11 @@ type AccountGauges struct {
 	QueueDepth uint64
 	InFlight   int
 	Paused     bool
+	// Score is the health score, -1 when none is written yet.
+	Score     int
+	Quality   string
+	DailyCap  int
+	DailyUsed int
 }
 
 // SetAccounts replaces the per-account gauges: accounts not in the list
@@ -111,7 +140,21 @@ func (m *Status) SetAccounts(accounts []AccountGauges) {
 	m.queueDepth.Reset()
 	m.inFlight.Reset()
 	m.paused.Reset()
+	m.score.Reset()
+	m.quality.Reset()
+	m.dailyCap.Reset()
+	m.dailyUsed.Reset()
 	for _, a := range accounts {
+		if a.Score >= 0 {
+			m.score.WithLabelValues(a.Name).Set(float64(a.Score))
+		}
+		q := a.Quality
+		if q == "" {
+			q = contract.QualityUnknown
+		}
+		m.quality.WithLabelValues(a.Name, q).Set(1)
+		m.dailyCap.WithLabelValues(a.Name).Set(float64(a.DailyCap))
+		m.dailyUsed.WithLabelValues(a.Name).Set(float64(a.DailyUsed))
 		m.queueDepth.WithLabelValues(a.Name).Set(float64(a.QueueDepth))
 		m.inFlight.WithLabelValues(a.Name).Set(float64(a.InFlight))
 		p := 0.0

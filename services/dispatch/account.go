@@ -59,8 +59,11 @@ type accountRunner struct {
 	pacer *pacer
 	log   *slog.Logger
 	// lanes are the current session's, nil between sessions (the lane
-	// finder, lanes.go, reads them).
-	lanes atomic.Pointer[sessionLanes]
+	// finder, lanes.go, reads them); inSession is set while a session
+	// starts or runs, and wake nudges a sleeping runner (idle.go).
+	lanes     atomic.Pointer[sessionLanes]
+	inSession atomic.Bool
+	wake      chan struct{}
 	// batch merges sends of identical text into one call, for accounts
 	// whose max_batch is above 1 (nil otherwise, so single sends take no
 	// extra hop). Each ownership session makes its own; the handlers of a
@@ -84,7 +87,7 @@ type accountRunner struct {
 
 func newAccountRunner(parent context.Context, s *Service, a *contract.Account, sender channels.Sender) *accountRunner {
 	ctx, cancel := context.WithCancel(parent)
-	return &accountRunner{
+	r := &accountRunner{
 		svc:     s,
 		name:    a.Name,
 		acct:    a,
@@ -94,7 +97,10 @@ func newAccountRunner(parent context.Context, s *Service, a *contract.Account, s
 		ctx:     ctx,
 		cancel:  cancel,
 		stopped: make(chan struct{}),
+		wake:    make(chan struct{}, 1),
 	}
+	r.configurePacer(a)
+	return r
 }
 
 // canUpdateInPlace reports whether a change leaves the consumer as it is.
@@ -114,7 +120,7 @@ func (r *accountRunner) update(a *contract.Account, sender channels.Sender) {
 	r.paused, r.pauseReason, r.authFails = false, "", 0
 	r.mu.Unlock()
 	closeSender(old)
-	r.pacer.configure(a.RatePerSec, a.MinRatePerSec, a.Burst)
+	r.configurePacer(a)
 	if wasPaused {
 		r.log.Info("account edited; pause cleared")
 	}
@@ -154,8 +160,9 @@ func (r *accountRunner) capTracker(ctx context.Context) (*capTracker, error) {
 	return c, nil
 }
 
-// run takes part in the account until the runner stops: it waits for the
-// account's lease, sends while it holds it, and waits again when it loses it.
+// run takes part in the account until the runner stops: it sleeps until
+// the account has work (idle.go), waits for its lease, sends while it
+// holds it and has work, and sleeps again.
 func (r *accountRunner) run() {
 	defer close(r.stopped)
 	ctx := r.ctx
@@ -168,12 +175,23 @@ func (r *accountRunner) run() {
 	l := lease.New(r.svc.leases, r.name, r.svc.leaseTTL)
 	l.Owner = lease.OwnerID(r.svc.share.replica) // groups this replica's leases (share.go)
 	l.HolderGone, l.Conn = r.svc.presence.Gone, r.svc.conn.State
-	changed := r.watchLease(ctx)
-	for r.acquire(ctx, l, changed) {
+	// Without its normal lane's consumer the account has one session
+	// anyway, which creates it: jobs that come later are then fresh to it.
+	setUp := r.normalLaneExists(ctx)
+	for !setUp || r.waitForWork(ctx) {
+		if !r.acquireWhileWanted(ctx, l, !setUp) {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		r.inSession.Store(true)
 		r.ownSafely(ctx, l)
+		r.inSession.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
+		setUp = true
 	}
 }
 
@@ -277,6 +295,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 		r.lanes.Store(lanes)
 		keeper.Go(r.guard(end, "lane keeper", lanes.keep))
 		bg.Go(r.guard(end, "backlog watch", func() { watchBacklog(sctx, sched, lanes) }))
+		bg.Go(r.guard(end, "idle check", func() { r.endWhenIdle(sctx, end, sched, lanes) }))
 	}
 	<-sctx.Done()
 	r.lanes.Store(nil)
@@ -295,6 +314,10 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 	}
 	if err := l.Release(context.WithoutCancel(ctx)); err != nil {
 		r.log.Warn("could not release the account's lease; another replica takes over when it expires", "err", err)
+		return
+	}
+	if errors.Is(context.Cause(sctx), errIdle) {
+		r.log.Debug("session ended: no work for a while; lease released")
 		return
 	}
 	r.log.Info("released the account to another replica", "reason", context.Cause(sctx))

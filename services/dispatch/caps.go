@@ -19,25 +19,30 @@ import (
 // capWindow is daily_cap's rolling window.
 const capWindow = 24 * time.Hour
 
-// capTracker enforces daily_cap (distinct recipients per rolling 24 h) and
-// per_recipient_interval for one account. Its memory is a live view of the
-// account's keys in KV broadcast_sends, so every dispatch replica sees the
-// sends of the others and a new owner starts with the true count.
+// capTracker enforces a daily cap (distinct recipients per rolling 24 h)
+// and per_recipient_interval for one account, or the shared daily count of
+// a portfolio's accounts. Its memory is a live view of its keys in KV
+// broadcast_sends, so every dispatch replica sees the sends of the others
+// and a new owner starts with the true count.
 type capTracker struct {
-	kv      jetstream.KeyValue
-	account string
-	log     *slog.Logger
+	kv     jetstream.KeyValue
+	prefix string // the keys' first token: the account, or portfolioKey
+	log    *slog.Logger
 
 	mu       sync.Mutex
 	last     map[string]time.Time // recipient hash -> last send
-	inFlight map[string]bool      // recipient hash -> a send is under way
+	inFlight map[string]int       // recipient hash -> sends under way
 }
 
-func newCapTracker(ctx context.Context, kv jetstream.KeyValue, account string, log *slog.Logger) (*capTracker, error) {
-	c := &capTracker{kv: kv, account: account, log: log, last: map[string]time.Time{}, inFlight: map[string]bool{}}
-	w, err := kv.Watch(ctx, account+".*", jetstream.IgnoreDeletes())
+// portfolioKey is the first token of a portfolio's keys in
+// broadcast_sends; "=" is in no account name, so it cannot clash.
+func portfolioKey(portfolio string) string { return "pf=" + portfolio }
+
+func newCapTracker(ctx context.Context, kv jetstream.KeyValue, prefix string, log *slog.Logger) (*capTracker, error) {
+	c := &capTracker{kv: kv, prefix: prefix, log: log, last: map[string]time.Time{}, inFlight: map[string]int{}}
+	w, err := kv.Watch(ctx, prefix+".*", jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("watch sends of %s: %w", account, err)
+		return nil, fmt.Errorf("watch sends of %s: %w", prefix, err)
 	}
 	if err := shared.FollowWatch(ctx, w, log, func(e jetstream.KeyValueEntry, _ bool) { c.record(e) }); err != nil {
 		return nil, err
@@ -45,7 +50,7 @@ func newCapTracker(ctx context.Context, kv jetstream.KeyValue, account string, l
 	return c, nil
 }
 
-// record notes a send from the log: the key is <account>.<recipient hash>,
+// record notes a send from the log: the key is <prefix>.<recipient hash>,
 // the value the send's time in Unix nanoseconds.
 func (c *capTracker) record(e jetstream.KeyValueEntry) {
 	_, h, _ := strings.Cut(e.Key(), ".")
@@ -73,8 +78,10 @@ type admission struct {
 	reason string
 }
 
-// admit reserves a send to `to` now, or says how long to wait and why.
-func (c *capTracker) admit(to string, now time.Time, dailyCap int, interval time.Duration) admission {
+// admit reserves a send to `to` now, or says how long to wait and why;
+// capName says which cap dailyCap is, for the reason ("daily_cap 30
+// reached on account a").
+func (c *capTracker) admit(to string, now time.Time, dailyCap int, capName string, interval time.Duration) admission {
 	h := recipientHash(to)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -83,26 +90,52 @@ func (c *capTracker) admit(to string, now time.Time, dailyCap int, interval time
 		delete(c.last, h)
 		seen = false
 	}
-	if c.inFlight[h] {
+	if c.inFlight[h] > 0 {
 		return admission{wait: max(interval, time.Second), code: "per_recipient_interval", reason: "another send to this recipient is under way"}
 	}
 	if interval > 0 && seen && now.Sub(last) < interval {
 		return admission{wait: interval - now.Sub(last), code: "per_recipient_interval",
 			reason: fmt.Sprintf("per_recipient_interval %s: last send to this recipient %s ago", interval, now.Sub(last).Round(time.Millisecond))}
 	}
-	if dailyCap > 0 && !seen {
-		used, oldest := c.usedLocked(now)
-		if used >= dailyCap {
-			wait := time.Minute
-			if !oldest.IsZero() {
-				wait = max(oldest.Add(capWindow).Sub(now), time.Second)
-			}
-			return admission{wait: wait, code: "daily_cap",
-				reason: fmt.Sprintf("daily_cap %d reached on account %s; next slot in %s", dailyCap, c.account, wait.Round(time.Second))}
-		}
+	if adm, full := c.fullLocked(now, dailyCap, capName, seen); full {
+		return adm
 	}
-	c.inFlight[h] = true
+	c.inFlight[h]++
 	return admission{ok: true}
+}
+
+// admitShared reserves a slot of a cap several accounts share (a
+// portfolio's): a recipient already counted takes no new slot, and sends
+// to one recipient through several accounts may run at once.
+func (c *capTracker) admitShared(to string, now time.Time, dailyCap int, capName string) admission {
+	h := recipientHash(to)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, seen := c.last[h]
+	seen = seen && now.Sub(last) < capWindow || c.inFlight[h] > 0
+	if adm, full := c.fullLocked(now, dailyCap, capName, seen); full {
+		return adm
+	}
+	c.inFlight[h]++
+	return admission{ok: true}
+}
+
+// fullLocked reports whether a recipient not yet counted (seen false)
+// finds the cap full, with the admission saying how long to wait.
+func (c *capTracker) fullLocked(now time.Time, dailyCap int, capName string, seen bool) (admission, bool) {
+	if dailyCap <= 0 || seen {
+		return admission{}, false
+	}
+	used, oldest := c.usedLocked(now)
+	if used < dailyCap {
+		return admission{}, false
+	}
+	wait := time.Minute
+	if !oldest.IsZero() {
+		wait = max(oldest.Add(capWindow).Sub(now), time.Second)
+	}
+	return admission{wait: wait, code: "daily_cap",
+		reason: fmt.Sprintf("%s; next slot in %s", capName, wait.Round(time.Second))}, true
 }
 
 // usedLocked counts distinct recipients in the window (plus sends under
@@ -140,7 +173,9 @@ func (c *capTracker) used(now time.Time) int {
 func (c *capTracker) release(ctx context.Context, to string, sent bool, now time.Time) {
 	h := recipientHash(to)
 	c.mu.Lock()
-	delete(c.inFlight, h)
+	if c.inFlight[h]--; c.inFlight[h] <= 0 {
+		delete(c.inFlight, h)
+	}
 	if sent {
 		c.last[h] = now
 	}
@@ -148,7 +183,7 @@ func (c *capTracker) release(ctx context.Context, to string, sent bool, now time
 	if !sent {
 		return
 	}
-	if _, err := c.kv.Put(ctx, c.account+"."+h, []byte(strconv.FormatInt(now.UnixNano(), 10))); err != nil {
-		c.log.Warn("could not record send for caps", shared.KeyAccount, c.account, "err", err)
+	if _, err := c.kv.Put(ctx, c.prefix+"."+h, []byte(strconv.FormatInt(now.UnixNano(), 10))); err != nil {
+		c.log.Warn("could not record send for caps", "key", c.prefix, "err", err)
 	}
 }

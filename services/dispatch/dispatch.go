@@ -47,6 +47,13 @@ type Service struct {
 	// suppressed is the suppression list's view, checked right before a
 	// send (mayStillSend) so an entry added while a job waits stops it.
 	suppressed *suppress.View
+	// signals are the providers' quality ratings and messaging limits
+	// (quality.go, limits.go).
+	signals *shared.SignalsWatcher
+	// portfolioCaps are the shared daily counts of portfolios
+	// (portfolio.go), made on first use.
+	portfolioMu   sync.Mutex
+	portfolioCaps map[string]*capTracker
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
@@ -76,7 +83,8 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	cfg.withDefaults()
 	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
 		runners: map[string]*accountRunner{}, deletedAccounts: map[string]bool{}, ready: make(chan struct{}),
-		wakeSignal: make(chan struct{}, 1), wakeChannels: map[string]bool{}}, nil
+		portfolioCaps: map[string]*capTracker{},
+		wakeSignal:    make(chan struct{}, 1), wakeChannels: map[string]bool{}}, nil
 }
 
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
@@ -124,6 +132,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.suppressed, err = suppress.Watch(ctx, s.js, s.log); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	if s.signals, err = shared.WatchSignals(ctx, s.js, s.log, s.signalsChanged); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {

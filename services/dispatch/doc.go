@@ -5,7 +5,9 @@
 // lane: "dispatch_high-<account>", "dispatch-<account>" (normal) and
 // "dispatch_low-<account>", filters broadcast.jobs.<account>.high, .normal
 // and .low, created and resized live as KV broadcast_accounts changes. The
-// normal lane's exists while the account's lease is held; the high and low
+// normal lane's stays on the server, consumed only while the account has
+// work and this replica holds its lease (idle.go: an account without work
+// sleeps, with no lease and no pull request); the high and low
 // lanes' only while they hold jobs (lanes.go: every consumer of JOBS costs
 // the server on every acknowledgement; a closed lane leaves a mark in the
 // normal consumer's metadata so its next jobs count as fresh). Each lane's
@@ -24,8 +26,9 @@
 // confirmed fresh: it counts it valid until its last successful refresh
 // began plus the TTL minus 1.5 s, so a former holder's last send starts at
 // least 1.5 s before anyone else can hold the lease. A stopping holder
-// deletes the lease after its in-flight sends and the standbys, which watch
-// the key and retry every second, take over at once. A killed one's lease
+// deletes the lease after its in-flight sends and the standbys (the other
+// replicas' runners, which watch the key and retry every second while the
+// lane finder shows jobs for the account) take over at once. A killed one's lease
 // is taken at the standbys' next try (lease.Presence: its alive subject,
 // broadcast.alive.dispatch.<id>, has no responders once the server closed
 // its connection); otherwise it expires. A holder whose connection drops
@@ -138,6 +141,18 @@
 // with either moves too, spending no attempt: an account's problem never
 // sends a recipient to DEAD. Moves count in Job.Moves.
 //
+// Provider signals (KV broadcast_signals, watched; quality.go): a quality
+// rating of YELLOW or RED halves the account's rate ceiling until it
+// recovers; RED also holds its marketing jobs, which move to an account
+// of their pool whose rating does not hold them or wait with a retrying
+// event, code quality_red, until the rating changes (a change wakes held
+// jobs). The daily cap is the lowest of daily_cap, the warm-up ramp's cap
+// for the day (account field warmup) and the provider's messaging limit
+// (reported in the signals, else the tier); accounts with the same
+// portfolio field share one rolling 24 h count of distinct recipients,
+// held to the portfolio's limit, under pf=<portfolio> keys of
+// broadcast_sends (limits.go, portfolio.go).
+//
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
 // recipient given up on, with every attempt's error (before its failed
@@ -164,6 +179,8 @@
 //   - lanes.go: opening the high and low lanes when jobs appear, closing
 //     them when idle, their closed marks, the lane finder.
 //   - lease.go: waiting for the account's lease and keeping it while sending.
+//   - idle.go: sleeping accounts without work (no lease, no pull), waking
+//     them when the lane finder shows jobs, ending idle sessions.
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.
 //   - send.go: handle and its steps, from the check for an earlier send to
@@ -174,12 +191,18 @@
 //     failures, the rate they leave) and its value in KV broadcast_health.
 //   - pacer.go: token bucket, Retry-After pauses, the one-second bound.
 //   - adapt.go: the adaptive rate's control law.
-//   - caps.go: daily cap and per-recipient gap.
+//   - caps.go: daily cap and per-recipient gap, and a portfolio's shared
+//     count.
+//   - limits.go: which daily cap applies (daily_cap, warm-up, messaging
+//     limit) and how a reason names it.
+//   - portfolio.go: a portfolio's accounts, limit and shared count.
+//   - quality.go: what a quality rating does to pacing and marketing
+//     sends, and applying a change of the signals.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
 //   - handoff.go: copies a delivery publishes in place of its job, and
 //     their record in the ledger, so a crash before the ack repeats none.
 //   - pool.go: the accounts a job may move to (its pool, or its task's).
-//   - wake.go: waking held jobs on account edits.
+//   - wake.go: waking held jobs on account edits and signal changes.
 //   - reap.go: stopping runners of deleted accounts, and adopting the
 //     queues of accounts deleted while no dispatch ran.
 //   - requeue.go: re-queue requests (unparking, retry-dead) and the parked

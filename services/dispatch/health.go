@@ -47,25 +47,39 @@ func (r *accountRunner) pause(reason string) {
 // writeHealth publishes the account's health and effective rate.
 func (r *accountRunner) writeHealth(ctx context.Context) {
 	cur, ceiling := r.pacer.effective()
+	now := time.Now()
 	r.mu.RLock()
-	h := contract.AccountHealth{State: contract.HealthHealthy, RatePerSec: cur, Ceiling: ceiling, DailyCap: r.dailyCap(), UpdatedAt: time.Now().UTC()}
+	acct := r.acct
+	lim := r.svc.limitsOf(acct, now)
+	h := contract.AccountHealth{State: contract.HealthHealthy, RatePerSec: cur, Ceiling: ceiling, DailyCap: lim.own,
+		WarmupCap: lim.warmup, Portfolio: acct.Portfolio, PortfolioCap: lim.portfolio, UpdatedAt: now.UTC()}
+	if acct.Warmup != nil {
+		h.WarmupDay = acct.Warmup.Day(now)
+	}
 	if r.paused {
 		h.State, h.Reason, h.Since = contract.HealthPaused, r.pauseReason, r.pausedSince
 	}
 	caps := r.caps
 	r.mu.RUnlock()
+	if sig := r.svc.signals.Get(r.name); sig != nil {
+		h.Quality = sig.Quality
+		if sig.HoldsMarketing() {
+			h.MarketingHeld, h.QualityReason = true, "quality rating RED: marketing sends held, others at half rate"
+		} else if sig.RateFactor() < 1 {
+			h.QualityReason = "quality rating " + sig.Quality + ": rate ceiling halved"
+		}
+	}
 	if caps != nil {
-		h.DailyUsed = caps.used(time.Now())
+		h.DailyUsed = caps.used(now)
+	}
+	if acct.Portfolio != "" {
+		h.PortfolioUsed = r.svc.portfolioUsed(acct.Portfolio, now)
 	}
 	data, _ := json.Marshal(h)
 	if _, err := r.svc.healthKV.Put(ctx, r.name, data); err != nil && ctx.Err() == nil {
 		r.log.Warn("could not write account health", "err", err)
 	}
 }
-
-// dailyCap is the account's cap (a WhatsApp tier counts as one). Call with
-// r.mu held.
-func (r *accountRunner) dailyCap() int { return channels.EffectiveDailyCap(r.acct) }
 
 // reportHealth refreshes the health value while this process is the
 // account's active sender, so dashboards and render see its effective rate

@@ -92,11 +92,16 @@ func newSessionLanes(ctx context.Context, end context.CancelCauseFunc, valid fun
 // ended first.
 func (sl *sessionLanes) start() bool {
 	r := sl.r
-	// The marks an earlier session left on the normal lane.
+	// The marks an earlier session left on the normal lane: the other
+	// lanes closed, and the normal lane's own (idle.go), which says the
+	// session before ended with nothing pending, so the jobs queued since
+	// are fresh to this consumer.
+	normalIdle := false
 	if c, err := r.svc.js.Consumer(sl.ctx, contract.StreamJobs, contract.DispatchConsumer(sl.a.Name, contract.PriorityNormal)); err == nil {
 		for _, p := range []contract.Priority{contract.PriorityHigh, contract.PriorityLow} {
 			sl.marked[p] = c.CachedInfo().Config.Metadata[closedMark(p)] != ""
 		}
+		normalIdle = c.CachedInfo().Config.Metadata[closedMark(contract.PriorityNormal)] != ""
 	}
 	existed := map[int]bool{}
 	var toOpen []int
@@ -123,6 +128,9 @@ func (sl *sessionLanes) start() bool {
 	cons, recheckThrough := r.laneConsumer(sl.ctx, sl.a, contract.PriorityNormal, sl.marks())
 	if cons == nil {
 		return false
+	}
+	if normalIdle {
+		recheckThrough = 0
 	}
 	sl.run(laneNormal, cons, recheckThrough)
 	for _, lane := range toOpen {
@@ -371,11 +379,12 @@ type laneLook struct {
 // the session ended and keep returned.
 func (sl *sessionLanes) wait() { sl.loops.Wait() }
 
-// findLanes looks, every backlogPoll for the high lane and every
-// laneFindEvery for the low one, at the subjects of the lanes closed in
-// this replica's sessions, across every account in one request, and asks
-// the sessions whose lanes have jobs to open them. The backlog watch reads
-// the high lane's look (queued).
+// findLanes looks, every backlogPoll for the high and normal lanes and
+// every laneFindEvery for the low one, at the subjects of the lanes closed
+// in this replica's sessions or of its sleeping runners (idle.go), across
+// every account in one request, asks the sessions whose lanes have jobs to
+// open them and wakes the sleeping runners that have jobs. The backlog
+// watch reads the high lane's look (queued).
 func (s *Service) findLanes(ctx context.Context) {
 	t := time.NewTicker(backlogPoll)
 	defer t.Stop()
@@ -386,8 +395,12 @@ func (s *Service) findLanes(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, lane := range []int{laneHigh, laneLow} {
-			if lane == laneLow && tick%lowEvery != 0 || !s.anyLaneClosed(lane) {
+		asleep := s.anyAsleep()
+		for _, lane := range []int{laneHigh, laneNormal, laneLow} {
+			if lane == laneLow && tick%lowEvery != 0 {
+				continue
+			}
+			if !asleep && (lane == laneNormal || !s.anyLaneClosed(lane)) {
 				continue
 			}
 			at := time.Now()
@@ -411,10 +424,24 @@ func (s *Service) findLanes(ctx context.Context) {
 				}
 				if sl := r.lanes.Load(); sl != nil {
 					sl.want(lane)
+				} else {
+					r.nudge()
 				}
 			}
 		}
 	}
+}
+
+// anyAsleep reports whether a runner of this replica has no session.
+func (s *Service) anyAsleep() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.runners {
+		if r.asleep() {
+			return true
+		}
+	}
+	return false
 }
 
 // anyLaneClosed reports whether a session of this replica has lane closed.

@@ -29,10 +29,13 @@ func (r *accountRunner) watchLease(ctx context.Context) <-chan struct{} {
 }
 
 // acquire waits until this runner holds the account's lease; it returns
-// false when the runner stops first.
-func (r *accountRunner) acquire(ctx context.Context, l *lease.Lease, changed <-chan struct{}) bool {
+// false when the runner stops first or wanted says it no longer needs to.
+func (r *accountRunner) acquire(ctx context.Context, l *lease.Lease, changed <-chan struct{}, wanted func() bool) bool {
 	var lastErr string
 	for {
+		if !wanted() {
+			return false
+		}
 		var ok bool
 		var err error
 		if r.svc.share.mayTake(ctx) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -82,8 +83,9 @@ type delivery struct {
 	// handled before, when it holds the earlier attempts' errors.
 	entry *ledgerEntry
 	// caps holds the job's reservation in the account's caps, nil when the
-	// account has neither a daily cap nor a per-recipient interval.
-	caps *capTracker
+	// account has neither a daily cap nor a per-recipient interval;
+	// portfolio its reservation in its portfolio's shared count.
+	caps, portfolio *capTracker
 }
 
 // mayFollowLostAnswer reports whether an earlier delivery of the job may
@@ -200,20 +202,34 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 // spending an attempt. done reports that the job was handled here, with err
 // for the consume loop.
 func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, err error) {
-	dailyCap, gap := channels.EffectiveDailyCap(d.acct), d.acct.PerRecipientInterval.D()
-	if dailyCap <= 0 && gap <= 0 {
+	now := time.Now()
+	lim, gap := r.svc.limitsOf(d.acct, now), d.acct.PerRecipientInterval.D()
+	if lim.own <= 0 && gap <= 0 && d.acct.Portfolio == "" {
 		return false, nil
 	}
 	caps, err := r.capTracker(ctx)
 	if err != nil {
 		return true, err
 	}
-	if adm := caps.admit(d.job.To, time.Now(), dailyCap, gap); !adm.ok {
+	if adm := caps.admit(d.job.To, now, lim.own, lim.describeOwn(d.acct, now), gap); !adm.ok {
 		d.log.Debug("send delayed by caps", "code", adm.code, "reason", adm.reason, "wait", adm.wait)
 		if adm.code == "daily_cap" {
-			return true, r.capReached(ctx, d, adm)
+			return true, r.capReached(ctx, d, adm, "")
 		}
 		return true, r.delayJob(ctx, d, d.acct.Name, d.attempt-1, adm.wait)
+	}
+	if p := d.acct.Portfolio; p != "" {
+		shared, err := r.svc.portfolioTracker(p)
+		if err != nil {
+			caps.release(ctx, d.job.To, false, now)
+			return true, err
+		}
+		if adm := shared.admitShared(d.job.To, now, lim.portfolio, "messaging limit "+strconv.Itoa(lim.portfolio)+" reached on portfolio "+p); !adm.ok {
+			caps.release(ctx, d.job.To, false, now)
+			d.log.Debug("send delayed by its portfolio's limit", "reason", adm.reason, "wait", adm.wait)
+			return true, r.capReached(ctx, d, adm, p)
+		}
+		d.portfolio = shared
 	}
 	d.caps = caps
 	return false, nil
@@ -226,7 +242,13 @@ func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, 
 // without a call, with err for the consume loop.
 func (r *accountRunner) send(ctx context.Context, turn *ticket, d *delivery) (o *sendOutcome, err error) {
 	if d.caps != nil {
-		defer func() { d.caps.release(ctx, d.job.To, o != nil && o.mayHaveReached(), time.Now()) }()
+		defer func() {
+			reached, now := o != nil && o.mayHaveReached(), time.Now()
+			d.caps.release(ctx, d.job.To, reached, now)
+			if d.portfolio != nil {
+				d.portfolio.release(ctx, d.job.To, reached, now)
+			}
+		}()
 	}
 	if d.batch != nil {
 		return r.sendBatched(ctx, d)
@@ -316,7 +338,7 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 			return nil, err
 		}
 		if blocked, why := r.mustNotSend(); blocked {
-			return nil, r.reroute(ctx, d, why)
+			return nil, r.reroute(ctx, d, why, "no_healthy_account")
 		}
 		// Handed back, but the task runs again: queue once more.
 	}
@@ -372,7 +394,7 @@ func (r *accountRunner) settleAccountProblem(ctx context.Context, d *delivery, r
 	if blocked, reason := r.mustNotSend(); blocked {
 		why = reason
 	}
-	return r.reroute(ctx, d, why)
+	return r.reroute(ctx, d, why, "no_healthy_account")
 }
 
 // settleGiveUp gives up on a job whose error is permanent or which has
@@ -480,7 +502,10 @@ func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done boo
 		return true, r.svc.publish(ctx, ev)
 	}
 	if blocked, why := r.mustNotSend(); blocked {
-		return true, r.reroute(ctx, d, why)
+		return true, r.reroute(ctx, d, why, "no_healthy_account")
+	}
+	if held, why := r.heldByQuality(d); held {
+		return true, r.reroute(ctx, d, why, contract.CodeQualityRed)
 	}
 	return false, nil
 }
@@ -501,14 +526,15 @@ func (r *accountRunner) event(d *delivery, kind contract.EventKind, attempt int)
 	return ev
 }
 
-// reroute moves a job off an account that must not send: to a healthy
-// account of its pool, or, when there is none, back onto this account
-// after a wait, with a retrying event saying why.
-func (r *accountRunner) reroute(ctx context.Context, d *delivery, why string) error {
+// reroute moves a job off an account that must not send it: to a healthy
+// account of its pool whose quality lets it send the job's category, or,
+// when there is none, back onto this account after a wait, with a retrying
+// event saying why (code).
+func (r *accountRunner) reroute(ctx context.Context, d *delivery, why, code string) error {
 	s, job, attempts := r.svc, &d.job, d.attempt-1
 	var candidates []*contract.Account
 	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, s.poolOf(ctx, job))) {
-		if a.Name != r.name {
+		if a.Name != r.name && s.maySendCategory(a.Name, job.JobCategory()) {
 			candidates = append(candidates, a)
 		}
 	}
@@ -517,7 +543,7 @@ func (r *accountRunner) reroute(ctx context.Context, d *delivery, why string) er
 		return r.moveJob(ctx, d, to.Name, attempts)
 	}
 	ev := r.event(d, contract.EventRetrying, attempts)
-	ev.Code, ev.Class = "no_healthy_account", contract.ClassAccountFatal
+	ev.Code, ev.Class = code, contract.ClassAccountFatal
 	ev.Error = why + "; no healthy " + job.Channel + " account to move to, waiting"
 	if err := s.publish(ctx, ev); err != nil {
 		return err
@@ -528,12 +554,17 @@ func (r *accountRunner) reroute(ctx context.Context, d *delivery, why string) er
 // capReached handles a job whose account reached its daily cap: it moves
 // to an account of its pool that still has capacity (by the accounts'
 // health values), or is held, with a retrying event saying why, until the
-// window frees a slot or an account edit adds capacity (wake.go).
-func (r *accountRunner) capReached(ctx context.Context, d *delivery, adm admission) error {
+// window frees a slot or an account edit adds capacity (wake.go). When the
+// cap that is full is fullPortfolio's, the portfolio's other accounts are
+// no way out.
+func (r *accountRunner) capReached(ctx context.Context, d *delivery, adm admission, fullPortfolio string) error {
 	s, job, attempts := r.svc, &d.job, d.attempt-1
 	var candidates []*contract.Account
 	for _, a := range s.health.Usable(s.accounts.ForTask(job.Channel, s.poolOf(ctx, job))) {
-		if a.Name != r.name && s.health.Get(a.Name).Remaining() != 0 {
+		if fullPortfolio != "" && a.Portfolio == fullPortfolio {
+			continue
+		}
+		if a.Name != r.name && s.health.Get(a.Name).Remaining() != 0 && r.svc.maySendCategory(a.Name, job.JobCategory()) {
 			candidates = append(candidates, a)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -29,8 +28,9 @@ func addsCapacity(old *accountRunner, acct *contract.Account) bool {
 	if paused || !prev.IsEnabled() && acct.IsEnabled() {
 		return true
 	}
-	before, after := channels.EffectiveDailyCap(prev), channels.EffectiveDailyCap(acct)
-	return before > 0 && (after == 0 || after > before)
+	now, sig := time.Now(), old.svc.signals.Get(acct.Name)
+	before, after := accountLimits(prev, sig, 0, now).own, accountLimits(acct, sig, 0, now).own
+	return before > 0 && (after == 0 || after > before) || prev.Portfolio != acct.Portfolio
 }
 
 // wakeLater asks the waker to wake the held jobs of channel's accounts.

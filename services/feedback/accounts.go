@@ -19,20 +19,25 @@ type accounts struct {
 	getenv func(string) string
 	allow  []string
 
-	mu     sync.RWMutex
-	phones map[string]string // phone_number_id -> account name
-	names  map[string]string // account name -> phone_number_id
+	mu       sync.RWMutex
+	phones   map[string]string // phone_number_id -> account name
+	names    map[string]string // account name -> phone_number_id
+	displays map[string]string // digits of display_phone_number -> account name
+	display  map[string]string // account name -> those digits
 }
 
 // whatsappFields are the account fields of a WhatsApp account feedback reads.
 type whatsappFields struct {
-	PhoneNumberID  string `json:"phone_number_id"`
-	AppSecretEnv   string `json:"app_secret_env"`
-	VerifyTokenEnv string `json:"verify_token_env"`
+	PhoneNumberID string `json:"phone_number_id"`
+	// DisplayPhoneNumber is the number as account webhooks name it.
+	DisplayPhoneNumber string `json:"display_phone_number"`
+	AppSecretEnv       string `json:"app_secret_env"`
+	VerifyTokenEnv     string `json:"verify_token_env"`
 }
 
 func newAccounts(getenv func(string) string, allow []string) *accounts {
-	return &accounts{getenv: getenv, allow: allow, phones: map[string]string{}, names: map[string]string{}}
+	return &accounts{getenv: getenv, allow: allow, phones: map[string]string{}, names: map[string]string{},
+		displays: map[string]string{}, display: map[string]string{}}
 }
 
 // change keeps the phone number map current; it is the account
@@ -46,6 +51,12 @@ func (a *accounts) change(c shared.AccountChange) {
 		}
 		delete(a.names, c.Name)
 	}
+	if old, ok := a.display[c.Name]; ok {
+		if a.displays[old] == c.Name {
+			delete(a.displays, old)
+		}
+		delete(a.display, c.Name)
+	}
 	if c.Account == nil || c.Account.Channel != "whatsapp" {
 		return
 	}
@@ -55,6 +66,22 @@ func (a *accounts) change(c shared.AccountChange) {
 	}
 	a.phones[f.PhoneNumberID] = c.Name
 	a.names[c.Name] = f.PhoneNumberID
+	if d := digits(f.DisplayPhoneNumber); d != "" {
+		a.displays[d] = c.Name
+		a.display[c.Name] = d
+	}
+}
+
+// byDisplayPhone returns the WhatsApp account whose display_phone_number
+// has these digits, or nil.
+func (a *accounts) byDisplayPhone(digits string) *contract.Account {
+	a.mu.RLock()
+	name, ok := a.displays[digits]
+	a.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	return a.aw.Get(name)
 }
 
 // byPhone returns the WhatsApp account of phone_number_id, or nil.

@@ -78,6 +78,15 @@
 // Failed WhatsApp statuses keep their recipient_id on the stored receipt
 // for this (Receipt.To).
 //
+// Writes KV broadcast_signals (quality.go): WhatsApp's account webhook
+// phone_number_quality_update, matched to the account whose
+// display_phone_number has the same digits and signed with its app
+// secret, sets the account's quality (FLAGGED RED, UNFLAGGED GREEN, a
+// relayed quality_rating as given) and messaging limit (the portfolio's
+// max_daily_conversations_per_business, else current_limit), by
+// compare-and-set, before the post is answered; an update older than the
+// stored one changes nothing.
+//
 // Where to edit what: service.go (starting and stopping the parts),
 // http.go (the server, body limit, storing before answering), whatsapp.go
 // (Meta's handshake, signature and payload), receipts.go (the webhook
@@ -86,6 +95,7 @@
 // environment), receipt.go (the stored receipt, index keys and values),
 // index.go (indexing sent events), process.go (receipts to events,
 // unmatched receipts), suppress.go (receipts to suppression entries),
+// quality.go (quality and messaging-limit updates to KV broadcast_signals),
 // wxpusher.go (the WxPusher poller: its consumer, pacing, status answers
 // and the API shape assumed), config.go (settings).
 package feedback

@@ -24,6 +24,7 @@ type Service struct {
 	log      *slog.Logger
 	accounts *accounts
 	index    jetstream.KeyValue
+	signals  jetstream.KeyValue // accounts' provider signals (quality.go)
 	// suppressions receives opt-outs, holds, bounces and complaints
 	// (suppress.go).
 	suppressions *suppress.List
@@ -78,6 +79,9 @@ func (s *Service) Addr() string {
 // (the address is taken, a bucket is missing) or a part fails.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
+	if s.signals, err = s.js.KeyValue(ctx, contract.BucketSignals); err != nil {
+		return fmt.Errorf("feedback: %s: %w", contract.BucketSignals, err)
+	}
 	if s.index, err = s.js.KeyValue(ctx, contract.BucketProviderIDs); err != nil {
 		return fmt.Errorf("feedback: %w", err)
 	}

@@ -235,6 +235,9 @@ func (s *Service) whatsappPost(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, routeWhatsApp, metrics.RefusedBadRequest, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !s.applyQualityUpdates(w, r, body, signer) {
+		return
+	}
 	receipts := make([]Receipt, 0, len(parsed))
 	var unknown, foreign int
 	for _, p := range parsed {

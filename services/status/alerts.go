@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -80,4 +81,58 @@ func (s *Service) watchAccountPauses(ctx context.Context) error {
 	mu.Unlock()
 	view.Store(v)
 	return nil
+}
+
+// qualityRank orders quality ratings from best to worst.
+func qualityRank(q string) int {
+	switch q {
+	case contract.QualityYellow:
+		return 1
+	case contract.QualityRed:
+		return 2
+	}
+	return 0
+}
+
+// qualityAlerts calls ALERT_URL when an account's quality rating drops
+// (to YELLOW or RED, KV broadcast_signals); it is the signals watcher's
+// callback, and seen holds each account's last rating.
+type qualityAlerts struct {
+	s *Service
+	// view is the signals, set once loaded (before that, changes are the
+	// initial values, which seed reads).
+	view atomic.Pointer[shared.SignalsWatcher]
+	mu   sync.Mutex
+	seen map[string]string
+}
+
+func (q *qualityAlerts) changed(name string) {
+	v := q.view.Load()
+	if v == nil {
+		return
+	}
+	sig := v.Get(name)
+	now := sig.QualityOrUnknown()
+	q.mu.Lock()
+	was := q.seen[name]
+	q.seen[name] = now
+	q.mu.Unlock()
+	if qualityRank(now) > qualityRank(was) && q.s.alerts != nil && q.s.holds.Load() != nil {
+		effect := "rate ceiling halved"
+		if sig.HoldsMarketing() {
+			effect = "marketing sends held, others at half rate"
+		}
+		q.s.alerts.Alert("account."+name+".quality."+strings.ToLower(now), fmt.Sprintf("Broadcast: account %s quality dropped to %s (%s); %s",
+			name, now, sig.Event, effect))
+	}
+}
+
+// seed records the ratings loaded before the first change.
+func (q *qualityAlerts) seed(v *shared.SignalsWatcher) {
+	q.mu.Lock()
+	for _, name := range v.Accounts() {
+		q.seen[name] = v.Get(name).QualityOrUnknown()
+	}
+	q.mu.Unlock()
+	q.view.Store(v)
 }

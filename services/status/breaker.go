@@ -34,7 +34,7 @@ func (b *breakerWindow) record(ev *contract.Event) {
 	case contract.EventFailed:
 		failed = true
 	case contract.EventRetrying:
-		if ev.Requeued || ev.Code == "daily_cap" || ev.Code == "no_healthy_account" {
+		if ev.Requeued || waitCode(ev.Code) {
 			return
 		}
 		failed = true

@@ -54,6 +54,21 @@ type AccountView struct {
 	Ceiling    float64 `json:"ceiling"`
 	DailyUsed  int     `json:"daily_used"`
 	DailyCap   int     `json:"daily_cap"`
+	// WarmupCap and WarmupDay describe the warm-up ramp; Portfolio and its
+	// counts the limit the account shares (KV broadcast_health).
+	WarmupCap     int    `json:"warmup_cap,omitempty"`
+	WarmupDay     int    `json:"warmup_day,omitempty"`
+	Portfolio     string `json:"portfolio,omitempty"`
+	PortfolioUsed int    `json:"portfolio_used,omitempty"`
+	PortfolioCap  int    `json:"portfolio_cap,omitempty"`
+	// Quality is the provider's rating (KV broadcast_signals), with what
+	// it does in QualityReason; MarketingHeld when RED holds marketing.
+	Quality       string `json:"quality,omitempty"`
+	QualityReason string `json:"quality_reason,omitempty"`
+	MarketingHeld bool   `json:"marketing_held,omitempty"`
+	// Score is the health score over the last hour (KV broadcast_scores),
+	// nil before one is written.
+	Score *contract.AccountScore `json:"score,omitempty"`
 	// QueueDepth is jobs not yet delivered to dispatch; InFlight delivered
 	// and not yet acknowledged. Both are polled every PollInterval.
 	QueueDepth uint64 `json:"queue_depth"`
@@ -79,6 +94,8 @@ type dashboard struct {
 	progress *shared.KVView[*contract.Progress]
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
+	signals  *shared.SignalsWatcher
+	scores   *shared.KVView[*contract.AccountScore]
 	// series are the charts' data (series.go), sampled here every second.
 	series *seriesStore
 
@@ -108,6 +125,16 @@ func newDashboard(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 		return nil, err
 	}
 	if d.health, err = shared.WatchHealth(ctx, js, log); err != nil {
+		return nil, err
+	}
+	if d.signals, err = shared.WatchSignals(ctx, js, log, func(string) { d.changed() }); err != nil {
+		return nil, err
+	}
+	if d.scores, err = shared.WatchKV(ctx, js, contract.BucketScores, func(b []byte) (*contract.AccountScore, error) {
+		var v contract.AccountScore
+		err := json.Unmarshal(b, &v)
+		return &v, err
+	}, log, func(string) { d.changed() }); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -169,8 +196,17 @@ func (d *dashboard) snapshot() *Snapshot {
 			if h.DailyCap > 0 {
 				v.DailyCap = h.DailyCap
 			}
+			v.WarmupCap, v.WarmupDay = h.WarmupCap, h.WarmupDay
+			v.Portfolio, v.PortfolioUsed, v.PortfolioCap = h.Portfolio, h.PortfolioUsed, h.PortfolioCap
+			v.QualityReason, v.MarketingHeld = h.QualityReason, h.MarketingHeld
 			at := h.UpdatedAt
 			v.HealthAt = &at
+		}
+		if sig := d.signals.Get(a.Name); sig != nil {
+			v.Quality = sig.QualityOrUnknown()
+		}
+		if sc, ok := d.scores.Get(a.Name); ok {
+			v.Score = sc
 		}
 		q := queues[a.Name]
 		v.QueueDepth, v.InFlight = q.pending, q.inFlight
@@ -283,8 +319,16 @@ func (d *dashboard) pollOnce(ctx context.Context) {
 	var gauges []metrics.AccountGauges
 	for _, a := range d.accounts.All() {
 		q := queues[a.Name]
-		gauges = append(gauges, metrics.AccountGauges{Name: a.Name, QueueDepth: q.pending, InFlight: q.inFlight,
-			Paused: !d.health.Get(a.Name).Healthy()})
+		g := metrics.AccountGauges{Name: a.Name, QueueDepth: q.pending, InFlight: q.inFlight,
+			Paused: !d.health.Get(a.Name).Healthy(), Score: -1, Quality: d.signals.Get(a.Name).QualityOrUnknown(),
+			DailyCap: a.DailyCap}
+		if h := d.health.Get(a.Name); h != nil {
+			g.DailyCap, g.DailyUsed = h.DailyCap, h.DailyUsed
+		}
+		if sc, ok := d.scores.Get(a.Name); ok {
+			g.Score = sc.Score
+		}
+		gauges = append(gauges, g)
 	}
 	d.metrics.SetAccounts(gauges)
 	counts := map[contract.TaskState]int{}

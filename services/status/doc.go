@@ -43,6 +43,12 @@
 // sent. They update finished tasks too; the byte is checkpointed with the
 // outcomes (a checkpoint without it loads with none).
 //
+// Account health scores: the folding process counts each account's
+// outcomes per minute over the last hour (sent, receipts, blocks, attempts
+// refused as too fast) and writes its score (contract.HealthScore) to KV
+// broadcast_scores every 5 s (score.go); a process that takes over the
+// fold starts from those windows.
+//
 // Serves (when Config.DashboardAddr is set): the live dashboard, its JSON
 // API and server-sent events, the control buttons (forwarded as requests on
 // broadcast.control.<task>) and /metrics. The dashboard reads KV
@@ -61,13 +67,13 @@
 // dashboard shows, queue polling), retention.go (removing old finished
 // tasks), http.go (routes), guard.go (who may
 // use the dashboard: Host check, token, stream cap), viewer.go (what the
-// viewer token may see), breaker.go (the
-// per-task circuit breaker), alerts.go (what calls ALERT_URL), series.go
-// (the charts' bounded series and their sampler), story.go (the
-// operator's routes: a task's story, series, lookup, retry of a
-// selection), lookup.go (publishing the recipient index), web/ (the
-// pages: index.html and app.js the live dashboard, task.html and task.js
-// a task's story, account.html and account.js an account's charts,
-// lookup.html and lookup.js the recipient lookup, chart.js the SVG
-// charts, style.css), config.go (settings).
+// viewer token may see), breaker.go (the per-task circuit breaker),
+// alerts.go (what calls ALERT_URL), score.go (accounts' health scores,
+// KV broadcast_scores), series.go (the charts' bounded series and their
+// sampler), story.go (the operator's routes: a task's story, series,
+// lookup, retry of a selection), lookup.go (publishing the recipient
+// index), web/ (the pages: index.html and app.js the live dashboard,
+// task.html and task.js a task's story, account.html and account.js an
+// account's charts, lookup.html and lookup.js the recipient lookup,
+// chart.js the SVG charts, style.css), config.go (settings).
 package status

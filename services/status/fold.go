@@ -58,7 +58,8 @@ const waitingPrefix = "waiting: "
 
 // waitCode reports whether a retrying code puts a recipient in outWaiting.
 func waitCode(code string) bool {
-	return code == "daily_cap" || code == "no_healthy_account" || code == contract.CodeNoEnabledAccount
+	return code == "daily_cap" || code == "no_healthy_account" || code == contract.CodeNoEnabledAccount ||
+		code == contract.CodeQualityRed
 }
 
 func outcomeOf(k contract.EventKind) (outcome, bool) {

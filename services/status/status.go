@@ -48,6 +48,10 @@ type Service struct {
 
 	controls *shared.ControlWatcher
 	changed  chan string
+	// scores count each account's outcomes for its health score
+	// (score.go); signals give its quality rating.
+	scores  *scoreBook
+	signals *shared.SignalsWatcher
 	// alerts calls the operator's webhook (alerts.go); nil without one.
 	alerts *alert.Notifier
 	// series feeds the dashboard's charts from the events folded here
@@ -87,7 +91,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
-		changed: make(chan string, 1024), alerts: alerts, series: newSeriesStore(cfg.SeriesLimit)}, nil
+		changed: make(chan string, 1024), alerts: alerts, scores: newScoreBook(), series: newSeriesStore(cfg.SeriesLimit)}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -110,6 +114,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
+	qa := &qualityAlerts{s: s, seen: map[string]string{}}
+	if s.signals, err = shared.WatchSignals(ctx, s.js, s.log, qa.changed); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	qa.seed(s.signals)
 	go shared.Supervise(ctx, s.log, "finished-task retention", s.forget)
 	if err := s.watchAccountPauses(ctx); err != nil {
 		return fmt.Errorf("status: %w", err)
@@ -151,6 +160,7 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	s.holds.Store(l)
 	defer s.holds.Store(nil)
 	go s.keepFoldLease(sctx, l, end)
+	go s.writeScores(sctx)
 
 	msgs := make(chan jetstream.Msg, 4096)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -262,15 +272,16 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
-	changed := f.apply(&ev)
-	if changed {
+	applied := f.apply(&ev)
+	s.scores.note(&ev, applied, time.Now())
+	if applied {
 		f.dirty, f.unsaved = true, true
 		if ev.Kind.ReceiptKind() {
 			f.lastReceipt = time.Now()
 		}
 	}
-	s.chart(f, &ev, changed)
-	s.index(&ev, changed)
+	s.chart(f, &ev, applied)
+	s.index(&ev, applied)
 	s.noteFold(f, wasFinal, failedBefore)
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
 		s.alertTripped(ev.TaskID, reason)

@@ -212,6 +212,8 @@
     f.rate.dataset.field = 'rate';
     rb.append(f.bar, f.rate);
     cell('num', 'daily');
+    cell('', 'quality');
+    cell('num', 'score');
     cell('num', 'queue');
     cell('num', 'inflight');
     return { tr, f };
@@ -228,7 +230,15 @@
     f.rateSeg.style.width = w.toFixed(2) + '%';
     const eff = a.health_at ? fmtRate(a.rate_per_sec) : 'not reported';
     setText(f.rate, `${eff} of ${fmtRate(ceiling)}`);
-    setText(f.daily, `${fmtInt(a.daily_used)} / ${a.daily_cap > 0 ? fmtInt(a.daily_cap) : '–'}`);
+    let daily = `${fmtInt(a.daily_used)} / ${a.daily_cap > 0 ? fmtInt(a.daily_cap) : '–'}`;
+    if (a.warmup_cap > 0) daily += ` (warm-up day ${a.warmup_day || 0})`;
+    if (a.portfolio) {
+      const pc = a.portfolio_cap > 0 ? fmtInt(a.portfolio_cap) : '–';
+      daily += `; portfolio ${a.portfolio} ${fmtInt(a.portfolio_used || 0)} / ${pc}`;
+    }
+    setText(f.daily, daily);
+    setText(f.quality, (a.quality || '–') + (a.quality_reason ? ': ' + a.quality_reason : ''));
+    setText(f.score, a.score ? String(a.score.score) : '–');
     setText(f.queue, fmtInt(a.queue_depth));
     setText(f.inflight, fmtInt(a.in_flight));
   }
