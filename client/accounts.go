@@ -14,7 +14,9 @@ import (
 
 // AccountStatus is one sender account as `broadcast accounts` shows it:
 // its configuration (KV broadcast_accounts, never its endpoint or secret
-// name) and its health as dispatch last wrote it (KV broadcast_health).
+// name), its health as dispatch last wrote it (KV broadcast_health), the
+// provider's quality rating (KV broadcast_signals) and its health score
+// (KV broadcast_scores).
 type AccountStatus struct {
 	Name    string `json:"name"`
 	Channel string `json:"channel"`
@@ -31,6 +33,16 @@ type AccountStatus struct {
 	DailyUsed  int        `json:"daily_used"`
 	DailyCap   int        `json:"daily_cap"`
 	HealthAt   *time.Time `json:"health_at,omitempty"`
+	// WarmupCap, Portfolio and its counts describe the caps beside
+	// daily_cap; Quality and QualityReason the provider's rating and what
+	// it does; Score the health score (-1 before status wrote one).
+	WarmupCap     int    `json:"warmup_cap,omitempty"`
+	Portfolio     string `json:"portfolio,omitempty"`
+	PortfolioUsed int    `json:"portfolio_used,omitempty"`
+	PortfolioCap  int    `json:"portfolio_cap,omitempty"`
+	Quality       string `json:"quality"`
+	QualityReason string `json:"quality_reason,omitempty"`
+	Score         int    `json:"score"`
 }
 
 // Accounts returns every account with its health, by name.
@@ -40,6 +52,14 @@ func Accounts(ctx context.Context, js jetstream.JetStream) ([]AccountStatus, err
 		return nil, err
 	}
 	health, err := js.KeyValue(ctx, contract.BucketHealth)
+	if err != nil {
+		return nil, err
+	}
+	signals, err := js.KeyValue(ctx, contract.BucketSignals)
+	if err != nil {
+		return nil, err
+	}
+	scores, err := js.KeyValue(ctx, contract.BucketScores)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +76,7 @@ func Accounts(ctx context.Context, js jetstream.JetStream) ([]AccountStatus, err
 		if err != nil {
 			return nil, err
 		}
-		s := AccountStatus{Name: name, State: contract.HealthHealthy}
+		s := AccountStatus{Name: name, State: contract.HealthHealthy, Quality: contract.QualityUnknown, Score: -1}
 		if a, err := contract.DecodeAccount(name, e.Value()); err != nil {
 			s.Invalid = err.Error()
 		} else {
@@ -72,8 +92,25 @@ func Accounts(ctx context.Context, js jetstream.JetStream) ([]AccountStatus, err
 				if h.DailyCap > 0 {
 					s.DailyCap = h.DailyCap
 				}
+				s.WarmupCap, s.Portfolio, s.PortfolioUsed, s.PortfolioCap = h.WarmupCap, h.Portfolio, h.PortfolioUsed, h.PortfolioCap
+				s.QualityReason = h.QualityReason
 				at := h.UpdatedAt
 				s.HealthAt = &at
+			}
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, err
+		}
+		if se, err := signals.Get(ctx, name); err == nil {
+			if sig, err := contract.DecodeAccountSignals(se.Value()); err == nil {
+				s.Quality = sig.QualityOrUnknown()
+			}
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, err
+		}
+		if sc, err := scores.Get(ctx, name); err == nil {
+			var v contract.AccountScore
+			if json.Unmarshal(sc.Value(), &v) == nil {
+				s.Score = v.Score
 			}
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, err

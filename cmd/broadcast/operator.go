@@ -163,7 +163,7 @@ func accountsCommand(ctx context.Context, js jetstream.JetStream, args []string,
 		return printJSON(out, accounts)
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ACCOUNT\tCHANNEL\tENABLED\tHEALTH\tRATE/S\tCEILING/S\tDAILY USED\tDAILY CAP\tREASON")
+	fmt.Fprintln(w, "ACCOUNT\tCHANNEL\tENABLED\tHEALTH\tRATE/S\tCEILING/S\tDAILY USED\tDAILY CAP\tQUALITY\tSCORE\tREASON")
 	for _, a := range accounts {
 		daily := "-"
 		if a.DailyCap > 0 {
@@ -172,9 +172,15 @@ func accountsCommand(ctx context.Context, js jetstream.JetStream, args []string,
 		reason := a.Reason
 		if a.Invalid != "" {
 			reason = "invalid: " + a.Invalid
+		} else if reason == "" {
+			reason = a.QualityReason
 		}
-		fmt.Fprintf(w, "%s\t%s\t%t\t%s\t%.1f\t%.1f\t%d\t%s\t%s\n", a.Name, a.Channel, a.Enabled, a.State, a.RatePerSec, a.Ceiling,
-			a.DailyUsed, daily, shorten(reason, 60))
+		score := "-"
+		if a.Score >= 0 {
+			score = strconv.Itoa(a.Score)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%t\t%s\t%.1f\t%.1f\t%d\t%s\t%s\t%s\t%s\n", a.Name, a.Channel, a.Enabled, a.State, a.RatePerSec, a.Ceiling,
+			a.DailyUsed, daily, a.Quality, score, shorten(reason, 60))
 	}
 	return w.Flush()
 }

@@ -107,20 +107,27 @@ func TestOperatorCommands(t *testing.T) {
 	putValue(t, ts.JS, contract.BucketAccounts, "hook", `{"channel":"webhook","endpoint":"http://127.0.0.1:1/x","rate_per_sec":50,"burst":1,"concurrency":1,"daily_cap":1000}`)
 	putValue(t, ts.JS, contract.BucketAccounts, "wa", `{"channel":"whatsapp","rate_per_sec":-1}`)
 	putValue(t, ts.JS, contract.BucketHealth, "hook", `{"state":"paused","reason":"token revoked","rate_per_sec":12.5,"ceiling":50,"daily_used":321,"daily_cap":1000}`)
+	putValue(t, ts.JS, contract.BucketSignals, "hook", `{"quality":"YELLOW","at":"2026-12-02T08:00:00Z"}`)
+	putValue(t, ts.JS, contract.BucketScores, "hook", `{"score":63,"window":"1h0m0s","sent":100,"at":"2026-12-02T08:00:00Z"}`)
 	out, err = run("accounts", "-json")
 	require.NoError(t, err)
 	var accounts []client.AccountStatus
 	require.NoError(t, json.Unmarshal([]byte(out), &accounts))
 	require.Len(t, accounts, 2)
 	require.Equal(t, client.AccountStatus{Name: "hook", Channel: "webhook", Enabled: true, State: "paused", Reason: "token revoked",
-		RatePerSec: 12.5, Ceiling: 50, DailyUsed: 321, DailyCap: 1000, HealthAt: accounts[0].HealthAt}, accounts[0])
+		RatePerSec: 12.5, Ceiling: 50, DailyUsed: 321, DailyCap: 1000, HealthAt: accounts[0].HealthAt,
+		Quality: "YELLOW", Score: 63}, accounts[0])
 	require.Contains(t, accounts[1].Invalid, "rate_per_sec")
+	require.Equal(t, contract.QualityUnknown, accounts[1].Quality)
+	require.Equal(t, -1, accounts[1].Score, "no score written yet")
 	require.NotContains(t, out, "127.0.0.1:1", "no endpoint (it may carry a token)")
 	out, err = run("accounts")
 	require.NoError(t, err)
 	require.Contains(t, out, "hook")
 	require.Contains(t, out, "12.5")
 	require.Contains(t, out, "321")
+	require.Contains(t, out, "YELLOW")
+	require.Contains(t, out, "63")
 
 	// lookup: the recipient's subject in LOOKUP, found by its normalized form.
 	hash := contract.RecipientHash("+8613800000001")
