@@ -29,6 +29,10 @@ type Config struct {
 	// NoHealthyWait is how long a job waits when its account cannot send
 	// and no healthy account of its pool can take it. Defaults to 30 seconds.
 	NoHealthyWait time.Duration
+	// DigestWindow is the window of digests an account's backlog opens
+	// (contract.Account.DigestBacklog) for tasks with a digest_key and no
+	// digest_window of their own. Defaults to 1 minute.
+	DigestWindow time.Duration
 	// HealthInterval is how often the active owner of an account refreshes
 	// its health value. Defaults to 2 seconds.
 	HealthInterval time.Duration
@@ -96,6 +100,7 @@ func ConfigFromEnv() (Config, error) {
 		"DISPATCH_BACKOFF_MAX":   &c.BackoffMax,
 		"DISPATCH_LONG_WAIT":     &c.LongWait,
 		"DISPATCH_REAP_INTERVAL": &c.ReapInterval,
+		"DISPATCH_DIGEST_WINDOW": &c.DigestWindow,
 	} {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -152,6 +157,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = 30 * time.Second
+	}
+	if c.DigestWindow == 0 {
+		c.DigestWindow = time.Minute
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = 2 * time.Second
