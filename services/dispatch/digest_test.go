@@ -1,0 +1,158 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/natstest"
+)
+
+// digestJob is a sandbox job of task to user-0 with digest key "news".
+func digestJob(task string, window time.Duration) contract.Job {
+	return contract.Job{ID: contract.JobID(task, 0, false), TaskID: task, To: "user-0", Body: "from " + task,
+		Channel: "sandbox", Account: "a", Priority: contract.PriorityNormal, MaxAttempts: 3,
+		DigestKey: "news", DigestWindow: contract.Duration(window)}
+}
+
+// TestDigestLeftSentIsFinished plays a dispatch killed after it recorded a
+// digest as sent and before it published the items' sent events: the next
+// job to that recipient and key publishes them (once each, also when the
+// entry is found twice) and deletes the entry, then opens its own digest.
+func TestDigestLeftSentIsFinished(t *testing.T) {
+	t.Parallel()
+	js := topologyJS(t)
+	ctx := t.Context()
+	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
+	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
+	require.NoError(t, err)
+
+	items := []contract.Job{digestJob("x", time.Second), digestJob("y", time.Second), digestJob("z", time.Second)}
+	key := digestKey(&items[0])
+	require.NotContains(t, key, "user-0", "recipients are hashed in keys")
+	left := digestEntry{State: digestSent, Carrier: items[0].ID, Items: items, Account: "a", Attempt: 1, SentAt: time.Now().UTC()}
+	data, err := json.Marshal(&left)
+	require.NoError(t, err)
+	_, err = ledger.Put(ctx, key, data)
+	require.NoError(t, err)
+
+	runService(t, js, Config{Logger: logtest.Logger()})
+	next := digestJob("w", time.Second)
+	data, err = json.Marshal(&next)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
+
+	natstest.Eventually(t, 15*time.Second, func() bool { return sentOf(t, js, "w") == 1 }, "the next job's own digest sent")
+	for _, task := range []string{"x", "y", "z"} {
+		require.EqualValues(t, 1, sentOf(t, js, task), "sent events of %s", task)
+	}
+	// Found again (a second crash before the delete): no second event.
+	data, err = json.Marshal(&left)
+	require.NoError(t, err)
+	_, err = ledger.Put(ctx, key, data)
+	require.NoError(t, err)
+	svc, err := New(js, Config{})
+	require.NoError(t, err)
+	svc.ledger = ledger
+	e, rev, err := svc.readDigest(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, svc.finishDigest(ctx, key, e, rev))
+	for _, task := range []string{"x", "y", "z"} {
+		require.EqualValues(t, 1, sentOf(t, js, task), "sent events of %s after finishing twice", task)
+	}
+	_, err = ledger.Get(ctx, key)
+	require.True(t, errors.Is(err, jetstream.ErrKeyNotFound), "finished entry deleted: %v", err)
+	ev := lastSent(t, js, "y")
+	require.Equal(t, items[0].ID, ev.CarriedBy)
+	require.Equal(t, "a", ev.Account)
+	own := lastSent(t, js, "w")
+	require.Equal(t, own.JobID, own.CarriedBy, "the next job carried its own digest")
+	require.Equal(t, 1, own.DigestSize)
+}
+
+// sentOf counts task's stored sent events.
+func sentOf(t *testing.T, js jetstream.JetStream, task string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, contract.StreamEvents)
+	require.NoError(t, err)
+	subject := contract.EventSubject(task, contract.EventSent)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	require.NoError(t, err)
+	return info.State.Subjects[subject]
+}
+
+// lastSent is task's last stored sent event.
+func lastSent(t *testing.T, js jetstream.JetStream, task string) contract.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, contract.StreamEvents)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(ctx, contract.EventSubject(task, contract.EventSent))
+	require.NoError(t, err)
+	var ev contract.Event
+	require.NoError(t, contract.DecodeEvent(m.Data, &ev))
+	return ev
+}
+
+// TestDigestStepsRepeatNothingAfterACrash plays a dispatch killed after a
+// job opened its digest (scheduling itself as the carrier) and after one
+// joined it, each before its ack: the redeliveries schedule no second
+// carrier and add no second item.
+func TestDigestStepsRepeatNothingAfterACrash(t *testing.T) {
+	g := newHandoffRig(t)
+	ctx := t.Context()
+	publish := func(job contract.Job) {
+		data, err := json.Marshal(&job)
+		require.NoError(t, err)
+		_, err = g.js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+		require.NoError(t, err)
+	}
+	step := func(d taken) bool {
+		if g.sentBefore(t, d) {
+			return true
+		}
+		done, err := g.r.digest(ctx, d.delivery)
+		require.NoError(t, err)
+		return done
+	}
+	opener, joiner := digestJob("p", 30*time.Second), digestJob("q", 30*time.Second)
+	carrierCopy := contract.SubjectDelayPrefix + "a." + opener.ID
+
+	publish(opener)
+	d := g.next(t)
+	require.True(t, step(d), "opened its digest")
+	require.EqualValues(t, 1, g.count(t, carrierCopy))
+	// Killed here: no ack. The redelivery schedules the same copy again,
+	// which the stream drops.
+	d = g.next(t)
+	require.EqualValues(t, 2, d.delivered)
+	require.True(t, step(d))
+	require.NoError(t, d.msgAck(t))
+	require.EqualValues(t, 1, g.count(t, carrierCopy), "one carrier copy")
+
+	publish(joiner)
+	d = g.next(t)
+	require.True(t, step(d), "joined")
+	d = g.next(t)
+	require.EqualValues(t, 2, d.delivered)
+	require.True(t, step(d), "already joined")
+	require.NoError(t, d.msgAck(t))
+
+	e, _, err := g.svc.readDigest(ctx, digestKey(&opener))
+	require.NoError(t, err)
+	require.Equal(t, digestOpen, e.State)
+	require.Equal(t, opener.ID, e.Carrier)
+	require.Len(t, e.Items, 2)
+	require.Equal(t, []string{"p.0", "q.0"}, []string{e.Items[0].ID, e.Items[1].ID})
+}
