@@ -136,6 +136,9 @@ func (c *Config) validate() error {
 	if c.BackoffMax < 0 {
 		return fmt.Errorf("BackoffMax: must not be negative")
 	}
+	if c.DigestWindow != 0 && (c.DigestWindow < contract.MinDigestWindow || c.DigestWindow > contract.MaxDigestWindow) {
+		return fmt.Errorf("DigestWindow (DISPATCH_DIGEST_WINDOW): must be between %s and %s, got %s", contract.MinDigestWindow, contract.MaxDigestWindow, c.DigestWindow)
+	}
 	if c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffMax < c.BackoffBase {
 		return fmt.Errorf("BackoffMax: %s is below BackoffBase %s", c.BackoffMax, c.BackoffBase)
 	}

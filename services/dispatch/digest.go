@@ -119,8 +119,8 @@ func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err
 		case e != nil && e.has(job.ID):
 			if job.DigestCarrier {
 				// Handed the duty before the entry names it (or a stale
-				// copy): wait for the entry to settle.
-				return true, shared.RetryAfter(time.Second, errors.New("digest carrier hand-over under way"))
+				// copy): come back once the entry settled.
+				return true, r.digestWait(ctx, d)
 			}
 			return true, nil // joined before a crash kept this message
 		}
@@ -155,10 +155,18 @@ func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err
 		default:
 			// Sealed (being sent) or full: the next digest opens once
 			// this one is sent.
-			return true, shared.RetryAfter(time.Second, errors.New("digest being sent; waiting for the next"))
+			return true, r.digestWait(ctx, d)
 		}
 	}
-	return true, shared.RetryAfter(100*time.Millisecond, errors.New("digest entry contended"))
+	return true, r.digestWait(ctx, d)
+}
+
+// digestWait has a job that cannot join or open its digest yet (the
+// digest is being sent, is full, or its entry changed under every
+// compare-and-set) come back in a second, as a scheduled copy: a delayed
+// NAK would hold a slot and count a delivery, which numbers attempts.
+func (r *accountRunner) digestWait(ctx context.Context, d *delivery) error {
+	return r.delayJob(ctx, d, r.name, d.attempt-1, time.Second)
 }
 
 // digestWindow is how long job's digest gathers: the task's digest_window,

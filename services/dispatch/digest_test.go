@@ -156,3 +156,10 @@ func TestDigestStepsRepeatNothingAfterACrash(t *testing.T) {
 	require.Len(t, e.Items, 2)
 	require.Equal(t, []string{"p.0", "q.0"}, []string{e.Items[0].ID, e.Items[1].ID})
 }
+
+func TestDigestWindowConfigNamesTheField(t *testing.T) {
+	t.Parallel()
+	err := (&Config{DigestWindow: 100 * time.Millisecond}).validate()
+	require.EqualError(t, err, "DigestWindow (DISPATCH_DIGEST_WINDOW): must be between 1s and 24h0m0s, got 100ms")
+	require.NoError(t, (&Config{DigestWindow: time.Minute}).validate())
+}
