@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -63,6 +62,17 @@ func checkDigests(t *testing.T, ts *pipelinetest.Server, gw *recordedGateway, ta
 	}
 }
 
+// startDigestPipeline runs the pipeline with account "hook" sending to a
+// recording gateway that injects no faults.
+func startDigestPipeline(t *testing.T) (*pipelinetest.Server, *recordedGateway) {
+	t.Helper()
+	ts := pipelinetest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	pipelinetest.StartPipeline(t, ts, fastRetries())
+	return ts, gw
+}
+
 // totals is the sum of the tasks' totals (a task without progress yet
 // counts 0).
 func totals(t *testing.T, ts *pipelinetest.Server, ids []string) int {
@@ -75,22 +85,6 @@ func totals(t *testing.T, ts *pipelinetest.Server, ids []string) int {
 	return n
 }
 
-// pendingJobs is the jobs queued or in flight on account's normal lane,
-// -1 when its consumer cannot be read (no replica holds the account).
-func pendingJobs(t *testing.T, ts *pipelinetest.Server, account string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, contract.PriorityNormal))
-	if err != nil {
-		return -1
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return -1
-	}
-	return int(info.NumPending) + info.NumAckPending
-}
-
 // TestDigestMergesTasks sends three tasks with one digest_key to the same
 // ten recipients within the window: ten provider requests, each carrying
 // the three items, thirty sent events naming their carrier, each task sent
@@ -98,10 +92,7 @@ func pendingJobs(t *testing.T, ts *pipelinetest.Server, account string) int {
 // with them.
 func TestDigestMergesTasks(t *testing.T) {
 	t.Parallel()
-	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	ts, gw := startDigestPipeline(t)
 
 	merged := []string{"dg-a", "dg-b", "dg-c"}
 	for _, id := range merged {
@@ -130,10 +121,7 @@ func TestDigestMergesTasks(t *testing.T) {
 // account without digest_backlog sends every message alone, as before.
 func TestDigestWithoutWindowSendsAlone(t *testing.T) {
 	t.Parallel()
-	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	ts, gw := startDigestPipeline(t)
 	for _, id := range []string{"dn-a", "dn-b"} {
 		submit(t, ts, digestTask(id, "u", 5, "news", ""))
 	}
@@ -190,7 +178,7 @@ func TestDigestSurvivesDispatchRestart(t *testing.T) {
 	}
 	// Every job has joined a digest once the JOBS consumer holds none.
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		return totals(t, e.ts, merged) == 30 && pendingJobs(t, e.ts, "hook") == 0
+		return pipelinetest.DigestItemsWaiting(t, e.ts.JS, "webhook") == 30
 	}, "jobs joined their digests")
 	require.Zero(t, gw.Ledger().Requests, "nothing sent before the window closed")
 	first.stop()
@@ -234,10 +222,7 @@ func TestDigestTwoReplicas(t *testing.T) {
 // tasks' items are still sent, merged.
 func TestDigestCancelKeepsOthers(t *testing.T) {
 	t.Parallel()
-	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	ts, gw := startDigestPipeline(t)
 	submit(t, ts, digestTask("dc-a", "u", 10, "news", "4s"))
 	natstest.Eventually(t, 10*time.Second, func() bool { return totals(t, ts, []string{"dc-a"}) == 10 })
 	time.Sleep(500 * time.Millisecond) // its jobs opened the digests
@@ -254,4 +239,38 @@ func TestDigestCancelKeepsOthers(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 10, gw.Ledger().Requests)
 	checkDigests(t, ts, gw, []string{"dc-b", "dc-c"}, 10)
+}
+
+// TestDigestPauseTakesItemOut pauses a task that joined the digests during
+// the window: the other two tasks are sent merged without it, and the
+// paused task's recipients, resumed, are sent alone, each once.
+func TestDigestPauseTakesItemOut(t *testing.T) {
+	t.Parallel()
+	ts, gw := startDigestPipeline(t)
+	for _, id := range []string{"dp-a", "dp-b", "dp-c"} {
+		submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
+	}
+	// Paused once every job has joined its digest (a job paused before it
+	// reached dispatch would be parked, and merge after its resume).
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return pipelinetest.DigestItemsWaiting(t, ts.JS, "webhook") == 30
+	})
+	require.True(t, control(t, ts, "dp-b", contract.ActionPause).OK)
+	for _, id := range []string{"dp-a", "dp-c"} {
+		require.Equal(t, 10, ts.WaitFinal(t, id, 30*time.Second).Sent, "%s sent", id)
+	}
+	require.Zero(t, ts.Progress(t, "dp-b").Sent, "paused: nothing sent")
+	require.Equal(t, 10, gw.Ledger().Requests)
+	checkDigests(t, ts, gw, []string{"dp-a", "dp-c"}, 10)
+
+	require.True(t, control(t, ts, "dp-b", contract.ActionResume).OK)
+	require.Equal(t, 10, ts.WaitFinal(t, "dp-b", 30*time.Second).Sent)
+	time.Sleep(500 * time.Millisecond)
+	led := gw.Ledger()
+	require.Equal(t, 20, led.Requests)
+	require.Equal(t, 0, led.Duplicates)
+	for _, ev := range eventsOf(ts.Events(t, "dp-b"), contract.EventSent) {
+		require.Empty(t, ev.CarriedBy, "taken out of the digest, sent alone")
+		require.Equal(t, "news of dp-b for "+ev.To, led.Bodies[ev.JobID])
+	}
 }

@@ -41,11 +41,7 @@ func TestKillDispatchMidDigestWindow(t *testing.T) {
 			DigestTemplate: `{{.count}} updates:{{range .items}} [{{.task_id}}] {{.body}};{{end}}`})
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		n := 0
-		for _, id := range tasks {
-			n += c.progress(id).Total
-		}
-		return n == 30 && c.pendingJobs("hook") == 0
+		return pipelinetest.DigestItemsWaiting(t, c.js, "webhook") == 30
 	}, "every job joined its digest")
 	ledger := func() gateway.Ledger {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -86,22 +82,6 @@ func TestKillDispatchMidDigestWindow(t *testing.T) {
 			require.Contains(t, body, "["+id+"] news of "+id+" for "+to+";")
 		}
 	}
-}
-
-// pendingJobs is the jobs queued or in flight on account's normal lane,
-// -1 when its consumer cannot be read.
-func (c *chaosClient) pendingJobs(account string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	cons, err := c.js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, contract.PriorityNormal))
-	if err != nil {
-		return -1
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return -1
-	}
-	return int(info.NumPending) + info.NumAckPending
 }
 
 // sentEvents reads a task's stored sent events.

@@ -276,7 +276,7 @@ func (r *accountRunner) carrierStopped(job *contract.Job) bool {
 
 // handOverDigest hands a stopped carrier's digest to its next item, whose
 // job is published as a scheduled carrier copy before the entry names it;
-// the stopped job then goes its own way (done false).
+// the stopped job then goes its own way (done false), out of digests.
 func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64) (done, retry bool, err error) {
 	s, job := r.svc, &d.job
 	rest := slices.DeleteFunc(slices.Clone(e.Items), func(j contract.Job) bool { return j.ID == job.ID })
@@ -306,7 +306,8 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 		}
 		d.log.Debug("digest handed over", "carrier", next.ID)
 	}
-	job.DigestCarrier = false
+	// Like an item taken out, it is sent alone once its task lets it.
+	job.DigestCarrier, job.NoDigest = false, true
 	return false, false, nil
 }
 
