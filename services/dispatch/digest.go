@@ -60,6 +60,17 @@ type digestEntry struct {
 	// wins (a hand-over keeps it).
 	Template string         `json:"template,omitempty"`
 	Items    []contract.Job `json:"items"`
+	// Seqs maps an item's job id to the stream sequence of the JOBS
+	// message that joined: an item re-published later (taken out, handed
+	// the duty, released) is recorded as that message's handoff, so its
+	// redelivery after a crash before its ack publishes no second copy.
+	Seqs map[string]uint64 `json:"seqs,omitempty"`
+	// Out are items taken out (their tasks could not send when the digest
+	// was due, or the digest was given up on) whose jobs of their own are
+	// still to be published: the entry names them before they are
+	// published and forgets them after, so a crash in between publishes
+	// them again (deduplicated) and none is lost or published twice.
+	Out []contract.Job `json:"out,omitempty"`
 	// Set once the provider accepted the digest.
 	Account    string    `json:"account,omitempty"`
 	Attempt    int       `json:"attempt,omitempty"`
@@ -70,7 +81,8 @@ type digestEntry struct {
 
 // has reports whether the digest holds the job with id.
 func (e *digestEntry) has(id string) bool {
-	return slices.ContainsFunc(e.Items, func(j contract.Job) bool { return j.ID == id })
+	is := func(j contract.Job) bool { return j.ID == id }
+	return slices.ContainsFunc(e.Items, is) || slices.ContainsFunc(e.Out, is)
 }
 
 // sealedDigest is the digest a carrier's delivery is sending.
@@ -135,7 +147,8 @@ func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err
 		now := time.Now().UTC()
 		switch {
 		case e == nil:
-			ne := &digestEntry{State: digestOpen, Carrier: job.ID, ClosesAt: now.Add(window), Template: job.DigestTemplate, Items: []contract.Job{digestItem(job)}}
+			ne := &digestEntry{State: digestOpen, Carrier: job.ID, ClosesAt: now.Add(window), Template: job.DigestTemplate,
+				Items: []contract.Job{digestItem(job)}, Seqs: map[string]uint64{job.ID: d.seq}}
 			if _, err := s.createDigest(ctx, key, ne); errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			} else if err != nil {
@@ -145,6 +158,10 @@ func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err
 			return true, r.scheduleCarrier(ctx, d, window)
 		case e.State == digestOpen && len(e.Items) < contract.MaxDigestItems:
 			e.Items = append(e.Items, digestItem(job))
+			if e.Seqs == nil {
+				e.Seqs = map[string]uint64{}
+			}
+			e.Seqs[job.ID] = d.seq
 			if _, err := s.updateDigest(ctx, key, e, rev); isConflict(err) {
 				continue
 			} else if err != nil {
@@ -214,19 +231,13 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 		if wait := time.Until(e.ClosesAt); wait > 0 {
 			return true, false, r.scheduleCarrier(ctx, d, wait)
 		}
-		// Items whose tasks cannot send now leave as jobs of their own,
-		// published before the entry forgets them.
+		// Items whose tasks cannot send now leave as jobs of their own.
 		keep := e.Items[:0:0]
-		for i := range e.Items {
-			it := &e.Items[i]
-			if it.ID == job.ID || !r.carrierStopped(it) {
-				keep = append(keep, *it)
-				continue
-			}
-			alone := *it
-			alone.NoDigest, alone.Recheck = true, true
-			if err := s.publishJobCopy(ctx, &alone, contract.JobSubject(alone.Account, alone.Priority), fmt.Sprintf("%s:digest-out:%d", alone.MsgID(), rev), time.Time{}, ""); err != nil {
-				return true, false, shared.RetryAfter(time.Second, fmt.Errorf("take item out of digest: %w", err))
+		for _, it := range e.Items {
+			if it.ID == job.ID || !r.carrierStopped(&it) {
+				keep = append(keep, it)
+			} else {
+				e.Out = append(e.Out, it)
 			}
 		}
 		e.Items, e.State = keep, digestSealed
@@ -235,6 +246,15 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 			return false, true, nil
 		} else if err != nil {
 			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("seal digest: %w", err))
+		}
+		rev = nrev
+	}
+	if len(e.Out) > 0 {
+		nrev, err := s.publishOut(ctx, key, e, rev)
+		if isConflict(err) {
+			return false, true, nil
+		} else if err != nil {
+			return true, false, shared.RetryAfter(time.Second, err)
 		}
 		rev = nrev
 	}
@@ -281,6 +301,15 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 	s, job := r.svc, &d.job
 	rest := slices.DeleteFunc(slices.Clone(e.Items), func(j contract.Job) bool { return j.ID == job.ID })
 	if len(rest) == 0 {
+		if len(e.Out) > 0 {
+			nrev, err := s.publishOut(ctx, key, e, rev)
+			if isConflict(err) {
+				return false, true, nil
+			} else if err != nil {
+				return true, false, shared.RetryAfter(time.Second, err)
+			}
+			rev = nrev
+		}
 		if err := s.ledger.Delete(ctx, key, jetstream.LastRevision(rev)); isConflict(err) {
 			return false, true, nil
 		} else if err != nil {
@@ -294,8 +323,8 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 			at = soon
 		}
 		at = at.Truncate(time.Second).Add(time.Second)
-		if err := s.publishJobCopy(ctx, &next, contract.SubjectDelayPrefix+next.Account+"."+next.ID,
-			fmt.Sprintf("%s:digest-carrier:%d", next.MsgID(), rev), at, contract.JobSubject(next.Account, next.Priority)); err != nil {
+		if err := s.handOffItem(ctx, &next, e.Seqs[next.ID], contract.SubjectDelayPrefix+next.Account+"."+next.ID,
+			fmt.Sprintf("%s:digest-carrier:%d", next.MsgID(), e.Seqs[next.ID]), at, contract.JobSubject(next.Account, next.Priority)); err != nil {
 			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("hand digest over: %w", err))
 		}
 		e.Carrier, e.Items = next.ID, rest
@@ -374,10 +403,29 @@ func (s *Service) publishDigestSent(ctx context.Context, e *digestEntry, item *c
 	return nil
 }
 
-// publishJobCopy publishes job on subject with msgID; at and target, when
-// set, schedule it.
-func (s *Service) publishJobCopy(ctx context.Context, job *contract.Job, subject, msgID string, at time.Time, target string) error {
-	return s.publishCopy(ctx, &handoff{Subject: subject, MsgID: msgID, At: at, Target: target}, job)
+// handOffItem publishes job, an item of a digest, on subject with msgID
+// (at and target, when set, schedule it), recorded first in its ledger
+// entry as a handoff of the message at seq that joined the digest
+// (handoff.go): that message, redelivered after a crash before its ack,
+// then publishes the same copy again, which the stream drops, instead of
+// joining another digest beside the copy.
+func (s *Service) handOffItem(ctx context.Context, job *contract.Job, seq uint64, subject, msgID string, at time.Time, target string) error {
+	h := handoff{Seq: seq, Subject: subject, MsgID: msgID, Account: job.Account, Attempts: job.Attempts, Moves: job.Moves,
+		MaybeSent: job.MaybeSent, At: at, Target: target}
+	if seq > 0 {
+		le, err := s.readLedger(ctx, job)
+		if err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		le.Handoffs = append(le.Handoffs, h)
+		if n := len(le.Handoffs); n > maxHandoffs {
+			le.Handoffs = le.Handoffs[n-maxHandoffs:]
+		}
+		if err := s.writeLedger(ctx, job, le); err != nil {
+			return fmt.Errorf("ledger: record the item's copy: %w", err)
+		}
+	}
+	return s.publishCopy(ctx, &h, job)
 }
 
 // readDigest returns the digest at key and its revision; nil when none.
@@ -457,28 +505,48 @@ func (b *backlogs) get(ctx context.Context, js jetstream.JetStream, account stri
 	return l.n, true
 }
 
-// releaseDigest, when the carrier gives up on its digest, re-publishes
-// the other items as jobs of their own, so each gets its own attempts and
-// outcome, and deletes the entry; the carrier's own job is given up as
-// usual.
+// releaseDigest, when the carrier gives up on its digest, takes the other
+// items out (publishOut), so each gets its own attempts and outcome, and
+// deletes the entry; the carrier's own job is given up as usual.
 func (r *accountRunner) releaseDigest(ctx context.Context, d *delivery) error {
 	sd, s := d.digest, r.svc
 	if sd == nil {
 		return nil
 	}
-	for i := range sd.entry.Items {
-		it := sd.entry.Items[i]
-		if it.ID == d.job.ID {
-			continue
-		}
-		it.NoDigest, it.Recheck = true, true
-		if err := s.publishJobCopy(ctx, &it, contract.JobSubject(it.Account, it.Priority), fmt.Sprintf("%s:digest-out:%d", it.MsgID(), sd.rev), time.Time{}, ""); err != nil {
-			return shared.RetryAfter(time.Second, fmt.Errorf("release digest items: %w", err))
+	e := sd.entry
+	for _, it := range e.Items {
+		if it.ID != d.job.ID {
+			e.Out = append(e.Out, it)
 		}
 	}
-	if err := s.ledger.Delete(ctx, sd.key, jetstream.LastRevision(sd.rev)); err != nil && !isConflict(err) {
+	e.Items = slices.DeleteFunc(e.Items, func(j contract.Job) bool { return j.ID != d.job.ID })
+	rev, err := s.updateDigest(ctx, sd.key, e, sd.rev)
+	if err != nil {
+		return shared.RetryAfter(time.Second, fmt.Errorf("release digest items: %w", err))
+	}
+	if rev, err = s.publishOut(ctx, sd.key, e, rev); err != nil {
+		return shared.RetryAfter(time.Second, err)
+	}
+	if err := s.ledger.Delete(ctx, sd.key, jetstream.LastRevision(rev)); err != nil && !isConflict(err) {
 		return shared.RetryAfter(time.Second, fmt.Errorf("delete released digest: %w", err))
 	}
 	d.digest = nil
 	return nil
+}
+
+// publishOut publishes the items e.Out names as jobs of their own, sent
+// alone (NoDigest), and then has the entry forget them; it returns the
+// entry's new revision. Each copy is recorded as the handoff of the
+// message that joined (handOffItem) and has a Nats-Msg-Id naming that
+// message, so publishing again after a crash stores nothing new.
+func (s *Service) publishOut(ctx context.Context, key string, e *digestEntry, rev uint64) (uint64, error) {
+	for _, it := range e.Out {
+		it.NoDigest, it.Recheck = true, true
+		msgID := fmt.Sprintf("%s:digest-out:%d", it.MsgID(), e.Seqs[it.ID])
+		if err := s.handOffItem(ctx, &it, e.Seqs[it.ID], contract.JobSubject(it.Account, it.Priority), msgID, time.Time{}, ""); err != nil {
+			return 0, fmt.Errorf("take item out of digest: %w", err)
+		}
+	}
+	e.Out = nil
+	return s.updateDigest(ctx, key, e, rev)
 }

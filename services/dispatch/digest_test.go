@@ -163,3 +163,71 @@ func TestDigestWindowConfigNamesTheField(t *testing.T) {
 	require.EqualError(t, err, "DigestWindow (DISPATCH_DIGEST_WINDOW): must be between 1s and 24h0m0s, got 100ms")
 	require.NoError(t, (&Config{DigestWindow: time.Minute}).validate())
 }
+
+// TestDigestItemTakenOutIsNotRepeatedAfterACrash plays a dispatch killed
+// after a job joined a digest and before its ack, whose task is paused
+// before the carrier is due: the carrier takes the item out as a job of
+// its own, and the joined message's redelivery publishes no second copy.
+func TestDigestItemTakenOutIsNotRepeatedAfterACrash(t *testing.T) {
+	g := newHandoffRig(t)
+	ctx := t.Context()
+	publish := func(job contract.Job) {
+		data, err := json.Marshal(&job)
+		require.NoError(t, err)
+		_, err = g.js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+		require.NoError(t, err)
+	}
+	digest := func(d taken) (bool, error) { return g.r.digest(ctx, d.delivery) }
+	opener, joiner := digestJob("p", time.Second), digestJob("q", time.Second)
+
+	publish(opener)
+	d := g.next(t)
+	require.False(t, g.sentBefore(t, d))
+	done, err := digest(d)
+	require.True(t, done)
+	require.NoError(t, err)
+	require.NoError(t, d.msgAck(t))
+	publish(joiner)
+	d = g.next(t)
+	require.False(t, g.sentBefore(t, d))
+	done, err = digest(d)
+	require.True(t, done, "joined")
+	require.NoError(t, err)
+	// Killed here: the joiner's message is not acknowledged.
+	g.setControl(t, "q", contract.StatePaused)
+
+	// The carrier's copy comes when the window closes and takes q out;
+	// the joiner's redelivery comes after the ack wait.
+	var carried, redelivered bool
+	copies := 0
+	for !carried || !redelivered || copies == 0 {
+		d := g.next(t)
+		switch d.job.TaskID {
+		case "p":
+			require.False(t, g.sentBefore(t, d))
+			done, err := digest(d)
+			require.NoError(t, err)
+			require.False(t, done, "the carrier goes on to send")
+			require.NotNil(t, d.digest)
+			require.Len(t, d.digest.entry.Items, 1, "q taken out")
+			require.Equal(t, "p.0", d.digest.entry.Items[0].ID)
+			carried = true
+		case "q":
+			if d.job.NoDigest {
+				copies++
+				break
+			}
+			require.EqualValues(t, 2, d.delivered, "the joined message's redelivery")
+			require.True(t, g.sentBefore(t, d), "handed off as the taken-out copy: not sent")
+			redelivered = true
+		}
+		require.NoError(t, d.msgAck(t))
+	}
+	// Nothing else arrives: the redelivery's copy was dropped.
+	batch, err := g.cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond))
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		t.Fatalf("unexpected delivery: %s", m.Data())
+	}
+	require.Equal(t, 1, copies, "one copy of q taken out")
+}
