@@ -274,3 +274,34 @@ func TestDigestPauseTakesItemOut(t *testing.T) {
 		require.Equal(t, "news of dp-b for "+ev.To, led.Bodies[ev.JobID])
 	}
 }
+
+// TestDigestFullOpensTheNext sends 51 tasks with one digest_key to one
+// recipient: a digest merges at most 50, so the last waits for the first
+// digest to be sent and opens the next: two requests, 50 items and 1.
+func TestDigestFullOpensTheNext(t *testing.T) {
+	t.Parallel()
+	ts, gw := startDigestPipeline(t)
+	n := contract.MaxDigestItems + 1
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("df-%02d", i)
+		submit(t, ts, digestTask(ids[i], "u", 1, "news", "5s"))
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+	}
+	time.Sleep(500 * time.Millisecond)
+	led := gw.Ledger()
+	require.Equal(t, 2, led.Requests)
+	sizes := map[int]int{}
+	for _, id := range ids {
+		for _, ev := range eventsOf(ts.Events(t, id), contract.EventSent) {
+			require.NotEmpty(t, ev.CarriedBy)
+			if ev.CarriedBy == ev.JobID {
+				sizes[ev.DigestSize]++
+				require.True(t, strings.HasPrefix(led.Bodies[ev.JobID], fmt.Sprintf("%d updates:", ev.DigestSize)))
+			}
+		}
+	}
+	require.Equal(t, map[int]int{contract.MaxDigestItems: 1, 1: 1}, sizes, "digest sizes")
+}
