@@ -25,21 +25,23 @@ import (
 //     (a handoff, delay.go) for the end of the window, holding no slot.
 //   - Later jobs join it (Update) and are acknowledged: the carrier is
 //     responsible for them from then on.
-//   - The carrier, due, takes out items whose tasks cannot send now
-//     (re-published alone, so their own pause, cancel or expiry applies),
-//     seals the entry, renders the digest and sends it like any job.
+//   - The carrier, due, takes out the items whose tasks cannot send now
+//     (named in the entry's Out first, then re-published alone as
+//     handoffs of the messages that joined, so their own pause, cancel or
+//     expiry applies), seals the entry, renders the digest and sends it
+//     like any job.
 //   - Sent, it records that in the entry first, then publishes one sent
 //     event per item (each deduplicated by its Nats-Msg-Id), then deletes
 //     the entry. Whoever finds a sent entry (the carrier's redelivery, or
 //     the next job to that recipient and key) publishes its events again
-//     and deletes it, so a crash between any two steps loses no event and
-//     sends nothing twice.
+//     and deletes it.
 //   - A carrier whose own task cannot send when due hands the duty to the
 //     next item: its job is re-published as a scheduled carrier copy
 //     before the entry names it.
 //
-// A message to a recipient that was handed back to a carrier that has
-// since sent is thereby stored before its entry is gone.
+// So a crash between any two steps loses no item and sends none twice,
+// except that a kill during the provider call repeats it with the same
+// Idempotency-Key, as for any job.
 
 const (
 	digestOpen   = "open"
