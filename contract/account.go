@@ -73,6 +73,10 @@ type Account struct {
 	Portfolio string `json:"portfolio,omitempty"`
 	// Warmup is the account's warm-up ramp; nil when none.
 	Warmup *Warmup `json:"warmup,omitempty"`
+	// DigestBacklog turns digestible jobs (a task's digest_key without a
+	// digest_window) into digests while more than this many jobs are
+	// queued on the account; 0 means never (docs/digests.md).
+	DigestBacklog int `json:"digest_backlog,omitempty"`
 
 	Raw json.RawMessage `json:"-"`
 }
@@ -145,6 +149,9 @@ func DecodeAccount(name string, data []byte) (*Account, error) {
 	}
 	if a.MaxBatch < 0 || a.MaxBatch > MaxBatchLimit {
 		return nil, fieldErr("max_batch", "must be between 1 and %d, got %d", MaxBatchLimit, a.MaxBatch)
+	}
+	if a.DigestBacklog < 0 || a.DigestBacklog > MaxDailyCap {
+		return nil, fieldErr("digest_backlog", "must be between 0 (never) and %d, got %d", MaxDailyCap, a.DigestBacklog)
 	}
 	if a.Portfolio != "" && !ValidID(a.Portfolio) {
 		return nil, fieldErr("portfolio", "must match [A-Za-z0-9_-]{1,64}, got %q", truncate(a.Portfolio, 80))

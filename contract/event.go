@@ -97,6 +97,11 @@ type Event struct {
 	// crash telling the same outcome again is stored once.
 	JobSeq   uint64 `json:"job_seq,omitempty"`
 	Delivery uint64 `json:"delivery,omitempty"`
+	// CarriedBy, on a sent event, names the job whose provider message
+	// carried this one as part of a digest (its own id for the carrier);
+	// DigestSize, on the carrier's, how many items that message merged.
+	CarriedBy  string `json:"carried_by,omitempty"`
+	DigestSize int    `json:"digest_size,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of the event, so a republished outcome within the

@@ -64,6 +64,15 @@ type Job struct {
 	// Category is the task's category; empty (jobs rendered before it
 	// existed) reads as marketing (JobCategory).
 	Category Category `json:"category,omitempty"`
+	// DigestKey, DigestWindow and DigestTemplate are the task's digest
+	// fields (Task.DigestKey). DigestCarrier marks the copy of a job that
+	// carries a digest, scheduled for the end of its window; NoDigest a job
+	// taken out of a digest (its task could not send then), sent alone.
+	DigestKey      string   `json:"digest_key,omitempty"`
+	DigestWindow   Duration `json:"digest_window,omitempty"`
+	DigestTemplate string   `json:"digest_template,omitempty"`
+	DigestCarrier  bool     `json:"digest_carrier,omitempty"`
+	NoDigest       bool     `json:"no_digest,omitempty"`
 }
 
 // JobCategory is the job's category, marketing when unset.

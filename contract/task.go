@@ -67,6 +67,12 @@ type Task struct {
 	// Category is marketing (the default), utility or transactional:
 	// suppression entries apply to the categories they name.
 	Category Category `json:"category,omitempty"`
+	// DigestKey, DigestWindow (a Go duration) and DigestTemplate merge
+	// this task's message to a recipient with other tasks' of the same
+	// key into one message (digest.go).
+	DigestKey      string `json:"digest_key,omitempty"`
+	DigestWindow   string `json:"digest_window,omitempty"`
+	DigestTemplate string `json:"digest_template,omitempty"`
 }
 
 // FieldError says which field of an input is wrong and why. Its message is
@@ -221,6 +227,9 @@ func (t *Task) Validate(now time.Time) error {
 	}
 	if t.Category != "" && !ValidCategory(t.Category) {
 		return fieldErr("category", "must be marketing, utility or transactional, got %q", truncate(string(t.Category), 40))
+	}
+	if err := t.validateDigest(); err != nil {
+		return err
 	}
 	if t.MaxAttempts < 1 || t.MaxAttempts > MaxAttemptsLimit {
 		return fieldErr("max_attempts", "must be between 1 and %d, got %d", MaxAttemptsLimit, t.MaxAttempts)

@@ -48,6 +48,9 @@
 //     (accounts shared between replicas), dispatch_priority_test.go,
 //     dispatch_ledger_test.go (the send ledger, dead-letter history),
 //     dispatch_longwait_test.go (long waits hold no slot).
+//   - digest_test.go: digests (tasks of one digest_key to one recipient
+//     merged into one message), across a restart, two replicas, a cancel,
+//     and the backlog rule.
 //   - security_test.go, tls_test.go, hostile_accounts_test.go,
 //     secrets_test.go: least privilege under nats.conf's users, TLS,
 //     hostile account values, secrets that never leak.

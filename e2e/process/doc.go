@@ -16,6 +16,8 @@
 //   - feedback_kill_test.go: feedback killed twice during a storm of
 //     receipts from posters that retry; progress equals what they had
 //     answered 200.
+//   - digest_kill_test.go: dispatch killed in the middle of a digest
+//     window; one request per recipient, one sent event per item.
 //   - nats_restart_test.go: nats-server killed twice under the lanes'
 //     in-memory consumers.
 //   - churn_test.go: the memory soak (BROADCAST_SOAK=1), months of task and

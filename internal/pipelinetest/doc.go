@@ -17,4 +17,5 @@
 //   - events.go: Events, AllEvents.
 //   - pipeline.go: PipelineConfig, StartPipeline and the running Pipeline.
 //   - recipients.go: Recipients, RecipientsWithRejects (recipient lists).
+//   - digests.go: DigestItemsWaiting (items of open digests).
 package pipelinetest

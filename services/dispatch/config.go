@@ -29,6 +29,10 @@ type Config struct {
 	// NoHealthyWait is how long a job waits when its account cannot send
 	// and no healthy account of its pool can take it. Defaults to 30 seconds.
 	NoHealthyWait time.Duration
+	// DigestWindow is the window of digests an account's backlog opens
+	// (contract.Account.DigestBacklog) for tasks with a digest_key and no
+	// digest_window of their own. Defaults to 1 minute.
+	DigestWindow time.Duration
 	// HealthInterval is how often the active owner of an account refreshes
 	// its health value. Defaults to 2 seconds.
 	HealthInterval time.Duration
@@ -96,6 +100,7 @@ func ConfigFromEnv() (Config, error) {
 		"DISPATCH_BACKOFF_MAX":   &c.BackoffMax,
 		"DISPATCH_LONG_WAIT":     &c.LongWait,
 		"DISPATCH_REAP_INTERVAL": &c.ReapInterval,
+		"DISPATCH_DIGEST_WINDOW": &c.DigestWindow,
 	} {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -131,6 +136,9 @@ func (c *Config) validate() error {
 	if c.BackoffMax < 0 {
 		return fmt.Errorf("BackoffMax: must not be negative")
 	}
+	if c.DigestWindow != 0 && (c.DigestWindow < contract.MinDigestWindow || c.DigestWindow > contract.MaxDigestWindow) {
+		return fmt.Errorf("DigestWindow (DISPATCH_DIGEST_WINDOW): must be between %s and %s, got %s", contract.MinDigestWindow, contract.MaxDigestWindow, c.DigestWindow)
+	}
 	if c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffMax < c.BackoffBase {
 		return fmt.Errorf("BackoffMax: %s is below BackoffBase %s", c.BackoffMax, c.BackoffBase)
 	}
@@ -152,6 +160,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = 30 * time.Second
+	}
+	if c.DigestWindow == 0 {
+		c.DigestWindow = time.Minute
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = 2 * time.Second

@@ -73,6 +73,9 @@ type Service struct {
 	wakeMu       sync.Mutex
 	wakeChannels map[string]bool
 	wg           sync.WaitGroup
+
+	// backlogs caches accounts' queued jobs for the digest backlog rule.
+	backlogs backlogs
 }
 
 // New prepares the service; Run starts it.

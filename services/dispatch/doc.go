@@ -153,6 +153,17 @@
 // held to the portfolio's limit, under pf=<portfolio> keys of
 // broadcast_sends (limits.go, portfolio.go).
 //
+// Digests (digest.go): a job whose task has a digest_key (and a
+// digest_window, or an account over its digest_backlog) joins the digest
+// of its channel, recipient and key, an entry of KV broadcast_ledger
+// (key dg=<channel>.<recipient hash>.<key hash>, changed by compare-and-set)
+// and is acknowledged; the job that opened it carries it, scheduled for the
+// end of the window (no slot held), then sends one message rendered with
+// its task's digest_template over the items, and publishes each item's sent
+// event naming it (carried_by). Items whose tasks cannot send when it is
+// due leave as jobs of their own; a carrier that cannot send hands the
+// digest to the next item.
+//
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
 // recipient given up on, with every attempt's error (before its failed
@@ -199,6 +210,8 @@
 //   - quality.go: what a quality rating does to pacing and marketing
 //     sends, and applying a change of the signals.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
+//   - digest.go: digests: joining, carrying, sending and finishing them,
+//     and the backlog rule.
 //   - handoff.go: copies a delivery publishes in place of its job, and
 //     their record in the ledger, so a crash before the ack repeats none.
 //   - pool.go: the accounts a job may move to (its pool, or its task's).

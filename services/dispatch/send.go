@@ -43,6 +43,9 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	if done, err := r.sentBefore(ctx, d); done {
 		return err
 	}
+	if done, err := r.digest(ctx, d); done {
+		return err
+	}
 	if done, err := r.mayStillSend(ctx, d); done {
 		return err
 	}
@@ -86,6 +89,9 @@ type delivery struct {
 	// account has neither a daily cap nor a per-recipient interval;
 	// portfolio its reservation in its portfolio's shared count.
 	caps, portfolio *capTracker
+	// digest is the digest this delivery carries (digest.go), nil for a
+	// job sent alone.
+	digest *sealedDigest
 }
 
 // mayFollowLostAnswer reports whether an earlier delivery of the job may
@@ -358,6 +364,9 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 			r.noteSuccess() // a batch account counts calls (batcher.go)
 		}
 		ev.ProviderID = res.ProviderID
+		if d.digest != nil {
+			return r.settleDigest(ctx, d, ev)
+		}
 		return r.svc.publishSent(&d.job, ev, d.log)
 	}
 
@@ -374,6 +383,9 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 	case accountProblem(res):
 		return r.settleAccountProblem(ctx, d, res, ev, log)
 	case !res.Class.Retryable() || d.attempt >= d.job.MaxAttempts:
+		if err := r.releaseDigest(ctx, d); err != nil {
+			return err
+		}
 		return r.settleGiveUp(ctx, d, o, log)
 	}
 	return r.settleRetry(ctx, d, res, ev, log)

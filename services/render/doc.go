@@ -43,7 +43,8 @@
 // Where to edit what: render.go (consumer and per-recipient steps, the
 // suppression check among them),
 // giveup.go (batches given up on), noaccount.go (batches held for an
-// enabled account), spec.go (the cached task spec), config.go (settings);
+// enabled account), spec.go (the cached task spec), digest.go (a task's
+// digest fields copied into its jobs), config.go (settings);
 // noaccount_test.go tests the held batches' warning.
 // Account choice is shared.Picker, one per batch (PickAccount's weighted
 // rendezvous hash: capacity-weighted, sticky per recipient).

@@ -165,6 +165,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				Vars: r.Vars, Test: b.Test, Recheck: recheck, Category: category,
 			}
 			job.SetPool(t.Accounts)
+			setDigest(&job, t)
 			if perr = s.publishJob(ctx, &job, &futures); errors.Is(perr, errJobTooLarge) {
 				perr = skip("too_large", perr.Error())
 			} else {

@@ -1,0 +1,307 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
+)
+
+// digestTemplate shows how many items a digest merged and each item's task
+// and text, so a body says exactly what it carried.
+const digestTemplate = `{{.count}} updates:{{range .items}} [{{.task_id}}] {{.body}};{{end}}`
+
+// digestTask is a task of n recipients prefixed prefix with a digest key
+// and window.
+func digestTask(id, prefix string, n int, key, window string) contract.Task {
+	return contract.Task{ID: id, Channel: "webhook", Template: "news of " + id + " for {{.to}}",
+		Recipients: recipients(prefix, n), DigestKey: key, DigestWindow: window, DigestTemplate: digestTemplate}
+}
+
+// checkDigests asserts that tasks' sent events to each recipient were
+// carried by one accepted request whose body holds every task's item:
+// one sent event per task and recipient, all naming the same carrier, one
+// of them the carrier's own with digest_size len(tasks).
+func checkDigests(t *testing.T, ts *pipelinetest.Server, gw *recordedGateway, tasks []string, n int) {
+	t.Helper()
+	led := gw.Ledger()
+	carriers := map[string]string{} // recipient -> carrier job id
+	sizes := map[string]int{}
+	total := 0
+	for _, id := range tasks {
+		sent := eventsOf(ts.Events(t, id), contract.EventSent)
+		require.Len(t, sent, n, "sent events of %s", id)
+		total += len(sent)
+		for _, ev := range sent {
+			require.NotEmpty(t, ev.CarriedBy, "sent event of %s to %s names no carrier", id, ev.To)
+			if c, ok := carriers[ev.To]; ok {
+				require.Equal(t, c, ev.CarriedBy, "recipient %s: items carried by different messages", ev.To)
+			}
+			carriers[ev.To] = ev.CarriedBy
+			if ev.JobID == ev.CarriedBy {
+				sizes[ev.To] = ev.DigestSize
+			}
+		}
+	}
+	require.Equal(t, len(tasks)*n, total)
+	require.Len(t, carriers, n)
+	for to, c := range carriers {
+		require.Equal(t, len(tasks), sizes[to], "digest_size of the carrier to %s", to)
+		require.Equal(t, 1, led.AcceptedByKey[c], "requests accepted for carrier %s", c)
+		body := led.Bodies[c]
+		require.True(t, strings.HasPrefix(body, fmt.Sprintf("%d updates:", len(tasks))), "body %q", body)
+		for _, id := range tasks {
+			require.Contains(t, body, "["+id+"] news of "+id+" for "+to+";")
+		}
+	}
+}
+
+// startDigestPipeline runs the pipeline with account "hook" sending to a
+// recording gateway that injects no faults.
+func startDigestPipeline(t *testing.T) (*pipelinetest.Server, *recordedGateway) {
+	t.Helper()
+	ts := pipelinetest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	pipelinetest.StartPipeline(t, ts, fastRetries())
+	return ts, gw
+}
+
+// totals is the sum of the tasks' totals (a task without progress yet
+// counts 0).
+func totals(t *testing.T, ts *pipelinetest.Server, ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if p := ts.Progress(t, id); p != nil {
+			n += p.Total
+		}
+	}
+	return n
+}
+
+// TestDigestMergesTasks sends three tasks with one digest_key to the same
+// ten recipients within the window: ten provider requests, each carrying
+// the three items, thirty sent events naming their carrier, each task sent
+// 10. A task with another key and one to other recipients are not merged
+// with them.
+func TestDigestMergesTasks(t *testing.T) {
+	t.Parallel()
+	ts, gw := startDigestPipeline(t)
+
+	merged := []string{"dg-a", "dg-b", "dg-c"}
+	for _, id := range merged {
+		submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
+	}
+	submit(t, ts, digestTask("dg-other-key", "u", 10, "alerts", "4s"))
+	submit(t, ts, digestTask("dg-other-to", "v", 5, "news", "4s"))
+
+	for _, id := range append(merged, "dg-other-key") {
+		p := ts.WaitFinal(t, id, 30*time.Second)
+		require.Equal(t, 10, p.Sent, "%s sent", id)
+		require.Equal(t, 10, p.Total, "%s total", id)
+	}
+	require.Equal(t, 5, ts.WaitFinal(t, "dg-other-to", 30*time.Second).Sent)
+	time.Sleep(500 * time.Millisecond) // nothing more may arrive
+
+	led := gw.Ledger()
+	require.Equal(t, 10+10+5, led.Requests, "provider requests: 10 digests of 3, 10 of the other key, 5 to other recipients")
+	require.Equal(t, 0, led.Duplicates)
+	checkDigests(t, ts, gw, merged, 10)
+	checkDigests(t, ts, gw, []string{"dg-other-key"}, 10)
+	checkDigests(t, ts, gw, []string{"dg-other-to"}, 5)
+}
+
+// TestDigestWithoutWindowSendsAlone: a digest_key without a window on an
+// account without digest_backlog sends every message alone, as before.
+func TestDigestWithoutWindowSendsAlone(t *testing.T) {
+	t.Parallel()
+	ts, gw := startDigestPipeline(t)
+	for _, id := range []string{"dn-a", "dn-b"} {
+		submit(t, ts, digestTask(id, "u", 5, "news", ""))
+	}
+	for _, id := range []string{"dn-a", "dn-b"} {
+		require.Equal(t, 5, ts.WaitFinal(t, id, 30*time.Second).Sent)
+		for _, ev := range eventsOf(ts.Events(t, id), contract.EventSent) {
+			require.Empty(t, ev.CarriedBy, "a message sent alone names no carrier")
+		}
+	}
+	require.Equal(t, 10, gw.Ledger().Requests)
+}
+
+// TestDigestBacklogRule: on an account with digest_backlog 5, tasks with a
+// digest_key and no window merge (with dispatch's DigestWindow) while more
+// than 5 jobs are queued on it. The account is disabled while the tasks
+// are queued, so its backlog is 30 when it is enabled.
+func TestDigestBacklogRule(t *testing.T) {
+	t.Parallel()
+	ts := pipelinetest.Start(t)
+	gw := startGateway(t, gatewayOK())
+	account := `"rate_per_sec":200,"burst":20,"concurrency":4,"digest_backlog":5`
+	ts.PutAccount(t, "hook", webhookAccount(gw.URL, account+`,"enabled":false`))
+	cfg := fastRetries()
+	cfg.Dispatch.DigestWindow = 2 * time.Second
+	pipelinetest.StartPipeline(t, ts, cfg)
+	merged := []string{"db-a", "db-b", "db-c"}
+	for _, id := range merged {
+		submit(t, ts, digestTask(id, "u", 10, "news", ""))
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		return totals(t, ts, merged) == 30
+	}, "tasks accepted")
+	time.Sleep(time.Second) // rendered and queued
+	ts.PutAccount(t, "hook", webhookAccount(gw.URL, account))
+	for _, id := range merged {
+		require.Equal(t, 10, ts.WaitFinal(t, id, 30*time.Second).Sent, "%s sent", id)
+	}
+	require.Equal(t, 10, gw.Ledger().Requests, "one digest per recipient while the backlog was above 5")
+	checkDigests(t, ts, gw, merged, 10)
+}
+
+// TestDigestSurvivesDispatchRestart stops the only dispatch replica in the
+// middle of the window, after every job joined its digest, and starts a
+// new one: still exactly ten provider requests and thirty sent events.
+func TestDigestSurvivesDispatchRestart(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t, fastRetries().Dispatch)
+	gw := startGateway(t, gatewayOK())
+	e.ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	first := e.startReplica()
+	merged := []string{"dr-a", "dr-b", "dr-c"}
+	for _, id := range merged {
+		submit(t, e.ts, digestTask(id, "u", 10, "news", "5s"))
+	}
+	// Every job has joined a digest once the JOBS consumer holds none.
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		return pipelinetest.DigestItemsWaiting(t, e.ts.JS, "webhook") == 30
+	}, "jobs joined their digests")
+	require.Zero(t, gw.Ledger().Requests, "nothing sent before the window closed")
+	first.stop()
+	e.startReplica()
+	for _, id := range merged {
+		require.Equal(t, 10, e.ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+	}
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 10, gw.Ledger().Requests)
+	checkDigests(t, e.ts, gw, merged, 10)
+}
+
+// TestDigestTwoReplicas runs the tasks' jobs on two accounts owned by two
+// replicas, so the digests' entries are joined from both: still one
+// request per recipient.
+func TestDigestTwoReplicas(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t, fastRetries().Dispatch)
+	gw := startGateway(t, gatewayOK())
+	for _, a := range []string{"hook-1", "hook-2"} {
+		e.ts.PutAccount(t, a, webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	}
+	e.startReplica()
+	e.startReplica()
+	merged := []string{"d2-a", "d2-b", "d2-c"}
+	for i, id := range merged {
+		task := digestTask(id, "u", 10, "news", "4s")
+		task.Accounts = []string{[]string{"hook-1", "hook-2"}[i%2]}
+		submit(t, e.ts, task)
+	}
+	for _, id := range merged {
+		require.Equal(t, 10, e.ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+	}
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 10, gw.Ledger().Requests)
+	checkDigests(t, e.ts, gw, merged, 10)
+}
+
+// TestDigestCancelKeepsOthers cancels the task that opened the digests
+// during the window: its recipients get cancelled events, the other two
+// tasks' items are still sent, merged.
+func TestDigestCancelKeepsOthers(t *testing.T) {
+	t.Parallel()
+	ts, gw := startDigestPipeline(t)
+	submit(t, ts, digestTask("dc-a", "u", 10, "news", "4s"))
+	natstest.Eventually(t, 10*time.Second, func() bool { return totals(t, ts, []string{"dc-a"}) == 10 })
+	time.Sleep(500 * time.Millisecond) // its jobs opened the digests
+	for _, id := range []string{"dc-b", "dc-c"} {
+		submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
+	}
+	require.True(t, control(t, ts, "dc-a", contract.ActionCancel).OK)
+	p := ts.WaitFinal(t, "dc-a", 30*time.Second)
+	require.Equal(t, 10, p.Cancelled)
+	require.Zero(t, p.Sent)
+	for _, id := range []string{"dc-b", "dc-c"} {
+		require.Equal(t, 10, ts.WaitFinal(t, id, 30*time.Second).Sent, "%s sent", id)
+	}
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 10, gw.Ledger().Requests)
+	checkDigests(t, ts, gw, []string{"dc-b", "dc-c"}, 10)
+}
+
+// TestDigestPauseTakesItemOut pauses a task that joined the digests during
+// the window: the other two tasks are sent merged without it, and the
+// paused task's recipients, resumed, are sent alone, each once.
+func TestDigestPauseTakesItemOut(t *testing.T) {
+	t.Parallel()
+	ts, gw := startDigestPipeline(t)
+	for _, id := range []string{"dp-a", "dp-b", "dp-c"} {
+		submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
+	}
+	// Paused once every job has joined its digest (a job paused before it
+	// reached dispatch would be parked, and merge after its resume).
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return pipelinetest.DigestItemsWaiting(t, ts.JS, "webhook") == 30
+	})
+	require.True(t, control(t, ts, "dp-b", contract.ActionPause).OK)
+	for _, id := range []string{"dp-a", "dp-c"} {
+		require.Equal(t, 10, ts.WaitFinal(t, id, 30*time.Second).Sent, "%s sent", id)
+	}
+	require.Zero(t, ts.Progress(t, "dp-b").Sent, "paused: nothing sent")
+	require.Equal(t, 10, gw.Ledger().Requests)
+	checkDigests(t, ts, gw, []string{"dp-a", "dp-c"}, 10)
+
+	require.True(t, control(t, ts, "dp-b", contract.ActionResume).OK)
+	require.Equal(t, 10, ts.WaitFinal(t, "dp-b", 30*time.Second).Sent)
+	time.Sleep(500 * time.Millisecond)
+	led := gw.Ledger()
+	require.Equal(t, 20, led.Requests)
+	require.Equal(t, 0, led.Duplicates)
+	for _, ev := range eventsOf(ts.Events(t, "dp-b"), contract.EventSent) {
+		require.Empty(t, ev.CarriedBy, "taken out of the digest, sent alone")
+		require.Equal(t, "news of dp-b for "+ev.To, led.Bodies[ev.JobID])
+	}
+}
+
+// TestDigestFullOpensTheNext sends 51 tasks with one digest_key to one
+// recipient: a digest merges at most 50, so the last waits for the first
+// digest to be sent and opens the next: two requests, 50 items and 1.
+func TestDigestFullOpensTheNext(t *testing.T) {
+	t.Parallel()
+	ts, gw := startDigestPipeline(t)
+	n := contract.MaxDigestItems + 1
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("df-%02d", i)
+		submit(t, ts, digestTask(ids[i], "u", 1, "news", "5s"))
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+	}
+	time.Sleep(500 * time.Millisecond)
+	led := gw.Ledger()
+	require.Equal(t, 2, led.Requests)
+	sizes := map[int]int{}
+	for _, id := range ids {
+		for _, ev := range eventsOf(ts.Events(t, id), contract.EventSent) {
+			require.NotEmpty(t, ev.CarriedBy)
+			if ev.CarriedBy == ev.JobID {
+				sizes[ev.DigestSize]++
+				require.True(t, strings.HasPrefix(led.Bodies[ev.JobID], fmt.Sprintf("%d updates:", ev.DigestSize)))
+			}
+		}
+	}
+	require.Equal(t, map[int]int{contract.MaxDigestItems: 1, 1: 1}, sizes, "digest sizes")
+}

@@ -1,0 +1,554 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// A digest merges the jobs of several tasks to one recipient (same
+// channel, same digest_key) into one provider message. Its state is one
+// entry of KV broadcast_ledger, key dg=<channel>.<hash of the recipient>.<hash
+// of the digest key> (hashes, never raw recipients), changed only by
+// compare-and-set on its revision:
+//
+//   - The first job opens it (Create) as its carrier and schedules itself
+//     (a handoff, delay.go) for the end of the window, holding no slot.
+//   - Later jobs join it (Update) and are acknowledged: the carrier is
+//     responsible for them from then on.
+//   - The carrier, due, takes out the items whose tasks cannot send now
+//     (named in the entry's Out first, then re-published alone as
+//     handoffs of the messages that joined, so their own pause, cancel or
+//     expiry applies), seals the entry, renders the digest and sends it
+//     like any job.
+//   - Sent, it records that in the entry first, then publishes one sent
+//     event per item (each deduplicated by its Nats-Msg-Id), then deletes
+//     the entry. Whoever finds a sent entry (the carrier's redelivery, or
+//     the next job to that recipient and key) publishes its events again
+//     and deletes it.
+//   - A carrier whose own task cannot send when due hands the duty to the
+//     next item: its job is re-published as a scheduled carrier copy
+//     before the entry names it.
+//
+// So a crash between any two steps loses no item and sends none twice,
+// except that a kill during the provider call repeats it with the same
+// Idempotency-Key, as for any job.
+
+const (
+	digestOpen   = "open"
+	digestSealed = "sealed"
+	digestSent   = "sent"
+	// digestCASTries bounds the compare-and-set retries of one delivery
+	// before it comes back later.
+	digestCASTries = 20
+)
+
+// digestEntry is a digest's state in the ledger bucket.
+type digestEntry struct {
+	State string `json:"state"`
+	// Carrier is the id of the job that sends the digest.
+	Carrier  string    `json:"carrier"`
+	ClosesAt time.Time `json:"closes_at"`
+	// Template is the carrier's task's digest_template: the first task's
+	// wins (a hand-over keeps it).
+	Template string         `json:"template,omitempty"`
+	Items    []contract.Job `json:"items"`
+	// Seqs maps an item's job id to the stream sequence of the JOBS
+	// message that joined: an item re-published later (taken out, handed
+	// the duty, released) is recorded as that message's handoff, so its
+	// redelivery after a crash before its ack publishes no second copy.
+	Seqs map[string]uint64 `json:"seqs,omitempty"`
+	// Out are items taken out (their tasks could not send when the digest
+	// was due, or the digest was given up on) whose jobs of their own are
+	// still to be published: the entry names them before they are
+	// published and forgets them after, so a crash in between publishes
+	// them again (deduplicated) and none is lost or published twice.
+	Out []contract.Job `json:"out,omitempty"`
+	// Set once the provider accepted the digest.
+	Account    string    `json:"account,omitempty"`
+	Attempt    int       `json:"attempt,omitempty"`
+	ProviderID string    `json:"provider_id,omitempty"`
+	SentAt     time.Time `json:"sent_at,omitzero"`
+	LatencyMS  float64   `json:"latency_ms,omitempty"`
+}
+
+// has reports whether the digest holds the job with id.
+func (e *digestEntry) has(id string) bool {
+	is := func(j contract.Job) bool { return j.ID == id }
+	return slices.ContainsFunc(e.Items, is) || slices.ContainsFunc(e.Out, is)
+}
+
+// sealedDigest is the digest a carrier's delivery is sending.
+type sealedDigest struct {
+	key   string
+	entry *digestEntry
+	rev   uint64
+}
+
+// digestKey is the ledger key of job's digest.
+func digestKey(job *contract.Job) string {
+	return "dg=" + job.Channel + "." + contract.DigestHash(job.To) + "." + contract.DigestHash(job.DigestKey)
+}
+
+// digest routes a job with a digest_key: it joins or opens its digest (and
+// is done), carries a due digest (and goes on to be sent with the
+// digest's text, d.digest set), finishes a digest sent before a crash, or
+// is sent alone (done false). It runs after sentBefore and before
+// mayStillSend, which it applies itself to a job about to join.
+func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err error) {
+	job := &d.job
+	if job.DigestKey == "" || job.NoDigest || job.Test {
+		return false, nil
+	}
+	s, key := r.svc, digestKey(job)
+	for range digestCASTries {
+		e, rev, err := s.readDigest(ctx, key)
+		if err != nil {
+			return true, shared.RetryAfter(time.Second, fmt.Errorf("digest entry: %w", err))
+		}
+		switch {
+		case e != nil && e.State == digestSent:
+			if err := s.finishDigest(ctx, key, e, rev); err != nil {
+				return true, shared.RetryAfter(time.Second, err)
+			}
+			if e.has(job.ID) {
+				return true, nil // its sent event is stored now
+			}
+			continue
+		case e != nil && e.Carrier == job.ID:
+			done, retry, err := r.carry(ctx, d, key, e, rev)
+			if retry {
+				continue
+			}
+			return done, err
+		case e != nil && e.has(job.ID):
+			if job.DigestCarrier {
+				// Handed the duty before the entry names it (or a stale
+				// copy): come back once the entry settled.
+				return true, r.digestWait(ctx, d)
+			}
+			return true, nil // joined before a crash kept this message
+		}
+		window := r.digestWindow(ctx, d)
+		if window <= 0 {
+			job.DigestCarrier = false
+			return false, nil
+		}
+		if done, err := r.mayStillSend(ctx, d); done {
+			return true, err
+		}
+		now := time.Now().UTC()
+		switch {
+		case e == nil:
+			ne := &digestEntry{State: digestOpen, Carrier: job.ID, ClosesAt: now.Add(window), Template: job.DigestTemplate,
+				Items: []contract.Job{digestItem(job)}, Seqs: map[string]uint64{job.ID: d.seq}}
+			if _, err := s.createDigest(ctx, key, ne); errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			} else if err != nil {
+				return true, shared.RetryAfter(time.Second, fmt.Errorf("open digest: %w", err))
+			}
+			d.log.Debug("digest opened", "closes_at", ne.ClosesAt)
+			return true, r.scheduleCarrier(ctx, d, window)
+		case e.State == digestOpen && len(e.Items) < contract.MaxDigestItems:
+			e.Items = append(e.Items, digestItem(job))
+			if e.Seqs == nil {
+				e.Seqs = map[string]uint64{}
+			}
+			e.Seqs[job.ID] = d.seq
+			if _, err := s.updateDigest(ctx, key, e, rev); isConflict(err) {
+				continue
+			} else if err != nil {
+				return true, shared.RetryAfter(time.Second, fmt.Errorf("join digest: %w", err))
+			}
+			d.log.Debug("joined digest", "carrier", e.Carrier)
+			return true, nil
+		default:
+			// Sealed (being sent) or full: the next digest opens once
+			// this one is sent.
+			return true, r.digestWait(ctx, d)
+		}
+	}
+	return true, r.digestWait(ctx, d)
+}
+
+// digestWait has a job that cannot join or open its digest yet (the
+// digest is being sent, is full, or its entry changed under every
+// compare-and-set) come back in a second, as a scheduled copy: a delayed
+// NAK would hold a slot and count a delivery, which numbers attempts.
+func (r *accountRunner) digestWait(ctx context.Context, d *delivery) error {
+	return r.delayJob(ctx, d, r.name, d.attempt-1, time.Second)
+}
+
+// digestWindow is how long job's digest gathers: the task's digest_window,
+// else Config.DigestWindow while the account's backlog is above its
+// digest_backlog, else 0 (sent alone).
+func (r *accountRunner) digestWindow(ctx context.Context, d *delivery) time.Duration {
+	if w := d.job.DigestWindow.D(); w > 0 {
+		return w
+	}
+	if d.acct.DigestBacklog <= 0 {
+		return 0
+	}
+	if n, ok := r.svc.backlogs.get(ctx, r.svc.js, d.acct.Name); ok && n > d.acct.DigestBacklog {
+		return r.svc.cfg.DigestWindow
+	}
+	return 0
+}
+
+// digestItem is job as a digest keeps it: the job itself, so an item
+// taken out can be re-published, without the digest's own marks.
+func digestItem(job *contract.Job) contract.Job {
+	it := *job
+	it.DigestCarrier, it.Recheck = false, true
+	return it
+}
+
+// scheduleCarrier has the carrier's job come back when the window closes,
+// as a scheduled copy marked DigestCarrier.
+func (r *accountRunner) scheduleCarrier(ctx context.Context, d *delivery, wait time.Duration) error {
+	d.job.DigestCarrier = true
+	return r.schedule(ctx, d, r.name, d.attempt-1, wait, "digest", contract.SubjectDelayPrefix+r.name+"."+d.job.ID)
+}
+
+// carry handles the digest's carrier: early, it waits for the window's
+// end; stopped by its own task, it hands the duty on; due, it takes out
+// the items that cannot send, seals the digest and goes on to send it
+// (done false, d.digest set). retry asks the caller to read the entry
+// again (it changed under a compare-and-set).
+func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64) (done, retry bool, err error) {
+	s, job := r.svc, &d.job
+	if r.carrierStopped(job) {
+		return r.handOverDigest(ctx, d, key, e, rev)
+	}
+	if e.State == digestOpen {
+		if wait := time.Until(e.ClosesAt); wait > 0 {
+			return true, false, r.scheduleCarrier(ctx, d, wait)
+		}
+		// Items whose tasks cannot send now leave as jobs of their own.
+		keep := e.Items[:0:0]
+		for _, it := range e.Items {
+			if it.ID == job.ID || !r.carrierStopped(&it) {
+				keep = append(keep, it)
+			} else {
+				e.Out = append(e.Out, it)
+			}
+		}
+		e.Items, e.State = keep, digestSealed
+		nrev, err := s.updateDigest(ctx, key, e, rev)
+		if isConflict(err) {
+			return false, true, nil
+		} else if err != nil {
+			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("seal digest: %w", err))
+		}
+		rev = nrev
+	}
+	if len(e.Out) > 0 {
+		nrev, err := s.publishOut(ctx, key, e, rev)
+		if isConflict(err) {
+			return false, true, nil
+		} else if err != nil {
+			return true, false, shared.RetryAfter(time.Second, err)
+		}
+		rev = nrev
+	}
+	body, err := contract.RenderDigest(e.Template, digestItems(e), job.To)
+	if err != nil {
+		// Checked at intake; a limit hit on a large digest falls back to
+		// the plain list rather than losing every item.
+		d.log.Warn("digest template failed; sending the items one a line", "err", err)
+		body, _ = contract.RenderDigest("", digestItems(e), job.To)
+	}
+	job.Body = body
+	d.digest = &sealedDigest{key: key, entry: e, rev: rev}
+	return false, false, nil
+}
+
+// digestItems is what the digest template sees of e's items.
+func digestItems(e *digestEntry) []contract.DigestItem {
+	items := make([]contract.DigestItem, len(e.Items))
+	for i, it := range e.Items {
+		items[i] = contract.DigestItem{Body: it.Body, TaskID: it.TaskID, JobID: it.ID}
+	}
+	return items
+}
+
+// carrierStopped reports whether job's task stops it from being sent now:
+// expired, cancelled, paused (or otherwise not sending), or its recipient
+// suppressed for its category. Such a job leaves its digest and meets its
+// outcome alone.
+func (r *accountRunner) carrierStopped(job *contract.Job) bool {
+	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
+		return true
+	}
+	if !controlLets(r.svc.controls.Get(job.TaskID), job) {
+		return true
+	}
+	_, hit := r.svc.suppressed.Lookup(job.Channel, job.To, job.JobCategory())
+	return hit
+}
+
+// handOverDigest hands a stopped carrier's digest to its next item, whose
+// job is published as a scheduled carrier copy before the entry names it;
+// the stopped job then goes its own way (done false), out of digests.
+func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64) (done, retry bool, err error) {
+	s, job := r.svc, &d.job
+	rest := slices.DeleteFunc(slices.Clone(e.Items), func(j contract.Job) bool { return j.ID == job.ID })
+	if len(rest) == 0 {
+		if len(e.Out) > 0 {
+			nrev, err := s.publishOut(ctx, key, e, rev)
+			if isConflict(err) {
+				return false, true, nil
+			} else if err != nil {
+				return true, false, shared.RetryAfter(time.Second, err)
+			}
+			rev = nrev
+		}
+		if err := s.ledger.Delete(ctx, key, jetstream.LastRevision(rev)); isConflict(err) {
+			return false, true, nil
+		} else if err != nil {
+			return true, false, shared.RetryAfter(time.Second, err)
+		}
+	} else {
+		next := rest[0]
+		next.DigestCarrier, next.Recheck = true, true
+		at := e.ClosesAt
+		if soon := time.Now().Add(time.Second); at.Before(soon) {
+			at = soon
+		}
+		at = at.Truncate(time.Second).Add(time.Second)
+		if err := s.handOffItem(ctx, &next, e.Seqs[next.ID], contract.SubjectDelayPrefix+next.Account+"."+next.ID,
+			fmt.Sprintf("%s:digest-carrier:%d", next.MsgID(), e.Seqs[next.ID]), at, contract.JobSubject(next.Account, next.Priority)); err != nil {
+			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("hand digest over: %w", err))
+		}
+		e.Carrier, e.Items = next.ID, rest
+		if _, err := s.updateDigest(ctx, key, e, rev); isConflict(err) {
+			return false, true, nil
+		} else if err != nil {
+			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("hand digest over: %w", err))
+		}
+		d.log.Debug("digest handed over", "carrier", next.ID)
+	}
+	// Like an item taken out, it is sent alone once its task lets it.
+	job.DigestCarrier, job.NoDigest = false, true
+	return false, false, nil
+}
+
+// settleDigest records an accepted digest in its entry, then publishes
+// every item's sent event and deletes the entry (finishDigest). Killed
+// after the send and before the record, the carrier's redelivery sends
+// again with the same Idempotency-Key, as any job's would.
+func (r *accountRunner) settleDigest(ctx context.Context, d *delivery, ev *contract.Event) error {
+	sd, s := d.digest, r.svc
+	e := sd.entry
+	e.State, e.Account, e.Attempt, e.ProviderID = digestSent, ev.Account, ev.Attempt, ev.ProviderID
+	e.SentAt, e.LatencyMS = time.Now().UTC(), ev.LatencyMS
+	rev, err := s.updateDigest(ctx, sd.key, e, sd.rev)
+	if err != nil {
+		d.log.Error("could not record a sent digest; a redelivery may repeat it (same idempotency key)", "err", err)
+		return fmt.Errorf("record sent digest: %w", err)
+	}
+	return s.finishDigest(ctx, sd.key, e, rev)
+}
+
+// finishDigest publishes the sent event of each of a sent digest's items
+// (the carrier's last, as it stops the carrier's redelivery) and then
+// deletes the entry.
+func (s *Service) finishDigest(ctx context.Context, key string, e *digestEntry, rev uint64) error {
+	var carrier *contract.Job
+	for i := range e.Items {
+		if e.Items[i].ID == e.Carrier {
+			carrier = &e.Items[i]
+			continue
+		}
+		if err := s.publishDigestSent(ctx, e, &e.Items[i]); err != nil {
+			return err
+		}
+	}
+	if carrier != nil {
+		if err := s.publishDigestSent(ctx, e, carrier); err != nil {
+			return err
+		}
+	}
+	if err := s.ledger.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !isConflict(err) {
+		return fmt.Errorf("delete sent digest: %w", err)
+	}
+	return nil
+}
+
+// publishDigestSent stores item's sent event, naming the carrier. Unlike
+// other sent events it has a Nats-Msg-Id: a digest finished again after a
+// crash publishes its events again.
+func (s *Service) publishDigestSent(ctx context.Context, e *digestEntry, item *contract.Job) error {
+	ev := &contract.Event{TaskID: item.TaskID, JobID: item.ID, To: item.To, Account: e.Account, Kind: contract.EventSent,
+		Attempt: max(e.Attempt, 1), Index: item.Index, Generation: item.Generation, ProviderID: e.ProviderID,
+		CarriedBy: e.Carrier, At: e.SentAt}
+	if item.ID == e.Carrier {
+		ev.Attempt, ev.DigestSize, ev.LatencyMS = e.Attempt, len(e.Items), e.LatencyMS
+	}
+	data, err := contract.EncodeEvent(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.Publish(ctx, contract.EventSubject(ev.TaskID, ev.Kind), data, jetstream.WithMsgID(item.MsgID()+":sent:digest")); err != nil {
+		return fmt.Errorf("publish digest sent event: %w", err)
+	}
+	s.cfg.metrics.Outcome(ev)
+	return nil
+}
+
+// handOffItem publishes job, an item of a digest, on subject with msgID
+// (at and target, when set, schedule it), recorded first in its ledger
+// entry as a handoff of the message at seq that joined the digest
+// (handoff.go): that message, redelivered after a crash before its ack,
+// then publishes the same copy again, which the stream drops, instead of
+// joining another digest beside the copy.
+func (s *Service) handOffItem(ctx context.Context, job *contract.Job, seq uint64, subject, msgID string, at time.Time, target string) error {
+	h := handoff{Seq: seq, Subject: subject, MsgID: msgID, Account: job.Account, Attempts: job.Attempts, Moves: job.Moves,
+		MaybeSent: job.MaybeSent, At: at, Target: target}
+	if seq > 0 {
+		le, err := s.readLedger(ctx, job)
+		if err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		le.Handoffs = append(le.Handoffs, h)
+		if n := len(le.Handoffs); n > maxHandoffs {
+			le.Handoffs = le.Handoffs[n-maxHandoffs:]
+		}
+		if err := s.writeLedger(ctx, job, le); err != nil {
+			return fmt.Errorf("ledger: record the item's copy: %w", err)
+		}
+	}
+	return s.publishCopy(ctx, &h, job)
+}
+
+// readDigest returns the digest at key and its revision; nil when none.
+func (s *Service) readDigest(ctx context.Context, key string) (*digestEntry, uint64, error) {
+	kv, err := s.ledger.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var e digestEntry
+	if err := json.Unmarshal(kv.Value(), &e); err != nil {
+		return nil, 0, fmt.Errorf("digest entry %s does not decode: %w", key, err)
+	}
+	return &e, kv.Revision(), nil
+}
+
+func (s *Service) createDigest(ctx context.Context, key string, e *digestEntry) (uint64, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return 0, err
+	}
+	return s.ledger.Create(ctx, key, data)
+}
+
+func (s *Service) updateDigest(ctx context.Context, key string, e *digestEntry, rev uint64) (uint64, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return 0, err
+	}
+	return s.ledger.Update(ctx, key, data, rev)
+}
+
+// isConflict reports whether err is a lost compare-and-set.
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// backlogs caches each account's queued jobs (its normal lane's pending
+// and unacknowledged count) for a second: the backlog rule asks per job.
+type backlogs struct {
+	mu sync.Mutex
+	m  map[string]backlogLook
+}
+
+type backlogLook struct {
+	n  int
+	at time.Time
+}
+
+// get is account's backlog, ok false when it could not be read.
+func (b *backlogs) get(ctx context.Context, js jetstream.JetStream, account string) (int, bool) {
+	b.mu.Lock()
+	l, ok := b.m[account]
+	b.mu.Unlock()
+	if ok && time.Since(l.at) < time.Second {
+		return l.n, true
+	}
+	c, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, contract.PriorityNormal))
+	if err != nil {
+		return 0, false
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, false
+	}
+	l = backlogLook{n: int(info.NumPending) + info.NumAckPending, at: time.Now()}
+	b.mu.Lock()
+	if b.m == nil {
+		b.m = map[string]backlogLook{}
+	}
+	b.m[account] = l
+	b.mu.Unlock()
+	return l.n, true
+}
+
+// releaseDigest, when the carrier gives up on its digest, takes the other
+// items out (publishOut), so each gets its own attempts and outcome, and
+// deletes the entry; the carrier's own job is given up as usual.
+func (r *accountRunner) releaseDigest(ctx context.Context, d *delivery) error {
+	sd, s := d.digest, r.svc
+	if sd == nil {
+		return nil
+	}
+	e := sd.entry
+	for _, it := range e.Items {
+		if it.ID != d.job.ID {
+			e.Out = append(e.Out, it)
+		}
+	}
+	e.Items = slices.DeleteFunc(e.Items, func(j contract.Job) bool { return j.ID != d.job.ID })
+	rev, err := s.updateDigest(ctx, sd.key, e, sd.rev)
+	if err != nil {
+		return shared.RetryAfter(time.Second, fmt.Errorf("release digest items: %w", err))
+	}
+	if rev, err = s.publishOut(ctx, sd.key, e, rev); err != nil {
+		return shared.RetryAfter(time.Second, err)
+	}
+	if err := s.ledger.Delete(ctx, sd.key, jetstream.LastRevision(rev)); err != nil && !isConflict(err) {
+		return shared.RetryAfter(time.Second, fmt.Errorf("delete released digest: %w", err))
+	}
+	d.digest = nil
+	return nil
+}
+
+// publishOut publishes the items e.Out names as jobs of their own, sent
+// alone (NoDigest), and then has the entry forget them; it returns the
+// entry's new revision. Each copy is recorded as the handoff of the
+// message that joined (handOffItem) and has a Nats-Msg-Id naming that
+// message, so publishing again after a crash stores nothing new.
+func (s *Service) publishOut(ctx context.Context, key string, e *digestEntry, rev uint64) (uint64, error) {
+	for _, it := range e.Out {
+		it.NoDigest, it.Recheck = true, true
+		msgID := fmt.Sprintf("%s:digest-out:%d", it.MsgID(), e.Seqs[it.ID])
+		if err := s.handOffItem(ctx, &it, e.Seqs[it.ID], contract.JobSubject(it.Account, it.Priority), msgID, time.Time{}, ""); err != nil {
+			return 0, fmt.Errorf("take item out of digest: %w", err)
+		}
+	}
+	e.Out = nil
+	return s.updateDigest(ctx, key, e, rev)
+}

@@ -1,0 +1,233 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/natstest"
+)
+
+// digestJob is a sandbox job of task to user-0 with digest key "news".
+func digestJob(task string, window time.Duration) contract.Job {
+	return contract.Job{ID: contract.JobID(task, 0, false), TaskID: task, To: "user-0", Body: "from " + task,
+		Channel: "sandbox", Account: "a", Priority: contract.PriorityNormal, MaxAttempts: 3,
+		DigestKey: "news", DigestWindow: contract.Duration(window)}
+}
+
+// TestDigestLeftSentIsFinished plays a dispatch killed after it recorded a
+// digest as sent and before it published the items' sent events: the next
+// job to that recipient and key publishes them (once each, also when the
+// entry is found twice) and deletes the entry, then opens its own digest.
+func TestDigestLeftSentIsFinished(t *testing.T) {
+	t.Parallel()
+	js := topologyJS(t)
+	ctx := t.Context()
+	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
+	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
+	require.NoError(t, err)
+
+	items := []contract.Job{digestJob("x", time.Second), digestJob("y", time.Second), digestJob("z", time.Second)}
+	key := digestKey(&items[0])
+	require.NotContains(t, key, "user-0", "recipients are hashed in keys")
+	left := digestEntry{State: digestSent, Carrier: items[0].ID, Items: items, Account: "a", Attempt: 1, SentAt: time.Now().UTC()}
+	data, err := json.Marshal(&left)
+	require.NoError(t, err)
+	_, err = ledger.Put(ctx, key, data)
+	require.NoError(t, err)
+
+	runService(t, js, Config{Logger: logtest.Logger()})
+	next := digestJob("w", time.Second)
+	data, err = json.Marshal(&next)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
+
+	natstest.Eventually(t, 15*time.Second, func() bool { return sentOf(t, js, "w") == 1 }, "the next job's own digest sent")
+	for _, task := range []string{"x", "y", "z"} {
+		require.EqualValues(t, 1, sentOf(t, js, task), "sent events of %s", task)
+	}
+	// Found again (a second crash before the delete): no second event.
+	data, err = json.Marshal(&left)
+	require.NoError(t, err)
+	_, err = ledger.Put(ctx, key, data)
+	require.NoError(t, err)
+	svc, err := New(js, Config{})
+	require.NoError(t, err)
+	svc.ledger = ledger
+	e, rev, err := svc.readDigest(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, svc.finishDigest(ctx, key, e, rev))
+	for _, task := range []string{"x", "y", "z"} {
+		require.EqualValues(t, 1, sentOf(t, js, task), "sent events of %s after finishing twice", task)
+	}
+	_, err = ledger.Get(ctx, key)
+	require.True(t, errors.Is(err, jetstream.ErrKeyNotFound), "finished entry deleted: %v", err)
+	ev := lastSent(t, js, "y")
+	require.Equal(t, items[0].ID, ev.CarriedBy)
+	require.Equal(t, "a", ev.Account)
+	own := lastSent(t, js, "w")
+	require.Equal(t, own.JobID, own.CarriedBy, "the next job carried its own digest")
+	require.Equal(t, 1, own.DigestSize)
+}
+
+// sentOf counts task's stored sent events.
+func sentOf(t *testing.T, js jetstream.JetStream, task string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, contract.StreamEvents)
+	require.NoError(t, err)
+	subject := contract.EventSubject(task, contract.EventSent)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	require.NoError(t, err)
+	return info.State.Subjects[subject]
+}
+
+// lastSent is task's last stored sent event.
+func lastSent(t *testing.T, js jetstream.JetStream, task string) contract.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, contract.StreamEvents)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(ctx, contract.EventSubject(task, contract.EventSent))
+	require.NoError(t, err)
+	var ev contract.Event
+	require.NoError(t, contract.DecodeEvent(m.Data, &ev))
+	return ev
+}
+
+// TestDigestStepsRepeatNothingAfterACrash plays a dispatch killed after a
+// job opened its digest (scheduling itself as the carrier) and after one
+// joined it, each before its ack: the redeliveries schedule no second
+// carrier and add no second item.
+func TestDigestStepsRepeatNothingAfterACrash(t *testing.T) {
+	g := newHandoffRig(t)
+	ctx := t.Context()
+	publish := func(job contract.Job) {
+		data, err := json.Marshal(&job)
+		require.NoError(t, err)
+		_, err = g.js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+		require.NoError(t, err)
+	}
+	step := func(d taken) bool {
+		if g.sentBefore(t, d) {
+			return true
+		}
+		done, err := g.r.digest(ctx, d.delivery)
+		require.NoError(t, err)
+		return done
+	}
+	opener, joiner := digestJob("p", 30*time.Second), digestJob("q", 30*time.Second)
+	carrierCopy := contract.SubjectDelayPrefix + "a." + opener.ID
+
+	publish(opener)
+	d := g.next(t)
+	require.True(t, step(d), "opened its digest")
+	require.EqualValues(t, 1, g.count(t, carrierCopy))
+	// Killed here: no ack. The redelivery schedules the same copy again,
+	// which the stream drops.
+	d = g.next(t)
+	require.EqualValues(t, 2, d.delivered)
+	require.True(t, step(d))
+	require.NoError(t, d.msgAck(t))
+	require.EqualValues(t, 1, g.count(t, carrierCopy), "one carrier copy")
+
+	publish(joiner)
+	d = g.next(t)
+	require.True(t, step(d), "joined")
+	d = g.next(t)
+	require.EqualValues(t, 2, d.delivered)
+	require.True(t, step(d), "already joined")
+	require.NoError(t, d.msgAck(t))
+
+	e, _, err := g.svc.readDigest(ctx, digestKey(&opener))
+	require.NoError(t, err)
+	require.Equal(t, digestOpen, e.State)
+	require.Equal(t, opener.ID, e.Carrier)
+	require.Len(t, e.Items, 2)
+	require.Equal(t, []string{"p.0", "q.0"}, []string{e.Items[0].ID, e.Items[1].ID})
+}
+
+func TestDigestWindowConfigNamesTheField(t *testing.T) {
+	t.Parallel()
+	err := (&Config{DigestWindow: 100 * time.Millisecond}).validate()
+	require.EqualError(t, err, "DigestWindow (DISPATCH_DIGEST_WINDOW): must be between 1s and 24h0m0s, got 100ms")
+	require.NoError(t, (&Config{DigestWindow: time.Minute}).validate())
+}
+
+// TestDigestItemTakenOutIsNotRepeatedAfterACrash plays a dispatch killed
+// after a job joined a digest and before its ack, whose task is paused
+// before the carrier is due: the carrier takes the item out as a job of
+// its own, and the joined message's redelivery publishes no second copy.
+func TestDigestItemTakenOutIsNotRepeatedAfterACrash(t *testing.T) {
+	g := newHandoffRig(t)
+	ctx := t.Context()
+	publish := func(job contract.Job) {
+		data, err := json.Marshal(&job)
+		require.NoError(t, err)
+		_, err = g.js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+		require.NoError(t, err)
+	}
+	digest := func(d taken) (bool, error) { return g.r.digest(ctx, d.delivery) }
+	opener, joiner := digestJob("p", time.Second), digestJob("q", time.Second)
+
+	publish(opener)
+	d := g.next(t)
+	require.False(t, g.sentBefore(t, d))
+	done, err := digest(d)
+	require.True(t, done)
+	require.NoError(t, err)
+	require.NoError(t, d.msgAck(t))
+	publish(joiner)
+	d = g.next(t)
+	require.False(t, g.sentBefore(t, d))
+	done, err = digest(d)
+	require.True(t, done, "joined")
+	require.NoError(t, err)
+	// Killed here: the joiner's message is not acknowledged.
+	g.setControl(t, "q", contract.StatePaused)
+
+	// The carrier's copy comes when the window closes and takes q out;
+	// the joiner's redelivery comes after the ack wait.
+	var carried, redelivered bool
+	copies := 0
+	for !carried || !redelivered || copies == 0 {
+		d := g.next(t)
+		switch d.job.TaskID {
+		case "p":
+			require.False(t, g.sentBefore(t, d))
+			done, err := digest(d)
+			require.NoError(t, err)
+			require.False(t, done, "the carrier goes on to send")
+			require.NotNil(t, d.digest)
+			require.Len(t, d.digest.entry.Items, 1, "q taken out")
+			require.Equal(t, "p.0", d.digest.entry.Items[0].ID)
+			carried = true
+		case "q":
+			if d.job.NoDigest {
+				copies++
+				break
+			}
+			require.EqualValues(t, 2, d.delivered, "the joined message's redelivery")
+			require.True(t, g.sentBefore(t, d), "handed off as the taken-out copy: not sent")
+			redelivered = true
+		}
+		require.NoError(t, d.msgAck(t))
+	}
+	// Nothing else arrives: the redelivery's copy was dropped.
+	batch, err := g.cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond))
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		t.Fatalf("unexpected delivery: %s", m.Data())
+	}
+	require.Equal(t, 1, copies, "one copy of q taken out")
+}
