@@ -139,9 +139,13 @@ func (st *seriesStore) record(ev *contract.Event) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.get(st.tasks, ev.TaskID).add(ev.Kind, at)
+	if ts := st.get(st.tasks, ev.TaskID, now); ts != nil {
+		ts.add(ev.Kind, at)
+	}
 	if ev.Account != "" {
-		st.get(st.accounts, ev.Account).add(ev.Kind, at)
+		if as := st.get(st.accounts, ev.Account, now); as != nil {
+			as.add(ev.Kind, at)
+		}
 	}
 }
 
@@ -172,26 +176,40 @@ func (st *seriesStore) size() (tasks, accounts int) {
 	return len(st.tasks), len(st.accounts)
 }
 
-// get returns name's series in m, creating it (and evicting one when m is
-// full). Call with st.mu held.
-func (st *seriesStore) get(m map[string]*series, name string) *series {
+// get returns name's series in m, creating it when m has room or a
+// series to give up: an ended task's, or one without an event for
+// evictAfter. When every series is in use it returns nil and name is not
+// charted: at more accounts than the limit, the first ones keep their
+// charts instead of all of them taking turns (each turn was a new 262 KB
+// series). An evicted series's memory is reused. Call with st.mu held.
+func (st *seriesStore) get(m map[string]*series, name string, now time.Time) *series {
 	if s := m[name]; s != nil {
 		return s
 	}
-	if len(m) >= st.limit {
-		var victim string
-		var vs *series
-		for n, s := range m {
-			if vs == nil || s.ended && !vs.ended || s.ended == vs.ended && s.last.Before(vs.last) {
-				victim, vs = n, s
-			}
-		}
-		delete(m, victim)
+	if len(m) < st.limit {
+		s := new(series)
+		m[name] = s
+		return s
 	}
-	s := new(series)
-	m[name] = s
-	return s
+	var victim string
+	var vs *series
+	for n, s := range m {
+		if vs == nil || s.ended && !vs.ended || s.ended == vs.ended && s.last.Before(vs.last) {
+			victim, vs = n, s
+		}
+	}
+	if vs == nil || !vs.ended && now.Sub(vs.last) < evictAfter {
+		return nil
+	}
+	delete(m, victim)
+	*vs = series{}
+	m[name] = vs
+	return vs
 }
+
+// evictAfter is how long a series of a running task or of an account must
+// have had no event before a new one may take its place.
+const evictAfter = 10 * time.Minute
 
 // SeriesView is GET /api/series's answer: one task's or account's counts
 // per second (the last Seconds asked for, from its first event) and per
