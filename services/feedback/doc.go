@@ -59,6 +59,12 @@
 //     sendRecordId, status delivered or failed with WxPusher's status and
 //     description) and handled like any receipt.
 //
+// A digest's message (services/dispatch, digest.go) carries several tasks'
+// recipients under one provider id: the carrier's sent event is indexed
+// under the id with its digest_size, the items' beside it (key plus
+// ".<hash of the item's job id>"), and a receipt for the message becomes
+// an event for each of them (retried until all are indexed).
+//
 // Publishes: broadcast.events.<task>.delivered, .read and .undelivered
 // (contract.Event with the sent event's job, index, account and attempt,
 // the provider's code and reason, the provider id; Nats-Msg-Id

@@ -48,6 +48,17 @@ func (s *Service) indexConsumer(ctx context.Context) (jetstream.Consumer, error)
 // recent send to it. An account feedback does not know (deleted) gets the
 // job id too.
 func indexKeys(ev *contract.Event, channel string) []string {
+	if ev.CarriedBy != "" && ev.CarriedBy != ev.JobID {
+		// A digest item: its message is the carrier's, found by the
+		// carrier's keys; the item is kept beside them.
+		carrier := *ev
+		carrier.JobID, carrier.CarriedBy, carrier.To = ev.CarriedBy, "", ""
+		var keys []string
+		for _, k := range indexKeys(&carrier, channel) {
+			keys = append(keys, digestItemKey(k, ev.JobID))
+		}
+		return keys
+	}
 	var keys []string
 	if ev.ProviderID != "" && len(ev.ProviderID) <= maxIDBytes {
 		keys = append(keys, idKey(ev.Account, ev.ProviderID))
@@ -77,7 +88,7 @@ func (s *Service) indexSent(ctx context.Context, m jetstream.Msg) error {
 		return nil
 	}
 	data, err := json.Marshal(indexEntry{TaskID: ev.TaskID, JobID: ev.JobID, Index: ev.Index, Account: ev.Account,
-		Attempt: ev.Attempt, Generation: ev.Generation})
+		Attempt: ev.Attempt, Generation: ev.Generation, DigestSize: ev.DigestSize})
 	if err != nil {
 		return shared.Permanent(err)
 	}

@@ -86,15 +86,54 @@ func (s *Service) handleReceipt(ctx context.Context, m jetstream.Msg) error {
 		s.log.Warn("index entry does not decode; receipt dropped", "key", key, "err", err)
 		return nil
 	}
-	ev := contract.Event{TaskID: entry.TaskID, JobID: entry.JobID, Index: entry.Index, Account: entry.Account,
-		Kind: kind, Attempt: entry.Attempt, Generation: entry.Generation, Code: code, Error: rc.Error,
-		At: rc.At, ProviderID: rc.ID, To: rc.Email}
-	if err := shared.PublishEvent(ctx, s.js, &ev); err != nil {
-		return fmt.Errorf("publish %s event: %w", kind, err)
+	entries := []indexEntry{entry}
+	if entry.DigestSize > 1 {
+		items, err := s.digestItems(ctx, key)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, items...)
 	}
-	s.cfg.metrics.Receipt(rc.Source, metrics.ReceiptEvent, 1)
-	s.published.Add(1)
+	for _, en := range entries {
+		ev := contract.Event{TaskID: en.TaskID, JobID: en.JobID, Index: en.Index, Account: en.Account,
+			Kind: kind, Attempt: en.Attempt, Generation: en.Generation, Code: code, Error: rc.Error,
+			At: rc.At, ProviderID: rc.ID, To: rc.Email}
+		if err := shared.PublishEvent(ctx, s.js, &ev); err != nil {
+			return fmt.Errorf("publish %s event: %w", kind, err)
+		}
+		s.cfg.metrics.Receipt(rc.Source, metrics.ReceiptEvent, 1)
+		s.published.Add(1)
+	}
+	if len(entries) < entry.DigestSize && (time.Since(rc.Received) < s.cfg.MatchWait || s.indexBehind(ctx)) {
+		// Some items' sent events are not indexed yet: try again; the
+		// events already published are dropped as duplicates.
+		return shared.RetryAfter(s.cfg.MatchRetry, errors.New("digest items not all indexed yet"))
+	}
 	return nil
+}
+
+// digestItems returns the entries of the items a digest carrier's message,
+// under key, carried besides the carrier.
+func (s *Service) digestItems(ctx context.Context, key string) ([]indexEntry, error) {
+	lister, err := s.index.ListKeysFiltered(ctx, key+".*")
+	if err != nil {
+		return nil, err
+	}
+	var out []indexEntry
+	for k := range lister.Keys() {
+		e, err := s.index.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var en indexEntry
+		if json.Unmarshal(e.Value(), &en) == nil && contract.ValidID(en.TaskID) {
+			out = append(out, en)
+		}
+	}
+	return out, nil
 }
 
 // maxMatchDelay caps the growing delay between tries of an unmatched receipt.

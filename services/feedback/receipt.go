@@ -110,4 +110,12 @@ type indexEntry struct {
 	Account    string `json:"account"`
 	Attempt    int    `json:"attempt"`
 	Generation int    `json:"generation,omitempty"`
+	// DigestSize, on a digest carrier's entry, is how many recipients its
+	// message carried: the others' entries are under the same key plus
+	// ".<hash of their job id>" (digestItemKey).
+	DigestSize int `json:"digest_size,omitempty"`
 }
+
+// digestItemKey is where the entry of a digest item, carried by the
+// message under key, is kept.
+func digestItemKey(key, jobID string) string { return key + "." + hashHex(jobID)[:16] }
