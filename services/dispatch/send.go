@@ -46,6 +46,9 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	if done, err := r.mayStillSend(ctx, d); done {
 		return err
 	}
+	if done, err := r.obeyPolicy(ctx, d); done {
+		return err
+	}
 	if done, err := r.admitCaps(ctx, d); done {
 		return err
 	}
@@ -86,6 +89,9 @@ type delivery struct {
 	// account has neither a daily cap nor a per-recipient interval;
 	// portfolio its reservation in its portfolio's shared count.
 	caps, portfolio *capTracker
+	// frequencyReserved says the job holds a reservation under the
+	// policy's frequency caps (policy.go).
+	frequencyReserved bool
 }
 
 // mayFollowLostAnswer reports whether an earlier delivery of the job may
@@ -249,6 +255,9 @@ func (r *accountRunner) send(ctx context.Context, turn *ticket, d *delivery) (o 
 				d.portfolio.release(ctx, d.job.To, reached, now)
 			}
 		}()
+	}
+	if d.frequencyReserved {
+		defer func() { r.releaseFrequency(ctx, d, o) }()
 	}
 	if d.batch != nil {
 		return r.sendBatched(ctx, d)
