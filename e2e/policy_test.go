@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,7 +124,9 @@ func (c *fakeClock) at(real time.Time) time.Time { return real.Add(c.offset) }
 // recipient without zone (the default) wait and are sent only once it is
 // 09:00 in Shanghai; one in New York (19:59) is sent at once; a
 // transactional task to the Nairobi recipient is sent at once; and a held
-// recipient whose task expires first is expired, never sent.
+// recipient whose task expires first is expired, never sent. Progress
+// says the task is waiting, with the hold's reason, and is not paused by
+// the circuit breaker.
 func TestPolicyQuietHours(t *testing.T) {
 	t.Parallel()
 	sh, err := time.LoadLocation("Asia/Shanghai")
@@ -190,4 +193,5 @@ func TestPolicyQuietHours(t *testing.T) {
 	p := ts.Progress(t, task.ID)
 	require.Equal(t, [3]int{4, 3, 1}, [3]int{p.Total, p.Sent, p.Retrying}, "total, sent, retrying: Nairobi waits until its 09:00")
 	require.Equal(t, contract.StateProcessing, p.State)
+	require.True(t, strings.HasPrefix(p.Error, "waiting: quiet hours 21:00-09:00 in the recipient's zone"), "progress says why it waits: %q", p.Error)
 }
