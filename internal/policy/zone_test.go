@@ -30,3 +30,19 @@ func TestZone(t *testing.T) {
 		require.Equal(t, [2]string{tc.zone, tc.from}, [2]string{loc.String(), from}, "%v %s", tc.vars, tc.to)
 	}
 }
+
+// BenchmarkZone: the zone of a phone number without a tz variable (the
+// dearest case: a parse and a prefix lookup), and of a tz variable.
+func BenchmarkZone(b *testing.B) {
+	b.Run("phone", func(b *testing.B) {
+		for b.Loop() {
+			Zone(nil, "+8613800000001", time.UTC)
+		}
+	})
+	b.Run("tz", func(b *testing.B) {
+		vars := map[string]any{"tz": "Europe/Berlin"}
+		for b.Loop() {
+			Zone(vars, "+8613800000001", time.UTC)
+		}
+	})
+}
