@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,4 +115,39 @@ func TestReserveRules(t *testing.T) {
 		all = append(all, k)
 	}
 	require.Equal(t, []string{"whatsapp." + contract.RecipientHash("+8613800000001")}, all)
+}
+
+// BenchmarkReserve: one reservation under two caps, for a recipient
+// without a record (one compare-and-set create) and for one with a record
+// (a get and an update), from 64 goroutines as dispatch's handlers make
+// them, against an embedded server in this process.
+func BenchmarkReserve(b *testing.B) {
+	ts := natstest.StartWith(b, func(ctx context.Context, js jetstream.JetStream) error {
+		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
+	})
+	ctx := context.Background()
+	c, err := policy.OpenCounter(ctx, ts.JS)
+	require.NoError(b, err)
+	p, err := contract.DecodePolicy([]byte(`{"frequency_caps":[{"category":"marketing","max":2,"window":"24h"},{"max":6,"window":"168h"}]}`))
+	require.NoError(b, err)
+	now := time.Now()
+	for _, existing := range []bool{false, true} {
+		name := map[bool]string{false: "new", true: "existing"}[existing]
+		b.Run(name, func(b *testing.B) {
+			var seq atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := seq.Add(1)
+					to := fmt.Sprintf("%s-%d", name, i)
+					if existing {
+						to = fmt.Sprintf("existing-%d", i%1000)
+					}
+					if _, err := c.Reserve(ctx, "bench", to, fmt.Sprintf("job-%d", i), contract.CategoryMarketing, p.FrequencyCaps, now); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }
