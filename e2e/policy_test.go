@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
@@ -52,6 +53,13 @@ func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	}
 	putPolicy(t, e.ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":2,"window":"24h"}]}`)
 	r1, r2 := e.startReplica(), e.startReplica()
+	// The fair share gives each replica one of the two accounts: wait for
+	// it, so the tasks race across replicas, not within one.
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		a, errA := kvGet(t, e.ts, contract.BucketLeases, "fa")
+		b, errB := kvGet(t, e.ts, contract.BucketLeases, "fb")
+		return errA == nil && errB == nil && string(a.Value()) != string(b.Value())
+	}, "each replica holds one account's lease")
 	const n = 10
 	people := recipients("fc", n)
 	var ids []string
