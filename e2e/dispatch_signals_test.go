@@ -78,7 +78,7 @@ func TestDispatchQualityRating(t *testing.T) {
 	first := contract.Task{ID: "q-first", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("f", 1)}
 	submit(t, ts, first)
 	require.Equal(t, contract.StateSucceeded, ts.WaitFinal(t, first.ID, 20*time.Second).State)
-	require.Equal(t, 40.0, ceiling())
+	natstest.Eventually(t, 10*time.Second, func() bool { return ceiling() == 40 }, "health written with the ceiling 40")
 	putSignals(t, ts, "q", contract.AccountSignals{Quality: contract.QualityYellow, Source: "test"})
 	natstest.Eventually(t, 10*time.Second, func() bool { return ceiling() == 20 }, "YELLOW halves the ceiling 40 to 20")
 	warm := contract.Task{ID: "q-yellow", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("y", 40)}

@@ -195,6 +195,14 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		// Each key is an account; its value is its health score over the
 		// last hour, written by the status process that folds events.
 		{Bucket: contract.BucketScores, Description: "Account health scores over the last hour, written by status.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Keys default and <channel>, each a contract.Policy; dispatch
+		// watches it (internal/policy), so edits apply live.
+		{Bucket: contract.BucketPolicy, Description: "Recipient policy: frequency caps and quiet hours, default and per channel.", History: 5, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is <channel>.<recipient hash>, its value the sends
+		// reserved for that recipient under the frequency caps, changed by
+		// compare-and-set; a key not written for the longest window a cap
+		// may have is dropped.
+		{Bucket: contract.BucketFrequency, Description: "Per-recipient send counts behind the frequency caps (internal).", History: 1, TTL: contract.MaxCapWindow, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

@@ -46,6 +46,7 @@ func runBench(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
 	statusReplicas := fs.Int("status-replicas", 1, "status processes (one folds, the others stand by)")
 	idle := fs.Duration("idle", 0, "before the task, measure the CPU the idle pipeline spends with its accounts for this long")
+	policyValue := fs.String("policy", "", `a recipient policy (KV broadcast_policy key default) in force during the run, e.g. '{"frequency_caps":[{"max":6,"window":"168h"}]}'`)
 	_ = fs.Parse(args)
 	if *accounts < 1 || *statusReplicas < 1 {
 		return fmt.Errorf("bench: -accounts and -status-replicas must be at least 1")
@@ -71,6 +72,11 @@ func runBench(ctx context.Context, args []string) error {
 
 	if *replicas != "" {
 		return benchReplicas(ctx, js, *replicas)
+	}
+	if *policyValue != "" {
+		if err := putBenchPolicy(ctx, js, *policyValue); err != nil {
+			return err
+		}
 	}
 
 	// The baseline runs before and after the pipeline, and the ratio uses
@@ -537,4 +543,19 @@ func peakRSSMB() float64 {
 		return float64(ru.Maxrss) / (1 << 20)
 	}
 	return float64(ru.Maxrss) / 1024
+}
+
+// putBenchPolicy validates value and stores it as the default policy.
+func putBenchPolicy(ctx context.Context, js jetstream.JetStream, value string) error {
+	if _, err := contract.DecodePolicy([]byte(value)); err != nil {
+		return fmt.Errorf("bench: -policy: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, contract.BucketPolicy)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if _, err := kv.Put(ctx, contract.PolicyDefault, []byte(value)); err != nil {
+		return fmt.Errorf("bench: put policy: %w", err)
+	}
+	return nil
 }

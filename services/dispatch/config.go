@@ -70,6 +70,9 @@ type Config struct {
 	Metrics *prometheus.Registry
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Now is the clock of the recipient policy (quiet hours and frequency
+	// cap windows), a fake one in tests. Defaults to time.Now.
+	Now func() time.Time
 
 	// metrics is the service's metric set in Metrics, built by withDefaults.
 	metrics *metrics.Dispatch
@@ -175,6 +178,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	c.metrics = metrics.NewDispatch(c.Metrics)
 }

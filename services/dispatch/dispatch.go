@@ -13,6 +13,7 @@ import (
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/lease"
+	"github.com/broadcastd/broadcast/internal/policy"
 	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -54,6 +55,10 @@ type Service struct {
 	// (portfolio.go), made on first use.
 	portfolioMu   sync.Mutex
 	portfolioCaps map[string]*capTracker
+	// policy is the recipient policy's view and frequency its counts
+	// (policy.go).
+	policy    *policy.View
+	frequency *policy.Counter
 
 	mu      sync.Mutex
 	runners map[string]*accountRunner
@@ -135,6 +140,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.suppressed, err = suppress.Watch(ctx, s.js, s.log); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	if s.policy, err = policy.Watch(ctx, s.js, s.log); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	if s.frequency, err = policy.OpenCounter(ctx, s.js); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.signals, err = shared.WatchSignals(ctx, s.js, s.log, s.signalsChanged); err != nil {

@@ -68,7 +68,17 @@
 // internal/suppress, by the job's channel, recipient and category: a
 // listed recipient gets a skipped event with code suppressed, so an
 // entry added while the job was queued or parked still stops it) and the
-// account's health.
+// account's health. Then obeyPolicy (policy.go) applies the recipient
+// policy of the job's channel (KV broadcast_policy through internal/policy:
+// the channel's key, else default), except to transactional jobs: a
+// recipient inside its quiet hours, in its own zone (variable tz, else
+// its phone number's region, else the policy's default_tz, else UTC), is
+// re-published for their end as a scheduled message (no slot held, no
+// attempt spent; expires_at still wins) with a retrying event coded
+// quiet_hours; one over a frequency cap is skipped, code frequency_cap;
+// otherwise its send is reserved by job id in KV broadcast_frequency
+// (compare-and-set, shared by every replica) and released by send when
+// the call did not reach the recipient. Config.Now is the policy's clock.
 // Successes are known from the task's stored sent events (sentindex.go:
 // each is stored before its job is acknowledged, so it costs nothing per
 // send; a task's events are read by one forward-only ephemeral consumer,
@@ -195,7 +205,8 @@
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.
 //   - send.go: handle and its steps, from the check for an earlier send to
-//     the outcome (mayStillSend: expiry, run state, suppression, health);
+//     the outcome (mayStillSend: expiry, run state, suppression, health;
+//     then the policy, the account's caps, the call);
 //     rerouting off an account that must not send.
 //   - batcher.go: merging sends of batch accounts into calls.
 //   - health.go: what answers say about the account (pauses, auth
@@ -209,6 +220,8 @@
 //   - portfolio.go: a portfolio's accounts, limit and shared count.
 //   - quality.go: what a quality rating does to pacing and marketing
 //     sends, and applying a change of the signals.
+//   - policy.go: quiet hours and frequency caps (obeyPolicy), releasing
+//     a reservation whose send did not reach the recipient.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
 //   - digest.go: digests: joining, carrying, sending and finishing them,
 //     and the backlog rule.

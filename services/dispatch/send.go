@@ -43,10 +43,16 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	if done, err := r.sentBefore(ctx, d); done {
 		return err
 	}
-	if done, err := r.digest(ctx, d); done {
+	if done, err := r.mayStillSend(ctx, d); done {
 		return err
 	}
-	if done, err := r.mayStillSend(ctx, d); done {
+	// The policy comes before digests, so a digest's items have each
+	// passed it (a quiet-hours hold waits outside any digest) and a
+	// sealed digest is never stopped by it.
+	if done, err := r.obeyPolicy(ctx, d); done {
+		return err
+	}
+	if done, err := r.digest(ctx, d); done {
 		return err
 	}
 	if done, err := r.admitCaps(ctx, d); done {
@@ -92,6 +98,9 @@ type delivery struct {
 	// digest is the digest this delivery carries (digest.go), nil for a
 	// job sent alone.
 	digest *sealedDigest
+	// frequencyReserved says the job holds a reservation under the
+	// policy's frequency caps (policy.go).
+	frequencyReserved bool
 }
 
 // mayFollowLostAnswer reports whether an earlier delivery of the job may
@@ -255,6 +264,9 @@ func (r *accountRunner) send(ctx context.Context, turn *ticket, d *delivery) (o 
 				d.portfolio.release(ctx, d.job.To, reached, now)
 			}
 		}()
+	}
+	if d.frequencyReserved {
+		defer func() { r.releaseFrequency(ctx, d, o) }()
 	}
 	if d.batch != nil {
 		return r.sendBatched(ctx, d)

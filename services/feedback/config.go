@@ -77,6 +77,14 @@ type Config struct {
 	// (the poller consumer's MaxAckPending); beyond it newer sends wait in
 	// EVENTS until older ones end. Defaults to 10,000.
 	WxPusherMaxPending int
+	// StopKeywords are the inbound WhatsApp text replies (trimmed, any
+	// letter case) that add their sender to the suppression list with
+	// reason opt_out (FEEDBACK_STOP_KEYWORDS, comma-separated; "none"
+	// turns them off). Defaults to DefaultStopKeywords: STOP, UNSUBSCRIBE,
+	// 退订, TD.
+	StopKeywords []string
+	// stopKeywordsOff is set by FEEDBACK_STOP_KEYWORDS=none.
+	stopKeywordsOff bool
 	// Metrics is the registry the service's metrics join. Defaults to nil
 	// (no metrics).
 	Metrics *prometheus.Registry
@@ -87,8 +95,8 @@ type Config struct {
 }
 
 // ConfigFromEnv reads FEEDBACK_ADDR, FEEDBACK_TOKEN, FEEDBACK_SECRET_ENVS
-// (or DISPATCH_SECRET_ENVS), FEEDBACK_MATCH_WAIT and
-// FEEDBACK_WXPUSHER_RATE.
+// (or DISPATCH_SECRET_ENVS), FEEDBACK_STOP_KEYWORDS, FEEDBACK_MATCH_WAIT
+// and FEEDBACK_WXPUSHER_RATE.
 func ConfigFromEnv() (Config, error) {
 	c := Config{Addr: os.Getenv("FEEDBACK_ADDR"), Token: os.Getenv("FEEDBACK_TOKEN")}
 	envs := os.Getenv("FEEDBACK_SECRET_ENVS")
@@ -98,6 +106,15 @@ func ConfigFromEnv() (Config, error) {
 	for _, n := range strings.Split(envs, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			c.SecretEnvs = append(c.SecretEnvs, n)
+		}
+	}
+	if v := strings.TrimSpace(os.Getenv("FEEDBACK_STOP_KEYWORDS")); strings.EqualFold(v, "none") {
+		c.stopKeywordsOff = true
+	} else {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				c.StopKeywords = append(c.StopKeywords, k)
+			}
 		}
 	}
 	if v := os.Getenv("FEEDBACK_MATCH_WAIT"); v != "" {
@@ -138,6 +155,8 @@ func (c *Config) validate() error {
 		return errors.New("WxPusherFirstPoll, WxPusherMaxPollDelay, WxPusherPollFor: must not be negative")
 	case c.WxPusherMaxPending < 0 || c.WxPusherMaxPending > 1_000_000:
 		return fmt.Errorf("WxPusherMaxPending: must be between 1 and 1000000, got %d", c.WxPusherMaxPending)
+	case len(c.StopKeywords) > 100:
+		return fmt.Errorf("StopKeywords: at most 100, got %d", len(c.StopKeywords))
 	case c.Concurrency < 0 || c.Concurrency > 10_000:
 		return fmt.Errorf("Concurrency: must be between 1 and 10000, got %d", c.Concurrency)
 	}
@@ -183,6 +202,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.WxPusherMaxPending == 0 {
 		c.WxPusherMaxPending = 10_000
+	}
+	if c.StopKeywords == nil && !c.stopKeywordsOff {
+		c.StopKeywords = DefaultStopKeywords
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

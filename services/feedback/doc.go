@@ -82,7 +82,12 @@
 // bounce reason bounce and a complaint reason complaint, every category
 // (scope smtp). 131026 adds nothing: it is undelivered, never re-sent.
 // Failed WhatsApp statuses keep their recipient_id on the stored receipt
-// for this (Receipt.To).
+// for this (Receipt.To). Inbound WhatsApp text messages (value.messages)
+// whose body, trimmed and in any case, is a stop keyword (Config.
+// StopKeywords, FEEDBACK_STOP_KEYWORDS; default STOP, UNSUBSCRIBE, 退订,
+// TD) add their sender (scope whatsapp, reason opt_out, source whatsapp,
+// every category) before the post is answered (stop.go), only for phone
+// numbers of accounts whose app secret signed it.
 //
 // Writes KV broadcast_signals (quality.go): WhatsApp's account webhook
 // phone_number_quality_update, matched to the account whose
@@ -102,6 +107,7 @@
 // index.go (indexing sent events), process.go (receipts to events,
 // unmatched receipts), suppress.go (receipts to suppression entries),
 // quality.go (quality and messaging-limit updates to KV broadcast_signals),
-// wxpusher.go (the WxPusher poller: its consumer, pacing, status answers
-// and the API shape assumed), config.go (settings).
+// stop.go (stop keyword replies to opt-outs), wxpusher.go (the WxPusher
+// poller: its consumer, pacing, status answers and the API shape
+// assumed), config.go (settings).
 package feedback

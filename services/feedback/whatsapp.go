@@ -19,8 +19,10 @@ import (
 )
 
 // whatsappPayload is the part of Meta's webhook payload (object
-// whatsapp_business_account) feedback reads: the statuses of messages the
-// business sent. Incoming messages and account-level fields are ignored.
+// whatsapp_business_account) feedback reads for receipts: the statuses of
+// messages the business sent. Incoming messages are read for stop
+// keywords (stop.go) and account-level fields for quality and limits
+// (quality.go), each from the raw body.
 type whatsappPayload struct {
 	Object string `json:"object"`
 	Entry  []struct {
@@ -202,8 +204,9 @@ func (s *Service) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, challenge)
 }
 
-// whatsappPost accepts Meta's status webhooks. The signature is checked on
-// the raw body before anything in it is believed: against the app secret
+// whatsappPost accepts Meta's status webhooks, and opts out the senders
+// of inbound replies that are stop keywords (stop.go). The signature is
+// checked on the raw body before anything in it is believed: against the app secret
 // of every WhatsApp account (accounts of one app share it), and only the
 // statuses of phone numbers whose account has the secret that signed are
 // kept.
@@ -233,6 +236,16 @@ func (s *Service) whatsappPost(w http.ResponseWriter, r *http.Request) {
 	parsed, skipped, err := parseWhatsApp(body, time.Now().UTC())
 	if err != nil {
 		s.refuse(w, routeWhatsApp, metrics.RefusedBadRequest, http.StatusBadRequest, err.Error())
+		return
+	}
+	stops, err := parseWhatsAppStops(body, s.cfg.StopKeywords)
+	if err != nil {
+		s.refuse(w, routeWhatsApp, metrics.RefusedBadRequest, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.suppressStops(r.Context(), stops, signer); err != nil {
+		s.log.Warn("storing an opt-out from a reply failed", "err", err)
+		s.refuse(w, routeWhatsApp, metrics.RefusedUnavailable, http.StatusServiceUnavailable, "storing the opt-out failed; try again")
 		return
 	}
 	if !s.applyQualityUpdates(w, r, body, signer) {

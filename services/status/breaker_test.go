@@ -42,3 +42,17 @@ func TestBreakerCountsABatchCallOnce(t *testing.T) {
 	require.True(t, trip, "six single sends rate limited are six failures")
 	require.Equal(t, 6, b.fails)
 }
+
+// TestBreakerIgnoresWaits: recipients waiting for capacity or for their
+// quiet hours to end are no failures; a campaign started at night must not
+// trip the breaker.
+func TestBreakerIgnoresWaits(t *testing.T) {
+	t.Parallel()
+	var b breakerWindow
+	b.reset(10)
+	for _, code := range []string{"daily_cap", "no_healthy_account", contract.CodeQuietHours, contract.CodeQuietHours, contract.CodeQuietHours} {
+		b.record(&contract.Event{Kind: contract.EventRetrying, Code: code})
+	}
+	b.record(&contract.Event{Kind: contract.EventRetrying, Code: "503", Class: contract.ClassRetryable})
+	require.Equal(t, [2]int{1, 1}, [2]int{b.fails, b.filled}, "only the 503 counts")
+}

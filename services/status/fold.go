@@ -56,10 +56,13 @@ func receiptOf(k contract.EventKind) receipt {
 // waitingPrefix starts progress.error while recipients wait.
 const waitingPrefix = "waiting: "
 
-// waitCode reports whether a retrying code puts a recipient in outWaiting.
+// waitCode reports whether a retrying code puts a recipient in outWaiting:
+// a wait for capacity, for an account's quality, or for the recipient's
+// quiet hours to end, none of them a failure (the circuit breaker does not
+// count them either).
 func waitCode(code string) bool {
 	return code == "daily_cap" || code == "no_healthy_account" || code == contract.CodeNoEnabledAccount ||
-		code == contract.CodeQualityRed
+		code == contract.CodeQualityRed || code == contract.CodeQuietHours
 }
 
 func outcomeOf(k contract.EventKind) (outcome, bool) {

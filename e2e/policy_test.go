@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/services/dispatch"
+)
+
+// putPolicy writes a value of KV broadcast_policy, as an operator does.
+func putPolicy(t *testing.T, ts *pipelinetest.Server, key, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketPolicy)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, key, []byte(value))
+	require.NoError(t, err)
+}
+
+// codesOf counts a task's events of kind by code.
+func codesOf(evs []contract.Event, kind contract.EventKind) map[string]int {
+	out := map[string]int{}
+	for _, ev := range eventsOf(evs, kind) {
+		out[ev.Code]++
+	}
+	return out
+}
+
+// TestPolicyFrequencyCapAcrossReplicas: with a marketing cap of 2 per 24 h,
+// four marketing tasks to the same 10 recipients, two through an account
+// owned by one dispatch replica and two through an account owned by the
+// other, all running at once, reach each recipient exactly twice: 20 sent,
+// 20 skipped with code frequency_cap, no provider call beyond the cap. A
+// transactional task to them is sent in full, and after both replicas are
+// replaced (a restart) a fifth marketing task is skipped in full: the
+// counts live in JetStream, not in a process.
+func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t, dispatch.Config{})
+	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	for _, a := range []string{"fa", "fb"} {
+		e.ts.PutAccount(t, a, webhookAccount(rec.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	}
+	putPolicy(t, e.ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":2,"window":"24h"}]}`)
+	r1, r2 := e.startReplica(), e.startReplica()
+	// The fair share gives each replica one of the two accounts: wait for
+	// it, so the tasks race across replicas, not within one.
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		a, errA := kvGet(t, e.ts, contract.BucketLeases, "fa")
+		b, errB := kvGet(t, e.ts, contract.BucketLeases, "fb")
+		return errA == nil && errB == nil && string(a.Value()) != string(b.Value())
+	}, "each replica holds one account's lease")
+	const n = 10
+	people := recipients("fc", n)
+	var ids []string
+	for i := range 4 {
+		id := fmt.Sprintf("fcap-%d", i)
+		ids = append(ids, id)
+		acct := []string{"fa", "fb"}[i%2]
+		submit(t, e.ts, contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: people, Accounts: []string{acct}})
+	}
+	sent, skipped := 0, 0
+	for _, id := range ids {
+		p := e.ts.WaitFinal(t, id, 60*time.Second)
+		sent, skipped = sent+p.Sent, skipped+p.Skipped
+		want := map[string]int{}
+		if p.Skipped > 0 {
+			want[contract.CodeFrequencyCap] = p.Skipped
+		}
+		require.Equal(t, want, codesOf(e.ts.Events(t, id), contract.EventSkipped), id)
+	}
+	perRecipient := map[string]int{}
+	for _, h := range rec.accepted() {
+		perRecipient[h.to]++
+	}
+	by := e.sendsBy()
+	t.Logf("4 tasks x %d recipients, cap 2: sent %d, skipped %d, provider calls %d, calls per replica %v", n, sent, skipped, len(rec.all()), by)
+	require.Equal(t, [2]int{2 * n, 2 * n}, [2]int{sent, skipped}, "sent, skipped")
+	require.Len(t, rec.all(), 2*n, "no provider call beyond the cap")
+	require.Len(t, perRecipient, n)
+	for to, c := range perRecipient {
+		require.Equal(t, 2, c, to)
+	}
+	require.Len(t, by, 2, "both replicas sent")
+	var sample string
+	for _, ev := range eventsOf(e.ts.Events(t, ids[3]), contract.EventSkipped) {
+		sample = ev.Error
+	}
+	require.Contains(t, sample, "frequency cap reached (marketing: 2 per 24h0m0s)")
+
+	tr := contract.Task{ID: "fcap-tx", Channel: "webhook", Template: "receipt", Recipients: people, Category: contract.CategoryTransactional}
+	submit(t, e.ts, tr)
+	p := e.ts.WaitFinal(t, tr.ID, 30*time.Second)
+	require.Equal(t, [2]int{n, 0}, [2]int{p.Sent, p.Skipped}, "transactional bypasses the cap")
+
+	r1.stop()
+	r2.stop()
+	e.startReplica()
+	e.startReplica()
+	late := contract.Task{ID: "fcap-late", Channel: "webhook", Template: "one more", Recipients: people}
+	submit(t, e.ts, late)
+	p = e.ts.WaitFinal(t, late.ID, 60*time.Second)
+	require.Equal(t, [3]int{0, n, 3 * n}, [3]int{p.Sent, p.Skipped, len(rec.all())}, "after a restart: sent, skipped, provider calls")
+	require.Equal(t, contract.StateFailed, p.State)
+}
+
+// fakeClock is a clock running at real speed from a chosen instant.
+type fakeClock struct{ offset time.Duration }
+
+func newFakeClock(at time.Time) *fakeClock { return &fakeClock{offset: time.Until(at)} }
+
+func (c *fakeClock) Now() time.Time { return time.Now().Add(c.offset) }
+
+// at is the fake time of a real instant.
+func (c *fakeClock) at(real time.Time) time.Time { return real.Add(c.offset) }
+
+// TestPolicyQuietHours: quiet hours 21:00-09:00 for marketing, default zone
+// Asia/Shanghai, with dispatch's clock at 08:59:56 in Shanghai. A
+// recipient whose tz variable puts it at 03:59 (Africa/Nairobi) is held:
+// a retrying event coded quiet_hours says until 09:00 its time, and it is
+// not sent. A phone number of China (+86, its zone from the number) and a
+// recipient without zone (the default) wait and are sent only once it is
+// 09:00 in Shanghai; one in New York (19:59) is sent at once; a
+// transactional task to the Nairobi recipient is sent at once; and a held
+// recipient whose task expires first is expired, never sent. Progress
+// says the task is waiting, with the hold's reason, and is not paused by
+// the circuit breaker.
+func TestPolicyQuietHours(t *testing.T) {
+	t.Parallel()
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	require.NoError(t, err)
+	start := time.Now()
+	y, m, d := start.In(sh).Date()
+	nine := time.Date(y, m, d+1, 9, 0, 0, 0, sh)
+	clock := newFakeClock(nine.Add(-4 * time.Second))
+	cfg := fastRetries()
+	cfg.Dispatch.Now = clock.Now
+	ts := pipelinetest.Start(t)
+	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	ts.PutAccount(t, "night", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	putPolicy(t, ts, contract.PolicyDefault, `{"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai","categories":["marketing"]}}`)
+	pipelinetest.StartPipeline(t, ts, cfg)
+
+	task := contract.Task{ID: "quiet-1", Channel: "webhook", Template: "good morning", Recipients: []contract.Recipient{
+		{To: "nairobi", Vars: map[string]any{"tz": "Africa/Nairobi"}},
+		{To: "+8613800000001"},
+		{To: "nozone"},
+		{To: "newyork", Vars: map[string]any{"tz": "America/New_York"}},
+	}}
+	submit(t, ts, task)
+	expiring := contract.Task{ID: "quiet-exp", Channel: "webhook", Template: "too late", ExpiresAt: time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano),
+		Recipients: []contract.Recipient{{To: "nairobi-2", Vars: map[string]any{"tz": "Africa/Nairobi"}}}}
+	submit(t, ts, expiring)
+	tx := contract.Task{ID: "quiet-tx", Channel: "webhook", Template: "your code", Category: contract.CategoryTransactional,
+		Recipients: []contract.Recipient{{To: "nairobi", Vars: map[string]any{"tz": "Africa/Nairobi"}}}}
+	submit(t, ts, tx)
+
+	require.Equal(t, contract.StateSucceeded, ts.WaitFinal(t, tx.ID, 20*time.Second).State, "transactional is not held")
+	ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Sent == 3 }, "three sent after 09:00")
+	pe := ts.WaitFinal(t, expiring.ID, 20*time.Second)
+	require.Equal(t, [2]int{0, 1}, [2]int{pe.Sent, pe.Expired}, "expires_at wins over the wait")
+	time.Sleep(time.Second) // a wrongly released Nairobi send would show now
+
+	firstSent := map[string]time.Time{}
+	var calls []string
+	for _, h := range rec.accepted() {
+		calls = append(calls, h.to)
+		if _, ok := firstSent[h.to]; !ok {
+			firstSent[h.to] = clock.at(h.at)
+		}
+	}
+	sort.Strings(calls)
+	t.Logf("clock started at %s Shanghai; sends (fake time): %v", clock.at(start).In(sh).Format("15:04:05"), firstSent)
+	require.Equal(t, []string{"+8613800000001", "nairobi", "newyork", "nozone"}, calls, "one call each; nairobi only for the transactional task")
+	require.True(t, firstSent["newyork"].Before(nine), "New York (19:59) is not in quiet hours: sent at %s", firstSent["newyork"].In(sh))
+	for _, to := range []string{"+8613800000001", "nozone"} {
+		require.False(t, firstSent[to].Before(nine), "%s sent at %s Shanghai, before 09:00", to, firstSent[to].In(sh))
+	}
+	holds := map[string]string{}
+	for _, ev := range eventsOf(ts.Events(t, task.ID), contract.EventRetrying) {
+		require.Equal(t, contract.CodeQuietHours, ev.Code)
+		holds[ev.To] = ev.Error
+	}
+	require.Len(t, holds, 3, "nairobi, the Chinese number and nozone waited: %v", holds)
+	nairobi, err := time.LoadLocation("Africa/Nairobi")
+	require.NoError(t, err)
+	y, m, d = clock.Now().In(nairobi).Date()
+	require.Contains(t, holds["nairobi"], "zone Africa/Nairobi (from tz); waiting until "+time.Date(y, m, d, 9, 0, 0, 0, nairobi).Format(time.RFC3339))
+	require.Contains(t, holds["+8613800000001"], "zone Asia/Shanghai (from phone)")
+	require.Contains(t, holds["nozone"], "zone Asia/Shanghai (from default)")
+	p := ts.Progress(t, task.ID)
+	require.Equal(t, [3]int{4, 3, 1}, [3]int{p.Total, p.Sent, p.Retrying}, "total, sent, retrying: Nairobi waits until its 09:00")
+	require.Equal(t, contract.StateProcessing, p.State)
+	require.True(t, strings.HasPrefix(p.Error, "waiting: quiet hours 21:00-09:00 in the recipient's zone"), "progress says why it waits: %q", p.Error)
+}

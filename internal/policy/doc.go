@@ -1,0 +1,11 @@
+// Package policy is the recipient policy across tasks that dispatch
+// applies right before a send: the live view of KV broadcast_policy
+// (view.go), the recipient's time zone for quiet hours (zone.go), and the
+// per-recipient counts behind the frequency caps, kept in KV
+// broadcast_frequency and changed only by compare-and-set so every
+// dispatch replica sees one count (frequency.go).
+//
+// Which policy applies: the channel's key when present, else "default",
+// else none. Transactional messages bypass caps and quiet hours and are
+// not counted.
+package policy

@@ -1,0 +1,91 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/policy"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// obeyPolicy applies the recipient policy of the job's channel (KV
+// broadcast_policy, internal/policy) right before the account's caps: a
+// recipient inside its quiet hours waits until they end, re-published for
+// then without spending an attempt or holding a slot, with a retrying
+// event coded quiet_hours; one over a frequency cap is skipped, coded
+// frequency_cap; otherwise the send is reserved under the caps, by job id,
+// and released again by send if the call did not reach the recipient.
+// Transactional jobs bypass both. done reports that the job was handled
+// here, with err for the consume loop.
+func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool, err error) {
+	job := &d.job
+	cat := job.JobCategory()
+	if cat == contract.CategoryTransactional {
+		return false, nil
+	}
+	p := r.svc.policy.For(job.Channel)
+	if p == nil {
+		return false, nil
+	}
+	now := r.svc.cfg.Now()
+	if q := p.QuietHours; q != nil && q.Applies(cat) {
+		loc, from := policy.Zone(job.Vars, job.To, q.DefaultLocation())
+		if end, inside := q.Until(now, loc); inside {
+			wait := end.Sub(now)
+			ev := r.event(d, contract.EventRetrying, d.attempt-1)
+			ev.Code = contract.CodeQuietHours
+			ev.Error = fmt.Sprintf("quiet hours %s-%s in the recipient's zone %s (from %s); waiting until %s",
+				q.Start, q.End, loc, from, end.Format(time.RFC3339))
+			if err := r.svc.publish(ctx, ev); err != nil {
+				return true, err
+			}
+			d.log.Debug("job held for quiet hours", "zone", loc.String(), "wait", wait)
+			return true, r.delayJob(ctx, d, r.name, d.attempt-1, wait)
+		}
+	}
+	if !anyCapApplies(p.FrequencyCaps, cat) {
+		return false, nil
+	}
+	over, err := r.svc.frequency.Reserve(ctx, job.Channel, job.To, job.ID, cat, p.FrequencyCaps, now)
+	if err != nil {
+		return true, shared.RetryAfter(time.Second, err)
+	}
+	if over != nil {
+		// Like a suppressed recipient: never attempted.
+		ev := r.event(d, contract.EventSkipped, d.attempt-1)
+		ev.Code, ev.Error, ev.Class = contract.CodeFrequencyCap, over.Explain(), contract.ClassPermanent
+		return true, r.svc.publish(ctx, ev)
+	}
+	d.frequencyReserved = true
+	return false, nil
+}
+
+func anyCapApplies(caps []contract.FrequencyCap, cat contract.Category) bool {
+	for i := range caps {
+		if caps[i].Applies(cat) {
+			return true
+		}
+	}
+	return false
+}
+
+// frequencyReleaseTimeout bounds the release of a reservation, which runs
+// also while the service stops (a release that does not happen leaves the
+// reservation to the job's next delivery, which reuses it).
+const frequencyReleaseTimeout = 5 * time.Second
+
+// releaseFrequency drops d's frequency reservation unless its send may
+// have reached the recipient (accepted or unanswered): a retry reserves
+// again, and a job cancelled or expired while it waited stops counting.
+func (r *accountRunner) releaseFrequency(_ context.Context, d *delivery, o *sendOutcome) {
+	if o != nil && o.mayHaveReached() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), frequencyReleaseTimeout)
+	defer cancel()
+	if err := r.svc.frequency.Release(ctx, d.job.Channel, d.job.To, d.job.ID); err != nil {
+		d.log.Warn("could not release the frequency cap reservation of an unsent job; it counts until its window passes", "err", err)
+	}
+}
