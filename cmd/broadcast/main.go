@@ -27,6 +27,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The zone database in the binary: quiet hours are judged in the
+	// recipient's zone also on hosts without tzdata (slim images).
+	_ "time/tzdata"
 )
 
 const usage = `usage: broadcast <command> [flags]
