@@ -22,7 +22,10 @@ import (
 func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool, err error) {
 	job := &d.job
 	cat := job.JobCategory()
-	if cat == contract.CategoryTransactional {
+	if cat == contract.CategoryTransactional || d.digest != nil {
+		// A sealed digest's items were acknowledged into it: holding or
+		// skipping its carrier here would strand them, so a digest's
+		// message is not held to the policy (docs/digests.md).
 		return false, nil
 	}
 	p := r.svc.policy.For(job.Channel)

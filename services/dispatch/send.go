@@ -43,16 +43,13 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 	if done, err := r.sentBefore(ctx, d); done {
 		return err
 	}
+	if done, err := r.digest(ctx, d); done {
+		return err
+	}
 	if done, err := r.mayStillSend(ctx, d); done {
 		return err
 	}
-	// The policy comes before digests, so a digest's items have each
-	// passed it (a quiet-hours hold waits outside any digest) and a
-	// sealed digest is never stopped by it.
 	if done, err := r.obeyPolicy(ctx, d); done {
-		return err
-	}
-	if done, err := r.digest(ctx, d); done {
 		return err
 	}
 	if done, err := r.admitCaps(ctx, d); done {
