@@ -125,6 +125,8 @@ func dispatchUser() User {
 					contract.SubjectJobsPrefix+">", contract.SubjectDelayPrefix+">", contract.SubjectParkedPrefix+">")),
 				grant("asking whether the replica holding an account's lease is still connected",
 					subjects(contract.AliveSubject("dispatch", "*"))),
+				grant("re-creating a lease watch after a reconnect (the client then uses the short create subject)",
+					subjects("$JS.API.CONSUMER.CREATE."+shared.KVStream(contract.BucketLeases))),
 				grant("its KV buckets (write) and the buckets it reads",
 					each([]string{contract.BucketLedger, contract.BucketHealth, contract.BucketSends, contract.BucketLeases,
 						contract.BucketFrequency}, kvWrite),
