@@ -63,7 +63,24 @@ func TestFrequencyCapSurvivesKill(t *testing.T) {
 		require.NoError(t, err)
 		return l
 	}
-	natstest.Eventually(t, 60*time.Second, func() bool { return ledger().Requests >= n/3 }, "sending before the kill")
+	// Kill while hook-a sends: its holder has sent for tasks 0 and 2, and a
+	// third of the recipients are reserved. The replicas may take a second
+	// or more to split the accounts (fair share), so wait for hook-a itself.
+	sentByHookA := func(l gateway.Ledger) int {
+		k := 0
+		for i := range n {
+			for _, id := range []string{ids[0], ids[2]} {
+				if l.AcceptedByKey[contract.JobID(id, i, false)] > 0 {
+					k++
+				}
+			}
+		}
+		return k
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		l := ledger()
+		return l.Requests >= n/3 && sentByHookA(l) >= 20
+	}, "hook-a sending before the kill")
 	holder := leaseHolder(t, c, "hook-a", replicas)
 	holder.Kill()
 	atKill := ledger().Requests
