@@ -50,9 +50,12 @@ func NewView() *View {
 }
 
 // Watch follows KV broadcast_suppressions and returns once its current
-// entries are loaded. After a reconnect the watch starts over and the
-// view it builds replaces the old one when its initial values are in, so
-// an entry removed meanwhile is dropped. Entries that do not decode are
+// entries are loaded. The entries are read as a snapshot through a pull
+// consumer, in batches the view asks for, so a list of millions loads at
+// the pace of the reader and never overruns the connection; changes after
+// the snapshot then come from a watch resumed at the next revision. After
+// a reconnect both start over and the new snapshot replaces the old view,
+// so an entry removed meanwhile is dropped. Entries that do not decode are
 // logged by key (never by recipient) and ignored.
 func Watch(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*View, error) {
 	kv, err := js.KeyValue(ctx, contract.BucketSuppressions)
@@ -60,41 +63,116 @@ func Watch(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*View
 		return nil, fmt.Errorf("%s bucket: %w", contract.BucketSuppressions, err)
 	}
 	v := NewView()
-	w, err := kv.WatchAll(ctx)
+	// Listening before the snapshot: a reconnect at any point after it
+	// makes follow load again.
+	reconnected := js.Conn().StatusChanged(nats.CONNECTED)
+	scopes, last, err := v.snapshot(ctx, js, log)
+	var w jetstream.KeyWatcher
+	if err == nil {
+		w, err = kv.WatchAll(ctx, jetstream.ResumeFromRevision(last+1))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", contract.BucketSuppressions, err)
+		js.Conn().RemoveStatusListener(reconnected)
+		return nil, fmt.Errorf("load %s: %w", contract.BucketSuppressions, err)
 	}
-	ready := make(chan struct{})
-	go v.follow(ctx, kv, js.Conn(), w, log, ready)
-	select {
-	case <-ready:
-		return v, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	v.scopes = scopes
+	go v.follow(ctx, kv, js, w, reconnected, log)
+	return v, nil
 }
 
-// follow applies the watch's entries until ctx ends; on a reconnect it
-// builds a fresh set of scopes from a new watch and swaps it in.
-func (v *View) follow(ctx context.Context, kv jetstream.KeyValue, nc *nats.Conn, w jetstream.KeyWatcher, log *slog.Logger, ready chan struct{}) {
-	reconnected := nc.StatusChanged(nats.CONNECTED)
-	defer nc.RemoveStatusListener(reconnected)
-	defer func() { _ = w.Stop() }()
-	first := true
-	var building map[string]marks // the restarted watch's initial values
+// snapshotBatch is how many entries one pull of the snapshot asks for.
+const snapshotBatch = 4096
+
+// snapshot reads the bucket's current entries into new scopes and returns
+// them with the last stream sequence it read (0 for an empty bucket).
+func (v *View) snapshot(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (map[string]marks, uint64, error) {
+	stream := "KV_" + contract.BucketSuppressions
+	scopes := map[string]marks{}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, 0, err
+	}
+	if st.CachedInfo().State.Msgs == 0 {
+		return scopes, st.CachedInfo().State.LastSeq, nil
+	}
+	// An ephemeral consumer without acks, deleted when done (or by the
+	// server once idle, if this process dies first).
+	c, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, FilterSubject: "$KV." + contract.BucketSuppressions + ".>", AckPolicy: jetstream.AckNonePolicy,
+		MaxRequestBatch: snapshotBatch, InactiveThreshold: time.Minute, MemoryStorage: true,
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = st.DeleteConsumer(dctx, c.CachedInfo().Name)
+		cancel()
+	}()
+	prefix := "$KV." + contract.BucketSuppressions + "."
+	// Each pull asks for no more than remain, so it is answered as soon as
+	// the messages are there, not when its wait runs out.
+	last, remain := st.CachedInfo().State.LastSeq, c.CachedInfo().NumPending
+	for remain > 0 {
+		batch, err := c.Fetch(int(min(remain, snapshotBatch)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, 0, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, 0, err
+			}
+			last, remain = max(last, md.Sequence.Stream), md.NumPending
+			// A delete or purge marker (KV-Operation), or a server's
+			// marker for a removed message, takes the key out.
+			put := m.Headers().Get("KV-Operation") == "" && m.Headers().Get(jetstream.MarkerReasonHeader) == ""
+			v.mu.Lock()
+			err = v.apply(scopes, strings.TrimPrefix(m.Subject(), prefix), put, m.Data())
+			v.mu.Unlock()
+			if err != nil {
+				log.Warn("bad suppression entry ignored", "key", m.Subject(), "err", err)
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, 0, err
+		}
+		if got == 0 {
+			return nil, 0, fmt.Errorf("no entry within 5s, %d still to read", remain)
+		}
+	}
+	return scopes, last, nil
+}
+
+// follow applies the watch's changes until ctx ends; on a reconnect it
+// loads a fresh snapshot, swaps it in, and watches on from there.
+func (v *View) follow(ctx context.Context, kv jetstream.KeyValue, js jetstream.JetStream, w jetstream.KeyWatcher, reconnected chan nats.Status, log *slog.Logger) {
+	defer js.Conn().RemoveStatusListener(reconnected)
+	defer func() { go func(w jetstream.KeyWatcher) { _ = w.Stop() }(w) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-reconnected:
-			_ = w.Stop()
+			// Stopping asks the server to delete the old consumer, which
+			// may take its API timeout after a restart: not on this path.
+			go func(w jetstream.KeyWatcher) { _ = w.Stop() }(w)
 			for {
-				nw, err := kv.WatchAll(ctx)
+				scopes, last, err := v.snapshot(ctx, js, log)
+				var nw jetstream.KeyWatcher
 				if err == nil {
-					w, building = nw, map[string]marks{}
+					nw, err = kv.WatchAll(ctx, jetstream.ResumeFromRevision(last+1))
+				}
+				if err == nil {
+					v.mu.Lock()
+					v.scopes = scopes
+					v.mu.Unlock()
+					w = nw
 					break
 				}
-				log.Warn("cannot watch the suppression list again after a reconnect; retrying", "err", err)
+				log.Warn("cannot load the suppression list again after a reconnect; retrying", "err", err)
 				select {
 				case <-ctx.Done():
 					return
@@ -105,27 +183,14 @@ func (v *View) follow(ctx context.Context, kv jetstream.KeyValue, nc *nats.Conn,
 			if !ok {
 				return
 			}
-			if e == nil { // the end of the initial values
-				if first {
-					first = false
-					close(ready)
-				}
-				if building != nil {
-					v.mu.Lock()
-					v.scopes, building = building, nil
-					v.mu.Unlock()
-				}
+			if e == nil { // the end of the changes made before the watch
 				continue
 			}
 			func() {
 				defer shared.Recover(log, "applying suppression key "+e.Key(), nil)
 				v.mu.Lock()
 				defer v.mu.Unlock()
-				target := v.scopes
-				if building != nil {
-					target = building
-				}
-				if err := v.apply(target, e.Key(), e.Operation() == jetstream.KeyValuePut, e.Value()); err != nil {
+				if err := v.apply(v.scopes, e.Key(), e.Operation() == jetstream.KeyValuePut, e.Value()); err != nil {
 					log.Warn("bad suppression entry ignored", "key", e.Key(), "err", err)
 				}
 			}()
