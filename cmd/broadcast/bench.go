@@ -21,6 +21,7 @@ import (
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/embedded"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -46,8 +47,12 @@ func runBench(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
 	statusReplicas := fs.Int("status-replicas", 1, "status processes (one folds, the others stand by)")
 	idle := fs.Duration("idle", 0, "before the task, measure the CPU the idle pipeline spends with its accounts for this long")
+	suppressions := fs.Int("suppressions", 0, "entries in the suppression list (scope all) during the run; every 100th recipient of the task is one of them, the rest are other people")
 	policyValue := fs.String("policy", "", `a recipient policy (KV broadcast_policy key default) in force during the run, e.g. '{"frequency_caps":[{"max":6,"window":"168h"}]}'`)
 	_ = fs.Parse(args)
+	if *suppressions < 0 {
+		return fmt.Errorf("bench: -suppressions must not be negative")
+	}
 	if *accounts < 1 || *statusReplicas < 1 {
 		return fmt.Errorf("bench: -accounts and -status-replicas must be at least 1")
 	}
@@ -75,6 +80,11 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if *policyValue != "" {
 		if err := putBenchPolicy(ctx, js, *policyValue); err != nil {
+			return err
+		}
+	}
+	if *suppressions > 0 {
+		if err := fillBenchSuppressions(ctx, js, *suppressions, *n); err != nil {
 			return err
 		}
 	}
@@ -130,6 +140,50 @@ func runBench(ctx context.Context, args []string) error {
 		fmt.Printf("floor_recipients_per_sec=%.0f floor_ratio=%.3f\n", floorRate, floorRate/rawRate)
 	}
 	fmt.Printf("e2e_recipients_per_sec=%.0f raw_js_pub_per_sec=%.0f ratio=%.3f\n", res.e2eRate, rawRate, ratio)
+	return nil
+}
+
+// fillBenchSuppressions writes count entries in scope all to KV
+// broadcast_suppressions before the services start (so dispatch's view
+// loads them as it would after a restart): every 100th of the task's n
+// recipients (the same numbers benchPipeline sends to), then other
+// numbers up to count.
+func fillBenchSuppressions(ctx context.Context, js jetstream.JetStream, count, n int) error {
+	start := time.Now()
+	at := start.UTC()
+	in := 0
+	for i := range count {
+		to := fmt.Sprintf("+8614%09d", i)
+		if i*100 < n {
+			to, in = fmt.Sprintf("+8613%09d", i*100), in+1
+		}
+		e := contract.Suppression{To: to, Reason: "manual", Source: "bench", At: at}
+		key, err := suppress.Prepare(contract.ScopeAll, &e)
+		if err != nil {
+			return fmt.Errorf("bench: suppression %d: %w", i, err)
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if _, err := js.PublishAsync("$KV."+contract.BucketSuppressions+"."+key, data); err != nil {
+			return fmt.Errorf("bench: write suppression %d: %w", i, err)
+		}
+		if i%2_000 == 1_999 { // keep the outstanding publishes under the client's limit
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	fmt.Printf("suppressions: %d entries written in %s (%d of them recipients of the task, skipped with code suppressed)\n",
+		count, time.Since(start).Round(time.Millisecond), in)
 	return nil
 }
 
@@ -190,8 +244,8 @@ type benchResult struct {
 }
 
 func (r *benchResult) print() {
-	fmt.Printf("pipeline: %d recipients over %d account(s), %d dispatch replica(s), %d status replica(s)%s: final state %s, sent %d in %s\n",
-		r.n, r.accounts, r.dispatchReplicas, r.statusReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.elapsed.Round(time.Millisecond))
+	fmt.Printf("pipeline: %d recipients over %d account(s), %d dispatch replica(s), %d status replica(s)%s: final state %s, sent %d, skipped %d in %s\n",
+		r.n, r.accounts, r.dispatchReplicas, r.statusReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.final.Skipped, r.elapsed.Round(time.Millisecond))
 	fmt.Printf("  stages: accepted (ingest expanded) after %s, all jobs rendered after %s, first send after %s, last send after %s, final progress read after %s\n",
 		r.ingestDone.Round(time.Millisecond), r.renderDone.Round(time.Millisecond), r.firstSend.Round(time.Millisecond),
 		r.lastSent.Sub(r.start).Round(time.Millisecond), r.finalSeen.Round(time.Millisecond))
@@ -275,7 +329,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if err := waitLeases(ctx, js, []string{contract.StatusFoldLease}, 15*time.Second); err != nil {
 		return nil, err
 	}
-	if err := waitLanes(ctx, js, len(pool), 15*time.Second+time.Duration(accounts)*20*time.Millisecond); err != nil {
+	if err := waitLanes(ctx, js, len(pool), time.Minute+time.Duration(accounts)*20*time.Millisecond); err != nil {
 		return nil, err
 	}
 	if v := svcErr.Load(); v != nil {
@@ -412,11 +466,15 @@ func waitAsleep(ctx context.Context, js jetstream.JetStream, accounts []string, 
 func waitLanes(ctx context.Context, js jetstream.JetStream, n int, timeout time.Duration) error {
 	start := time.Now()
 	for {
-		st, err := js.Stream(ctx, contract.StreamJobs)
-		if err != nil {
+		got := 0
+		// The server may be too busy to answer in time (render and
+		// dispatch loading a large suppression list): that is a wait too.
+		if st, err := js.Stream(ctx, contract.StreamJobs); err == nil {
+			got = st.CachedInfo().State.Consumers
+		} else if ctx.Err() != nil || time.Since(start) > timeout {
 			return err
 		}
-		if got := st.CachedInfo().State.Consumers; got >= n {
+		if got >= n {
 			fmt.Printf("lanes: %d consumers on %s %s after the fold lease\n", got, contract.StreamJobs, time.Since(start).Round(time.Millisecond))
 			return nil
 		} else if time.Since(start) > timeout {
