@@ -203,3 +203,62 @@ func TestPolicyQuietHours(t *testing.T) {
 	require.Equal(t, contract.StateProcessing, p.State)
 	require.True(t, strings.HasPrefix(p.Error, "waiting: quiet hours 21:00-09:00 in the recipient's zone"), "progress says why it waits: %q", p.Error)
 }
+
+// TestPolicyQuietHoursTaskTZ: quiet hours 21:00-09:00 for marketing,
+// default zone Asia/Shanghai, with dispatch's clock at 03:00 in Shanghai.
+// A task whose defaults say tz America/Sao_Paulo (16:00 there) reaches at
+// once a recipient without zone, a Chinese phone number (the task's zone
+// comes before the number's region) and one whose own tz names no zone,
+// while a recipient whose own tz is Asia/Tokyo (04:00) waits: its own zone
+// wins. A task whose defaults say Asia/Kolkata (00:30) holds a recipient
+// without zone, naming the task's zone. All zones used keep no daylight
+// saving, so the hours hold on any date.
+func TestPolicyQuietHoursTaskTZ(t *testing.T) {
+	t.Parallel()
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	require.NoError(t, err)
+	y, m, d := time.Now().In(sh).Date()
+	clock := newFakeClock(time.Date(y, m, d, 3, 0, 0, 0, sh))
+	cfg := fastRetries()
+	cfg.Dispatch.Now = clock.Now
+	ts := pipelinetest.Start(t)
+	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	ts.PutAccount(t, "night", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	putPolicy(t, ts, contract.PolicyDefault, `{"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai","categories":["marketing"]}}`)
+	pipelinetest.StartPipeline(t, ts, cfg)
+
+	day := contract.Task{ID: "quiet-tasktz", Channel: "webhook", Template: "hello", Defaults: map[string]any{"tz": "America/Sao_Paulo"},
+		Recipients: []contract.Recipient{
+			{To: "nozone"},
+			{To: "+8613800000001"},
+			{To: "badtz", Vars: map[string]any{"tz": "Nowhere/Else"}},
+			{To: "tokyo", Vars: map[string]any{"tz": "Asia/Tokyo"}},
+		}}
+	submit(t, ts, day)
+	night := contract.Task{ID: "quiet-tasktz-night", Channel: "webhook", Template: "hello", Defaults: map[string]any{"tz": "Asia/Kolkata"},
+		Recipients: []contract.Recipient{{To: "nozone-2"}}}
+	submit(t, ts, night)
+
+	ts.WaitProgress(t, day.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Sent == 3 }, "three sent in the task's zone")
+	ts.WaitProgress(t, night.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Retrying == 1 }, "the night task's recipient waits")
+	time.Sleep(time.Second) // a wrongly released Tokyo or Kolkata send would show now
+
+	var calls []string
+	for _, h := range rec.accepted() {
+		calls = append(calls, h.to)
+	}
+	sort.Strings(calls)
+	require.Equal(t, []string{"+8613800000001", "badtz", "nozone"}, calls, "one call each, none for tokyo or nozone-2")
+	holds := map[string]string{}
+	for _, id := range []string{day.ID, night.ID} {
+		for _, ev := range eventsOf(ts.Events(t, id), contract.EventRetrying) {
+			require.Equal(t, contract.CodeQuietHours, ev.Code)
+			holds[ev.To] = ev.Error
+		}
+	}
+	require.Len(t, holds, 2, "only tokyo and nozone-2 waited: %v", holds)
+	require.Contains(t, holds["tokyo"], "zone Asia/Tokyo (from tz)")
+	require.Contains(t, holds["nozone-2"], "zone Asia/Kolkata (from defaults.tz)")
+	p := ts.Progress(t, day.ID)
+	require.Equal(t, [3]int{4, 3, 1}, [3]int{p.Total, p.Sent, p.Retrying}, "total, sent, retrying")
+}

@@ -72,7 +72,8 @@
 // policy of the job's channel (KV broadcast_policy through internal/policy:
 // the channel's key, else default), except to transactional jobs: a
 // recipient inside its quiet hours, in its own zone (variable tz, else
-// its phone number's region, else the policy's default_tz, else UTC), is
+// the task's defaults tz carried as Job.TaskTZ, else its phone number's
+// region, else the policy's default_tz, else UTC), is
 // re-published for their end as a scheduled message (no slot held, no
 // attempt spent; expires_at still wins) with a retrying event coded
 // quiet_hours; one over a frequency cap is skipped, code frequency_cap;

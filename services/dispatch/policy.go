@@ -34,7 +34,7 @@ func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool,
 	}
 	now := r.svc.cfg.Now()
 	if q := p.QuietHours; q != nil && q.Applies(cat) {
-		loc, from := policy.Zone(job.Vars, job.To, q.DefaultLocation())
+		loc, from := policy.Zone(job.Vars, job.TaskTZ, job.To, q.DefaultLocation())
 		if end, inside := q.Until(now, loc); inside {
 			wait := end.Sub(now)
 			ev := r.event(d, contract.EventRetrying, d.attempt-1)

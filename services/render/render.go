@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/policy"
 	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -126,6 +127,9 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	if category == "" {
 		category = contract.CategoryMarketing
 	}
+	// A zone in the task's defaults applies to recipients without their
+	// own; dispatch judges quiet hours by it (contract.Job.TaskTZ).
+	taskTZ, _ := t.Defaults[policy.VarTZ].(string)
 	for i, r := range b.Recipients {
 		index := b.First + i
 		jobID := contract.JobID(t.ID, index, b.Test)
@@ -162,7 +166,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
-				Vars: r.Vars, Test: b.Test, Recheck: recheck, Category: category,
+				Vars: r.Vars, TaskTZ: taskTZ, Test: b.Test, Recheck: recheck, Category: category,
 			}
 			job.SetPool(t.Accounts)
 			setDigest(&job, t)
