@@ -13,6 +13,8 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/internal/policy"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -261,4 +263,76 @@ func TestPolicyQuietHoursTaskTZ(t *testing.T) {
 	require.Contains(t, holds["nozone-2"], "zone Asia/Kolkata (from defaults.tz)")
 	p := ts.Progress(t, day.ID)
 	require.Equal(t, [3]int{4, 3, 1}, [3]int{p.Total, p.Sent, p.Retrying}, "total, sent, retrying")
+}
+
+// TestPolicyTestRecipientsBypass: a marketing cap of 1 per 24 h and quiet
+// hours 21:00-09:00 in Asia/Shanghai, with dispatch's clock at 03:00
+// there. The task's test recipients are sent before approval although
+// qa-1 is at its cap (one send recorded from an earlier task) and both
+// are inside quiet hours; their counts are unchanged (qa-1 still one
+// send, qa-2 none). A suppressed test recipient is still skipped, code
+// suppressed. After approval the task's own recipient is held by the
+// quiet hours: the policy is in force, only test sends bypass it.
+func TestPolicyTestRecipientsBypass(t *testing.T) {
+	t.Parallel()
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	require.NoError(t, err)
+	y, m, d := time.Now().In(sh).Date()
+	clock := newFakeClock(time.Date(y, m, d, 3, 0, 0, 0, sh))
+	cfg := fastRetries()
+	cfg.Dispatch.Now = clock.Now
+	ts := pipelinetest.Start(t)
+	ctx := t.Context()
+	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	ts.PutAccount(t, "qa", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	putPolicy(t, ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}],
+		"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai"}}`)
+	counter, err := policy.OpenCounter(ctx, ts.JS)
+	require.NoError(t, err)
+	caps, err := contract.DecodePolicy([]byte(`{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}]}`))
+	require.NoError(t, err)
+	over, err := counter.Reserve(ctx, "webhook", "qa-1", "earlier.0", contract.CategoryMarketing, caps.FrequencyCaps, clock.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Nil(t, over)
+	list, err := suppress.Open(ctx, ts.JS)
+	require.NoError(t, err)
+	_, err = list.Put(ctx, "webhook", contract.Suppression{To: "qa-3", Reason: contract.ReasonOptOut, Source: "test"})
+	require.NoError(t, err)
+	pipelinetest.StartPipeline(t, ts, cfg)
+
+	task := contract.Task{ID: "policy-qa", Channel: "webhook", Template: "preview",
+		TestRecipients: []contract.Recipient{{To: "qa-1"}, {To: "qa-2"}, {To: "qa-3"}},
+		Recipients:     []contract.Recipient{{To: "r-1"}}}
+	submit(t, ts, task)
+	ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval }, "awaiting approval")
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		evs := ts.Events(t, task.ID)
+		return len(eventsOf(evs, contract.EventSent))+len(eventsOf(evs, contract.EventSkipped)) == 3
+	}, "each test recipient sent or skipped")
+	time.Sleep(time.Second) // a late or second send would show now
+
+	sends, err := counter.Sends(ctx, "webhook", "qa-2")
+	require.NoError(t, err)
+	require.Empty(t, sends, "the test send to qa-2 is not counted")
+	sends, err = counter.Sends(ctx, "webhook", "qa-1")
+	require.NoError(t, err)
+	require.Len(t, sends, 1, "qa-1's count is unchanged: %v", sends)
+	require.Equal(t, "earlier.0", sends[0].Job)
+	var calls []string
+	for _, h := range rec.accepted() {
+		calls = append(calls, h.to)
+	}
+	sort.Strings(calls)
+	require.Equal(t, []string{"qa-1", "qa-2"}, calls, "the test recipients at the cap and in quiet hours are sent; the suppressed one is not")
+	evs := ts.Events(t, task.ID)
+	require.Empty(t, eventsOf(evs, contract.EventRetrying), "no test recipient was held")
+	skipped := eventsOf(evs, contract.EventSkipped)
+	require.Len(t, skipped, 1)
+	require.Equal(t, [2]string{"qa-3", contract.CodeSuppressed}, [2]string{skipped[0].To, skipped[0].Code})
+
+	control(t, ts, task.ID, contract.ActionResume)
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Retrying == 1 }, "the task's recipient waits")
+	require.Zero(t, p.Sent)
+	require.Equal(t, map[string]int{contract.CodeQuietHours: 1}, codesOf(ts.Events(t, task.ID), contract.EventRetrying))
+	require.Len(t, rec.accepted(), 2, "no send beyond the test recipients")
 }
