@@ -128,8 +128,13 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		category = contract.CategoryMarketing
 	}
 	// A zone in the task's defaults applies to recipients without their
-	// own; dispatch judges quiet hours by it (contract.Job.TaskTZ).
+	// own; dispatch judges quiet hours by it (contract.Job.TaskTZ). A
+	// string longer than any zone name is not carried: it could only be
+	// ignored, and would grow every job.
 	taskTZ, _ := t.Defaults[policy.VarTZ].(string)
+	if len(taskTZ) > maxZoneName {
+		taskTZ = ""
+	}
 	for i, r := range b.Recipients {
 		index := b.First + i
 		jobID := contract.JobID(t.ID, index, b.Test)
@@ -200,6 +205,9 @@ func renderBody(tmpl *contract.Template, t *contract.Task, r contract.BatchRecip
 	}
 	return tmpl.Render(t.Defaults, r.Vars, r.To)
 }
+
+// maxZoneName is the longest zone name contract.LoadZone accepts.
+const maxZoneName = 64
 
 // A publish the stream has not acknowledged within publishTimeout fails,
 // so its batch is retried rather than stuck; maxPendingPublishes bounds
