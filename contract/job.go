@@ -24,9 +24,16 @@ type Job struct {
 	MaxAttempts int       `json:"max_attempts"`
 	ExpiresAt   time.Time `json:"expires_at,omitzero"`
 	EnqueuedAt  time.Time `json:"enqueued_at"`
-	// Vars are the recipient's merged variables, kept for channels whose
-	// provider fills its own templates (WhatsApp template messages).
+	// Vars are the recipient's own variables (the task's defaults are not
+	// merged in), kept for channels whose provider fills its own templates
+	// (WhatsApp template messages) and for the recipient's zone.
 	Vars map[string]any `json:"vars,omitempty"`
+	// TaskTZ is the task's defaults variable tz, when it is a string: the
+	// zone of quiet hours for a recipient without a usable tz of its own,
+	// ahead of its phone number's region (internal/policy.Zone). It is
+	// carried alone rather than merged into Vars, which would copy every
+	// default into every job.
+	TaskTZ string `json:"task_tz,omitempty"`
 	// Pool is the accounts the task may use; empty means every enabled
 	// account of the channel (unless PoolInTask). A job moves only within
 	// its pool.

@@ -13,6 +13,8 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/internal/policy"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -202,4 +204,135 @@ func TestPolicyQuietHours(t *testing.T) {
 	require.Equal(t, [3]int{4, 3, 1}, [3]int{p.Total, p.Sent, p.Retrying}, "total, sent, retrying: Nairobi waits until its 09:00")
 	require.Equal(t, contract.StateProcessing, p.State)
 	require.True(t, strings.HasPrefix(p.Error, "waiting: quiet hours 21:00-09:00 in the recipient's zone"), "progress says why it waits: %q", p.Error)
+}
+
+// TestPolicyQuietHoursTaskTZ: quiet hours 21:00-09:00 for marketing,
+// default zone Asia/Shanghai, with dispatch's clock at 03:00 in Shanghai.
+// A task whose defaults say tz America/Sao_Paulo (16:00 there) reaches at
+// once a recipient without zone, a Chinese phone number (the task's zone
+// comes before the number's region) and one whose own tz names no zone,
+// while a recipient whose own tz is Asia/Tokyo (04:00) waits: its own zone
+// wins. A task whose defaults say Asia/Kolkata (00:30) holds a recipient
+// without zone, naming the task's zone. All zones used keep no daylight
+// saving, so the hours hold on any date.
+func TestPolicyQuietHoursTaskTZ(t *testing.T) {
+	t.Parallel()
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	require.NoError(t, err)
+	y, m, d := time.Now().In(sh).Date()
+	clock := newFakeClock(time.Date(y, m, d, 3, 0, 0, 0, sh))
+	cfg := fastRetries()
+	cfg.Dispatch.Now = clock.Now
+	ts := pipelinetest.Start(t)
+	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	ts.PutAccount(t, "night", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	putPolicy(t, ts, contract.PolicyDefault, `{"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai","categories":["marketing"]}}`)
+	pipelinetest.StartPipeline(t, ts, cfg)
+
+	day := contract.Task{ID: "quiet-tasktz", Channel: "webhook", Template: "hello", Defaults: map[string]any{"tz": "America/Sao_Paulo"},
+		Recipients: []contract.Recipient{
+			{To: "nozone"},
+			{To: "+8613800000001"},
+			{To: "badtz", Vars: map[string]any{"tz": "Nowhere/Else"}},
+			{To: "tokyo", Vars: map[string]any{"tz": "Asia/Tokyo"}},
+		}}
+	submit(t, ts, day)
+	night := contract.Task{ID: "quiet-tasktz-night", Channel: "webhook", Template: "hello", Defaults: map[string]any{"tz": "Asia/Kolkata"},
+		Recipients: []contract.Recipient{{To: "nozone-2"}}}
+	submit(t, ts, night)
+
+	ts.WaitProgress(t, day.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Sent == 3 }, "three sent in the task's zone")
+	ts.WaitProgress(t, night.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Retrying == 1 }, "the night task's recipient waits")
+	time.Sleep(time.Second) // a wrongly released Tokyo or Kolkata send would show now
+
+	var calls []string
+	for _, h := range rec.accepted() {
+		calls = append(calls, h.to)
+	}
+	sort.Strings(calls)
+	require.Equal(t, []string{"+8613800000001", "badtz", "nozone"}, calls, "one call each, none for tokyo or nozone-2")
+	holds := map[string]string{}
+	for _, id := range []string{day.ID, night.ID} {
+		for _, ev := range eventsOf(ts.Events(t, id), contract.EventRetrying) {
+			require.Equal(t, contract.CodeQuietHours, ev.Code)
+			holds[ev.To] = ev.Error
+		}
+	}
+	require.Len(t, holds, 2, "only tokyo and nozone-2 waited: %v", holds)
+	require.Contains(t, holds["tokyo"], "zone Asia/Tokyo (from tz)")
+	require.Contains(t, holds["nozone-2"], "zone Asia/Kolkata (from defaults.tz)")
+	p := ts.Progress(t, day.ID)
+	require.Equal(t, [3]int{4, 3, 1}, [3]int{p.Total, p.Sent, p.Retrying}, "total, sent, retrying")
+}
+
+// TestPolicyTestRecipientsBypass: a marketing cap of 1 per 24 h and quiet
+// hours 21:00-09:00 in Asia/Shanghai, with dispatch's clock at 03:00
+// there. The task's test recipients are sent before approval although
+// qa-1 is at its cap (one send recorded from an earlier task) and both
+// are inside quiet hours; their counts are unchanged (qa-1 still one
+// send, qa-2 none). A suppressed test recipient is still skipped, code
+// suppressed. After approval the task's own recipient is held by the
+// quiet hours: the policy is in force, only test sends bypass it.
+func TestPolicyTestRecipientsBypass(t *testing.T) {
+	t.Parallel()
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	require.NoError(t, err)
+	y, m, d := time.Now().In(sh).Date()
+	clock := newFakeClock(time.Date(y, m, d, 3, 0, 0, 0, sh))
+	cfg := fastRetries()
+	cfg.Dispatch.Now = clock.Now
+	ts := pipelinetest.Start(t)
+	ctx := t.Context()
+	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	ts.PutAccount(t, "qa", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	putPolicy(t, ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}],
+		"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai"}}`)
+	counter, err := policy.OpenCounter(ctx, ts.JS)
+	require.NoError(t, err)
+	caps, err := contract.DecodePolicy([]byte(`{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}]}`))
+	require.NoError(t, err)
+	over, err := counter.Reserve(ctx, "webhook", "qa-1", "earlier.0", contract.CategoryMarketing, caps.FrequencyCaps, clock.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Nil(t, over)
+	list, err := suppress.Open(ctx, ts.JS)
+	require.NoError(t, err)
+	_, err = list.Put(ctx, "webhook", contract.Suppression{To: "qa-3", Reason: contract.ReasonOptOut, Source: "test"})
+	require.NoError(t, err)
+	pipelinetest.StartPipeline(t, ts, cfg)
+
+	task := contract.Task{ID: "policy-qa", Channel: "webhook", Template: "preview",
+		TestRecipients: []contract.Recipient{{To: "qa-1"}, {To: "qa-2"}, {To: "qa-3"}},
+		Recipients:     []contract.Recipient{{To: "r-1"}}}
+	submit(t, ts, task)
+	ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval }, "awaiting approval")
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		evs := ts.Events(t, task.ID)
+		return len(eventsOf(evs, contract.EventSent))+len(eventsOf(evs, contract.EventSkipped)) == 3
+	}, "each test recipient sent or skipped")
+	time.Sleep(time.Second) // a late or second send would show now
+
+	sends, err := counter.Sends(ctx, "webhook", "qa-2")
+	require.NoError(t, err)
+	require.Empty(t, sends, "the test send to qa-2 is not counted")
+	sends, err = counter.Sends(ctx, "webhook", "qa-1")
+	require.NoError(t, err)
+	require.Len(t, sends, 1, "qa-1's count is unchanged: %v", sends)
+	require.Equal(t, "earlier.0", sends[0].Job)
+	var calls []string
+	for _, h := range rec.accepted() {
+		calls = append(calls, h.to)
+	}
+	sort.Strings(calls)
+	require.Equal(t, []string{"qa-1", "qa-2"}, calls, "the test recipients at the cap and in quiet hours are sent; the suppressed one is not")
+	evs := ts.Events(t, task.ID)
+	require.Empty(t, eventsOf(evs, contract.EventRetrying), "no test recipient was held")
+	skipped := eventsOf(evs, contract.EventSkipped)
+	require.Len(t, skipped, 1)
+	require.Equal(t, [2]string{"qa-3", contract.CodeSuppressed}, [2]string{skipped[0].To, skipped[0].Code})
+
+	control(t, ts, task.ID, contract.ActionResume)
+	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Retrying == 1 }, "the task's recipient waits")
+	require.Zero(t, p.Sent)
+	require.Equal(t, map[string]int{contract.CodeQuietHours: 1}, codesOf(ts.Events(t, task.ID), contract.EventRetrying))
+	require.Len(t, rec.accepted(), 2, "no send beyond the test recipients")
 }

@@ -15,6 +15,7 @@
 //	broadcast torture -seed N -n M           the randomized scenario tester (internal/scenario)
 //	broadcast tape TASK                      what the providers answered for a task, as a replayable tape
 //	broadcast suppress add|remove|list|import  manage the suppression list (KV broadcast_suppressions)
+//	broadcast policy get|set|rm|ls|check     manage the recipient policy (KV broadcast_policy)
 //	broadcast dead ls|show|retry TASK        a task's dead letters: list, inspect, re-queue (all or some)
 //	broadcast accounts                       accounts with health, effective rate and daily use
 //	broadcast lookup RECIPIENT               which tasks sent to a recipient, when, how it ended
@@ -60,6 +61,9 @@ tools:
   tape TASK    write what the providers answered for a task (-json: a tape for gateway -tape)
   suppress     manage the suppression list: add (-channel C | -all) -reason R [-categories a,b] TO,
                remove (-channel C | -all) TO, list [-json], import FILE (CSV to,reason,... or JSONL)
+  policy       manage the recipient policy (frequency caps, quiet hours): get [-json] [KEY],
+               set KEY JSON|- (validated first), rm KEY, ls [-json], check JSON|- (validate only);
+               KEY is default or a channel
   dead ls|show|retry TASK
                a task's dead letters: ls [-offset N -limit N], show TASK SEQ (every attempt),
                retry [-seqs 12,15] (all, or only those); each with -json
@@ -109,6 +113,8 @@ func main() {
 		err = runAuthconf(args)
 	case "suppress":
 		err = runSuppress(ctx, args)
+	case "policy":
+		err = runPolicy(ctx, args)
 	case "dead", "accounts", "lookup":
 		err = runOperatorCommand(ctx, cmd, args)
 	case "pause", "resume", "cancel", "retry-dead":

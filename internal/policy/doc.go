@@ -6,6 +6,7 @@
 // dispatch replica sees one count (frequency.go).
 //
 // Which policy applies: the channel's key when present, else "default",
-// else none. Transactional messages bypass caps and quiet hours and are
-// not counted.
+// else none. Transactional messages and test sends (a task's
+// test_recipients) bypass caps and quiet hours and are not counted;
+// dispatch decides that (services/dispatch/policy.go).
 package policy

@@ -13,15 +13,22 @@ import (
 const VarTZ = "tz"
 
 // Zone is the recipient's time zone for quiet hours, and where it came
-// from ("tz", "phone", "default"): the variable tz when it names a known
-// IANA zone, else the zone of the phone number's region when to parses
-// as an international number (+ and digits; the first zone the numbering
-// plan lists for its longest known prefix), else fallback. A tz variable that names no
-// zone is ignored, not an error: the policy must not fail a send.
-func Zone(vars map[string]any, to string, fallback *time.Location) (*time.Location, string) {
+// from ("tz", "defaults.tz", "phone", "default"), the first that applies:
+// the recipient's variable tz when it names a known IANA zone; the task's
+// (taskTZ, its defaults' tz) likewise; the zone of the phone number's
+// region when to parses as an international number (+ and digits; the
+// first zone the numbering plan lists for its longest known prefix);
+// fallback. A tz that names no zone is ignored, not an error: the policy
+// must not fail a send.
+func Zone(vars map[string]any, taskTZ, to string, fallback *time.Location) (*time.Location, string) {
 	if s, ok := vars[VarTZ].(string); ok && s != "" {
 		if loc, err := loadCached(s); err == nil {
 			return loc, "tz"
+		}
+	}
+	if taskTZ != "" {
+		if loc, err := loadCached(taskTZ); err == nil {
+			return loc, "defaults.tz"
 		}
 	}
 	if loc := phoneZone(to); loc != nil {

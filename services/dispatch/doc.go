@@ -70,9 +70,11 @@
 // entry added while the job was queued or parked still stops it) and the
 // account's health. Then obeyPolicy (policy.go) applies the recipient
 // policy of the job's channel (KV broadcast_policy through internal/policy:
-// the channel's key, else default), except to transactional jobs: a
-// recipient inside its quiet hours, in its own zone (variable tz, else
-// its phone number's region, else the policy's default_tz, else UTC), is
+// the channel's key, else default), except to transactional jobs and
+// test sends (Job.Test: neither held nor counted): a recipient inside its
+// quiet hours, in its own zone (variable tz, else the task's defaults tz
+// carried as Job.TaskTZ, else its phone number's region, else the
+// policy's default_tz, else UTC), is
 // re-published for their end as a scheduled message (no slot held, no
 // attempt spent; expires_at still wins) with a retrying event coded
 // quiet_hours; one over a frequency cap is skipped, code frequency_cap;

@@ -17,8 +17,9 @@ import (
 // event coded quiet_hours; one over a frequency cap is skipped, coded
 // frequency_cap; otherwise the send is reserved under the caps, by job id,
 // and released again by send if the call did not reach the recipient.
-// Transactional jobs bypass both. done reports that the job was handled
-// here, with err for the consume loop.
+// Transactional jobs and test sends bypass both and are not counted.
+// done reports that the job was handled here, with err for the consume
+// loop.
 func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool, err error) {
 	job := &d.job
 	cat := job.JobCategory()
@@ -32,9 +33,16 @@ func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool,
 	if p == nil {
 		return false, nil
 	}
+	if job.Test {
+		// A test recipient (the task's test_recipients, sent before it is
+		// approved) is someone checking the message: neither held nor
+		// skipped, nor counted against their caps. The suppression list
+		// was checked before (mayStillSend) and still applies.
+		return false, nil
+	}
 	now := r.svc.cfg.Now()
 	if q := p.QuietHours; q != nil && q.Applies(cat) {
-		loc, from := policy.Zone(job.Vars, job.To, q.DefaultLocation())
+		loc, from := policy.Zone(job.Vars, job.TaskTZ, job.To, q.DefaultLocation())
 		if end, inside := q.Until(now, loc); inside {
 			wait := end.Sub(now)
 			ev := r.event(d, contract.EventRetrying, d.attempt-1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/policy"
 	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -126,6 +127,14 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	if category == "" {
 		category = contract.CategoryMarketing
 	}
+	// A zone in the task's defaults applies to recipients without their
+	// own; dispatch judges quiet hours by it (contract.Job.TaskTZ). A
+	// string longer than any zone name is not carried: it could only be
+	// ignored, and would grow every job.
+	taskTZ, _ := t.Defaults[policy.VarTZ].(string)
+	if len(taskTZ) > maxZoneName {
+		taskTZ = ""
+	}
 	for i, r := range b.Recipients {
 		index := b.First + i
 		jobID := contract.JobID(t.ID, index, b.Test)
@@ -162,7 +171,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
 				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
-				Vars: r.Vars, Test: b.Test, Recheck: recheck, Category: category,
+				Vars: r.Vars, TaskTZ: taskTZ, Test: b.Test, Recheck: recheck, Category: category,
 			}
 			job.SetPool(t.Accounts)
 			setDigest(&job, t)
@@ -196,6 +205,9 @@ func renderBody(tmpl *contract.Template, t *contract.Task, r contract.BatchRecip
 	}
 	return tmpl.Render(t.Defaults, r.Vars, r.To)
 }
+
+// maxZoneName is the longest zone name contract.LoadZone accepts.
+const maxZoneName = 64
 
 // A publish the stream has not acknowledged within publishTimeout fails,
 // so its batch is retried rather than stuck; maxPendingPublishes bounds
