@@ -329,7 +329,12 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if err := waitLeases(ctx, js, []string{contract.StatusFoldLease}, 15*time.Second); err != nil {
 		return nil, err
 	}
-	if err := waitLanes(ctx, js, len(pool), time.Minute+time.Duration(accounts)*20*time.Millisecond); err != nil {
+	if err := waitConsumers(ctx, js, contract.StreamJobs, len(pool), time.Minute+time.Duration(accounts)*20*time.Millisecond); err != nil {
+		return nil, err
+	}
+	// Render makes its consumer once its views (the suppression list
+	// among them) are loaded.
+	if err := waitConsumers(ctx, js, contract.StreamRender, 1, time.Minute); err != nil {
 		return nil, err
 	}
 	if v := svcErr.Load(); v != nil {
@@ -461,24 +466,25 @@ func waitAsleep(ctx context.Context, js jetstream.JetStream, accounts []string, 
 	}
 }
 
-// waitLanes waits until JOBS has at least n consumers: the normal lanes of every
-// account, which dispatch creates once it holds the account's lease.
-func waitLanes(ctx context.Context, js jetstream.JetStream, n int, timeout time.Duration) error {
+// waitConsumers waits until stream has at least n consumers: on JOBS the
+// normal lanes of every account, which dispatch creates once it holds the
+// account's lease; on RENDER render's, made once it is ready.
+func waitConsumers(ctx context.Context, js jetstream.JetStream, stream string, n int, timeout time.Duration) error {
 	start := time.Now()
 	for {
 		got := 0
 		// The server may be too busy to answer in time (render and
 		// dispatch loading a large suppression list): that is a wait too.
-		if st, err := js.Stream(ctx, contract.StreamJobs); err == nil {
+		if st, err := js.Stream(ctx, stream); err == nil {
 			got = st.CachedInfo().State.Consumers
 		} else if ctx.Err() != nil || time.Since(start) > timeout {
 			return err
 		}
 		if got >= n {
-			fmt.Printf("lanes: %d consumers on %s %s after the fold lease\n", got, contract.StreamJobs, time.Since(start).Round(time.Millisecond))
+			fmt.Printf("ready: %d consumer(s) on %s %s after the fold lease\n", got, stream, time.Since(start).Round(time.Millisecond))
 			return nil
 		} else if time.Since(start) > timeout {
-			return fmt.Errorf("%s has %d of %d consumers after %s", contract.StreamJobs, got, n, timeout)
+			return fmt.Errorf("%s has %d of %d consumers after %s", stream, got, n, timeout)
 		}
 		select {
 		case <-ctx.Done():

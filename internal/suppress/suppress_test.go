@@ -245,3 +245,18 @@ func fill(b testing.TB, n int) *suppress.View {
 	}
 	return v
 }
+
+// BenchmarkApply is the cost of one entry as a view loads the list.
+func BenchmarkApply(b *testing.B) {
+	v := suppress.NewView()
+	value := entry(b, "+8613800000001", "opt_out", nil, contract.CategoryMarketing)
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = contract.SuppressionKey("whatsapp", fmt.Sprintf("+86138%08d", i))
+	}
+	for i := 0; b.Loop(); i++ {
+		if err := v.Apply(keys[i%len(keys)], true, value); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

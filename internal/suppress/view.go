@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -221,8 +222,8 @@ func (v *View) apply(scopes map[string]marks, key string, put bool, value []byte
 		delete(m, h)
 		return nil
 	}
-	var e contract.Suppression
-	if err := json.Unmarshal(value, &e); err != nil {
+	var e entryFields
+	if err := decodeEntry(value, &e); err != nil {
 		delete(m, h)
 		return fmt.Errorf("value: %v", err)
 	}
@@ -244,6 +245,32 @@ func (v *View) apply(scopes map[string]marks, key string, put bool, value []byte
 	}
 	m[h] = mk
 	return nil
+}
+
+// entryFields are the parts of a contract.Suppression the view keeps:
+// decoding only these (the recipient, source and time are skipped) halves
+// the cost of loading a large list.
+type entryFields struct {
+	Reason     string              `json:"reason"`
+	Categories []contract.Category `json:"categories"`
+	Until      *time.Time          `json:"until"`
+}
+
+// decodeEntry decodes with go-json, falling back to encoding/json (for
+// its error) whenever go-json fails or panics, as contract's codec does.
+func decodeEntry(data []byte, e *entryFields) (err error) {
+	if func() (ok bool) {
+		defer func() {
+			if recover() != nil {
+				ok = false
+			}
+		}()
+		return gojson.Unmarshal(data, e) == nil
+	}() {
+		return nil
+	}
+	*e = entryFields{}
+	return json.Unmarshal(data, e)
 }
 
 // maxReasons bounds the interned reasons; others read as "other".
