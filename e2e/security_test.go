@@ -19,6 +19,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -44,6 +45,14 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 		require.NoError(t, err, "%s starts against the topology admin created", name)
 		nc.Close()
 	}
+	// Render and dispatch load the suppression list at start, as their
+	// own users, through a pulled snapshot: one entry makes them read it.
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sl, err := suppress.Open(sctx, cs.Server.JS)
+	require.NoError(t, err)
+	_, err = sl.Put(sctx, contract.ScopeAll, contract.Suppression{To: "u-001", Reason: contract.ReasonManual, Source: "test"})
+	scancel()
+	require.NoError(t, err)
 	cfg := fastRetries()
 	cfg.Users = users
 	pipelinetest.StartPipeline(t, cs.Server, cfg)
@@ -71,9 +80,10 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	p := cs.WaitFinal(t, task.ID, 60*time.Second)
 	t.Logf("lp-1: %s total=%d sent=%d failed=%d", p.State, p.Total, p.Sent, p.Failed)
 	require.Equal(t, contract.StatePartial, p.State)
-	require.Equal(t, n-bad, p.Sent)
+	require.Equal(t, n-bad-1, p.Sent)
 	require.Equal(t, bad, p.Failed)
-	require.Equal(t, n-bad, gw.Ledger().AcceptedKeys())
+	require.Equal(t, 1, p.Skipped, "u-001 is on the suppression list")
+	require.Equal(t, n-bad-1, gw.Ledger().AcceptedKeys())
 
 	stage("lp-1 final")
 	// 2. Retry-dead: dispatch reads DEAD and re-queues; the bad ones fail again.

@@ -67,6 +67,14 @@ func kvWrite(bucket string) []string { return subjects("$KV." + bucket + ".>") }
 // push consumer the client deletes when done).
 func kvRead(bucket string) []string { return streamRead(shared.KVStream(bucket)) }
 
+// kvSnapshot reads a KV bucket whole through a pulled, short-lived
+// consumer: how a process loads a large bucket (the suppression list)
+// before it watches it (internal/suppress).
+func kvSnapshot(bucket string) []string {
+	s := shared.KVStream(bucket)
+	return subjects("$JS.API.STREAM.INFO."+s, "$JS.API.CONSUMER.MSG.NEXT."+s+".*")
+}
+
 // objectWrite uploads and deletes objects of an object store.
 func objectWrite(bucket string) []string { return subjects("$O." + bucket + ".>") }
 
