@@ -4,7 +4,8 @@
 //
 // Files: normalize.go (the recipient's canonical form per scope),
 // list.go (add, remove, get and list entries; the CLI and feedback write
-// through it), view.go (the watch-backed view of hashes and its Lookup).
+// through it), view.go (the view of hashes, loaded as a pulled snapshot
+// and kept current by a watch, and its Lookup).
 package suppress
 
 import (
