@@ -7,5 +7,7 @@
 //
 // Which policy applies: the channel's key when present, else "default",
 // else none. Transactional messages bypass caps and quiet hours and are
-// not counted.
+// not counted. A digest is one message: its reservation counts once under
+// every cap that limits a category of its items (Counter.ReserveMessage),
+// and Usage checks its items against the caps without reserving.
 package policy
