@@ -266,9 +266,28 @@ type FrequencyRecord struct {
 
 // FrequencySend is one reserved send: by job id (a redelivery or retry of
 // the same job finds its reservation instead of taking a second), its
-// category and when it was reserved (Unix seconds).
+// category and when it was reserved (Unix seconds). A digest carrying
+// items of several categories is one send: Category is the strictest of
+// them (marketing before utility) and Also the others, so it counts once
+// under every cap that limits any of them.
 type FrequencySend struct {
-	Job      string   `json:"job"`
-	Category Category `json:"cat"`
-	At       int64    `json:"at"`
+	Job      string     `json:"job"`
+	Category Category   `json:"cat"`
+	Also     []Category `json:"also,omitempty"`
+	At       int64      `json:"at"`
+}
+
+// CountsFor reports whether the send counts under cap c.
+func (s *FrequencySend) CountsFor(c *FrequencyCap) bool {
+	return c.Applies(s.Category) || slices.ContainsFunc(s.Also, c.Applies)
+}
+
+// Covers reports whether the send counts for every category in cats.
+func (s *FrequencySend) Covers(cats []Category) bool {
+	for _, c := range cats {
+		if c != s.Category && !slices.Contains(s.Also, c) {
+			return false
+		}
+	}
+	return true
 }

@@ -8,5 +8,8 @@
 // Which policy applies: the channel's key when present, else "default",
 // else none. Transactional messages and test sends (a task's
 // test_recipients) bypass caps and quiet hours and are not counted;
-// dispatch decides that (services/dispatch/policy.go).
+// dispatch decides that (services/dispatch/policy.go). A digest is one
+// message: its reservation counts once under every cap that limits a
+// category of its items (Counter.ReserveMessage), and Usage checks its
+// items against the caps without reserving.
 package policy

@@ -66,42 +66,50 @@ func (o *Over) Explain() string {
 // job that holds a reservation succeeds without counting twice. Records
 // are pruned of sends older than the longest cap window.
 func (c *Counter) Reserve(ctx context.Context, channel, to, job string, cat contract.Category, caps []contract.FrequencyCap, now time.Time) (*Over, error) {
+	return c.ReserveMessage(ctx, channel, to, job, []contract.Category{cat}, caps, now)
+}
+
+// ReserveMessage is Reserve for one message carrying items of every
+// category in cats (a digest): it needs room under every cap that limits
+// any of them and counts once under each; the record names the strictest
+// as the send's category (contract.FrequencySend). A job whose
+// reservation already counts for all of cats reuses it; one whose
+// reservation counts for fewer (it reserved alone before it carried a
+// digest) has it widened to them, if the caps have room without it, and
+// dated now, which keeps it in every window at least as long.
+func (c *Counter) ReserveMessage(ctx context.Context, channel, to, job string, cats []contract.Category, caps []contract.FrequencyCap, now time.Time) (*Over, error) {
+	if len(cats) == 0 {
+		return nil, errors.New("frequency reservation without a category")
+	}
 	key := Key(channel, to)
 	var longest time.Duration
 	for i := range caps {
 		longest = max(longest, caps[i].WindowDuration())
 	}
-	mine := contract.FrequencySend{Job: job, Category: cat, At: now.Unix()}
+	mine := message(job, cats, now)
 	// A recipient without a record has room under every cap (max is at
 	// least 1): creating it first is one round trip instead of two, the
 	// case of every recipient new within the windows.
 	if ok, err := c.write(ctx, key, contract.FrequencyRecord{Sends: []contract.FrequencySend{mine}}, 0); err != nil || ok {
 		return nil, err
 	}
+	isMine := func(s contract.FrequencySend) bool { return s.Job == job }
 	for range maxConflicts {
 		rec, rev, err := c.read(ctx, key)
 		if err != nil {
 			return nil, err
 		}
-		if slices.ContainsFunc(rec.Sends, func(s contract.FrequencySend) bool { return s.Job == job }) {
-			return nil, nil
+		if i := slices.IndexFunc(rec.Sends, isMine); i >= 0 {
+			held := rec.Sends[i]
+			if held.Covers(cats) {
+				return nil, nil
+			}
+			mine = message(job, slices.Concat(cats, []contract.Category{held.Category}, held.Also), now)
 		}
 		cutoff := now.Add(-longest).Unix()
-		rec.Sends = slices.DeleteFunc(rec.Sends, func(s contract.FrequencySend) bool { return s.At <= cutoff })
-		for i := range caps {
-			cp := &caps[i]
-			if !cp.Applies(cat) {
-				continue
-			}
-			from, n := now.Add(-cp.WindowDuration()).Unix(), 0
-			for _, s := range rec.Sends {
-				if s.At > from && cp.Applies(s.Category) {
-					n++
-				}
-			}
-			if n >= cp.Max {
-				return &Over{Cap: *cp, Count: n}, nil
-			}
+		rec.Sends = slices.DeleteFunc(rec.Sends, func(s contract.FrequencySend) bool { return s.At <= cutoff || s.Job == job })
+		if over := firstOver(rec.Sends, cats, caps, now); over != nil {
+			return over, nil
 		}
 		rec.Sends = append(rec.Sends, mine)
 		if ok, err := c.write(ctx, key, rec, rev); err != nil || ok {
@@ -109,6 +117,76 @@ func (c *Counter) Reserve(ctx context.Context, channel, to, job string, cat cont
 		}
 	}
 	return nil, fmt.Errorf("frequency record %s: still changing after %d tries", key, maxConflicts)
+}
+
+// message is the reservation of job's message carrying cats at now: the
+// strictest category (the order of contract.Categories) as its category,
+// the others as Also.
+func message(job string, cats []contract.Category, now time.Time) contract.FrequencySend {
+	rank := func(c contract.Category) int {
+		if i := slices.Index(contract.Categories, c); i >= 0 {
+			return i
+		}
+		return len(contract.Categories)
+	}
+	var sorted []contract.Category
+	for _, c := range cats {
+		if !slices.Contains(sorted, c) {
+			sorted = append(sorted, c)
+		}
+	}
+	slices.SortStableFunc(sorted, func(a, b contract.Category) int { return rank(a) - rank(b) })
+	return contract.FrequencySend{Job: job, Category: sorted[0], Also: sorted[1:], At: now.Unix()}
+}
+
+// firstOver is the first cap limiting any of cats that sends, at now,
+// leave no room in.
+func firstOver(sends []contract.FrequencySend, cats []contract.Category, caps []contract.FrequencyCap, now time.Time) *Over {
+	for i := range caps {
+		cp := &caps[i]
+		if !slices.ContainsFunc(cats, cp.Applies) {
+			continue
+		}
+		from, n := now.Add(-cp.WindowDuration()).Unix(), 0
+		for j := range sends {
+			if sends[j].At > from && sends[j].CountsFor(cp) {
+				n++
+			}
+		}
+		if n >= cp.Max {
+			return &Over{Cap: *cp, Count: n}
+		}
+	}
+	return nil
+}
+
+// Usage is a recipient's reserved sends as read once (Load), to check
+// several messages against the caps without reserving.
+type Usage struct {
+	sends []contract.FrequencySend
+}
+
+// Load reads the sends reserved for `to` on channel.
+func (c *Counter) Load(ctx context.Context, channel, to string) (*Usage, error) {
+	rec, _, err := c.read(ctx, Key(channel, to))
+	if err != nil {
+		return nil, err
+	}
+	return &Usage{sends: rec.Sends}, nil
+}
+
+// Check returns the first cap a send of category cat at now would
+// exceed, nil when every cap that limits cat has room. The reservations
+// of the jobs in own do not count: they are the message's own (a
+// reservation Reserve would reuse).
+func (u *Usage) Check(cat contract.Category, caps []contract.FrequencyCap, now time.Time, own ...string) *Over {
+	others := slices.DeleteFunc(slices.Clone(u.sends), func(s contract.FrequencySend) bool { return slices.Contains(own, s.Job) })
+	return firstOver(others, []contract.Category{cat}, caps, now)
+}
+
+// Holds reports whether job holds a reservation.
+func (u *Usage) Holds(job string) bool {
+	return slices.ContainsFunc(u.sends, func(s contract.FrequencySend) bool { return s.Job == job })
 }
 
 // Release drops job's reservation for `to`, if it holds one.

@@ -117,6 +117,63 @@ func TestReserveRules(t *testing.T) {
 	require.Equal(t, []string{"whatsapp." + contract.RecipientHash("+8613800000001")}, all)
 }
 
+// TestReserveMessageOfSeveralCategories: a digest carrying marketing and
+// utility items is one send that counts under the marketing cap, the
+// utility cap and the cap without category, recorded under marketing
+// with utility as Also; reserving it again counts nothing more. A check
+// without reserving (Usage) does not count the message's own reservation.
+// A job that reserved alone as utility and then carries marketing too has
+// its reservation widened, still one send.
+func TestReserveMessageOfSeveralCategories(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t)
+	ctx := context.Background()
+	c, err := policy.OpenCounter(ctx, ts.JS)
+	require.NoError(t, err)
+	cs := caps(t, `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"},{"category":"utility","max":1,"window":"24h"},{"max":3,"window":"24h"}]}`)
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	both := []contract.Category{contract.CategoryUtility, contract.CategoryMarketing}
+	explain := func(over *policy.Over, err error) string {
+		require.NoError(t, err)
+		if over == nil {
+			return "ok"
+		}
+		return over.Explain()
+	}
+	const to = "+8613800000001"
+	require.Equal(t, "ok", explain(c.ReserveMessage(ctx, "webhook", to, "digest-1", both, cs, now)))
+	require.Equal(t, "ok", explain(c.ReserveMessage(ctx, "webhook", to, "digest-1", both, cs, now)), "again: reused")
+	sends, err := c.Sends(ctx, "webhook", to)
+	require.NoError(t, err)
+	require.Len(t, sends, 1, "one send")
+	require.Equal(t, contract.CategoryMarketing, sends[0].Category, "the strictest")
+	require.Equal(t, []contract.Category{contract.CategoryUtility}, sends[0].Also)
+	require.Equal(t, "frequency cap reached (marketing: 1 per 24h0m0s): 1 sent in the window",
+		explain(c.Reserve(ctx, "webhook", to, "m", contract.CategoryMarketing, cs, now)))
+	require.Equal(t, "frequency cap reached (utility: 1 per 24h0m0s): 1 sent in the window",
+		explain(c.Reserve(ctx, "webhook", to, "u", contract.CategoryUtility, cs, now)), "counted under utility too")
+
+	u, err := c.Load(ctx, "webhook", to)
+	require.NoError(t, err)
+	require.True(t, u.Holds("digest-1"))
+	require.False(t, u.Holds("m"))
+	require.NotNil(t, u.Check(contract.CategoryMarketing, cs, now))
+	require.Nil(t, u.Check(contract.CategoryMarketing, cs, now, "digest-1"), "the message's own reservation does not count")
+	require.Nil(t, u.Check(contract.CategoryMarketing, cs, now.Add(25*time.Hour)), "out of the window")
+
+	const other = "+8613800000002"
+	require.Equal(t, "ok", explain(c.Reserve(ctx, "webhook", other, "x", contract.CategoryUtility, cs, now)))
+	require.Equal(t, "ok", explain(c.ReserveMessage(ctx, "webhook", other, "x", both, cs, now.Add(time.Hour))))
+	sends, err = c.Sends(ctx, "webhook", other)
+	require.NoError(t, err)
+	require.Len(t, sends, 1, "widened, not added")
+	require.Equal(t, contract.CategoryMarketing, sends[0].Category)
+	require.Equal(t, []contract.Category{contract.CategoryUtility}, sends[0].Also)
+	require.Equal(t, now.Add(time.Hour).Unix(), sends[0].At, "dated when widened")
+	require.Equal(t, "frequency cap reached (marketing: 1 per 24h0m0s): 1 sent in the window",
+		explain(c.Reserve(ctx, "webhook", other, "m", contract.CategoryMarketing, cs, now.Add(time.Hour))))
+}
+
 // BenchmarkReserve: one reservation under two caps, for a recipient
 // without a record (one compare-and-set create) and for one with a record
 // (a get and an update), from 64 goroutines as dispatch's handlers make

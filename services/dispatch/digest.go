@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/policy"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -25,19 +26,24 @@ import (
 //     (a handoff, delay.go) for the end of the window, holding no slot.
 //   - Later jobs join it (Update) and are acknowledged: the carrier is
 //     responsible for them from then on.
+//   - A job the recipient policy would hold or skip now (quiet hours, a
+//     full frequency cap) does not join: it meets the policy alone.
 //   - The carrier, due, takes out the items whose tasks cannot send now
-//     (named in the entry's Out first, then re-published alone as
-//     handoffs of the messages that joined, so their own pause, cancel or
-//     expiry applies), seals the entry, renders the digest and sends it
-//     like any job.
+//     and those the policy would hold or skip if each were sent alone now
+//     (named in the entry's Out first, then re-published as handoffs of
+//     the messages that joined: the former alone, so their own pause,
+//     cancel or expiry applies; the latter to meet the policy alone and
+//     merge again once it lets them), seals the entry, reserves one send
+//     under the frequency caps by its own job id, renders the digest and
+//     sends it like any job.
 //   - Sent, it records that in the entry first, then publishes one sent
 //     event per item (each deduplicated by its Nats-Msg-Id), then deletes
 //     the entry. Whoever finds a sent entry (the carrier's redelivery, or
 //     the next job to that recipient and key) publishes its events again
 //     and deletes it.
-//   - A carrier whose own task cannot send when due hands the duty to the
-//     next item: its job is re-published as a scheduled carrier copy
-//     before the entry names it.
+//   - A carrier whose own task cannot send when due, or that the policy
+//     would hold or skip, hands the duty to the next item: its job is
+//     re-published as a scheduled carrier copy before the entry names it.
 //
 // So a crash between any two steps loses no item and sends none twice,
 // except that a kill during the provider call repeats it with the same
@@ -68,10 +74,12 @@ type digestEntry struct {
 	// redelivery after a crash before its ack publishes no second copy.
 	Seqs map[string]uint64 `json:"seqs,omitempty"`
 	// Out are items taken out (their tasks could not send when the digest
-	// was due, or the digest was given up on) whose jobs of their own are
-	// still to be published: the entry names them before they are
-	// published and forgets them after, so a crash in between publishes
-	// them again (deduplicated) and none is lost or published twice.
+	// was due, the policy would not let them, or the digest was given up
+	// on) whose jobs of their own are still to be published, marked
+	// NoDigest when they are to be sent alone: the entry names them before
+	// they are published and forgets them after, so a crash in between
+	// publishes them again (deduplicated) and none is lost or published
+	// twice.
 	Out []contract.Job `json:"out,omitempty"`
 	// Set once the provider accepted the digest.
 	Account    string    `json:"account,omitempty"`
@@ -110,6 +118,7 @@ func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err
 		return false, nil
 	}
 	s, key := r.svc, digestKey(job)
+	policyChecked := false
 	for range digestCASTries {
 		e, rev, err := s.readDigest(ctx, key)
 		if err != nil {
@@ -136,6 +145,12 @@ func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err
 				// copy): come back once the entry settled.
 				return true, r.digestWait(ctx, d)
 			}
+			if d.seq != e.Seqs[job.ID] && slices.ContainsFunc(e.Out, func(it contract.Job) bool { return it.ID == job.ID }) {
+				// Its copy taken out, come before the entry forgot it:
+				// come back once it has.
+				d.log.Debug("taken out of a digest that still names it; waiting")
+				return true, r.digestWait(ctx, d)
+			}
 			return true, nil // joined before a crash kept this message
 		}
 		window := r.digestWindow(ctx, d)
@@ -145,6 +160,20 @@ func (r *accountRunner) digest(ctx context.Context, d *delivery) (done bool, err
 		}
 		if done, err := r.mayStillSend(ctx, d); done {
 			return true, err
+		}
+		if !policyChecked {
+			// One the policy would hold or skip now meets it alone; back
+			// from a wait, it may merge then.
+			stop, err := r.policyStops(ctx, job)
+			if err != nil {
+				return true, shared.RetryAfter(time.Second, fmt.Errorf("policy: %w", err))
+			}
+			if stop {
+				d.log.Debug("not joining a digest: the policy would hold or skip the job now")
+				job.DigestCarrier = false
+				return false, nil
+			}
+			policyChecked = true
 		}
 		now := time.Now().UTC()
 		switch {
@@ -221,28 +250,51 @@ func (r *accountRunner) scheduleCarrier(ctx context.Context, d *delivery, wait t
 
 // carry handles the digest's carrier: early, it waits for the window's
 // end; stopped by its own task, it hands the duty on; due, it takes out
-// the items that cannot send, seals the digest and goes on to send it
-// (done false, d.digest set). retry asks the caller to read the entry
-// again (it changed under a compare-and-set).
+// the items that cannot go in the digest now (takeOut), seals the digest,
+// reserves its send under the frequency caps and goes on to send it (done
+// false, d.digest set). retry asks the caller to read the entry again (it
+// changed under a compare-and-set, or another send took the caps' room).
 func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64) (done, retry bool, err error) {
 	s, job := r.svc, &d.job
 	if r.carrierStopped(job) {
-		return r.handOverDigest(ctx, d, key, e, rev)
+		return r.handOverDigest(ctx, d, key, e, rev, true)
 	}
-	if e.State == digestOpen {
+	sealing := e.State == digestOpen
+	if sealing {
 		if wait := time.Until(e.ClosesAt); wait > 0 {
 			return true, false, r.scheduleCarrier(ctx, d, wait)
 		}
-		// Items whose tasks cannot send now leave as jobs of their own.
-		keep := e.Items[:0:0]
-		for _, it := range e.Items {
-			if it.ID == job.ID || !r.carrierStopped(&it) {
-				keep = append(keep, it)
-			} else {
-				e.Out = append(e.Out, it)
-			}
+	}
+	// The policy is checked when the digest is sealed and on every later
+	// delivery of its carrier (back from a wait, a retry), as a lone job's
+	// is before each send; but not once an attempt of the digest may have
+	// reached the recipient, as taking items out then could send them
+	// twice: it is sent again as it is.
+	checkPolicy := sealing || d.digestChecked || !d.entry.mayHaveReached() && !job.MaybeSent
+	n := len(e.Items)
+	if checkPolicy {
+		d.digestChecked = true
+		held, err := r.takeOut(ctx, d, e, sealing)
+		if err != nil {
+			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("digest policy: %w", err))
 		}
-		e.Items, e.State = keep, digestSealed
+		if held {
+			if len(e.Items) != n {
+				// The entry names the items taken out before anyone
+				// publishes them.
+				nrev, err := s.updateDigest(ctx, key, e, rev)
+				if isConflict(err) {
+					return false, true, nil
+				} else if err != nil {
+					return true, false, shared.RetryAfter(time.Second, fmt.Errorf("take items out of digest: %w", err))
+				}
+				rev = nrev
+			}
+			return r.handOverDigest(ctx, d, key, e, rev, false)
+		}
+	}
+	if sealing || len(e.Items) != n {
+		e.State = digestSealed
 		nrev, err := s.updateDigest(ctx, key, e, rev)
 		if isConflict(err) {
 			return false, true, nil
@@ -260,6 +312,9 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 		}
 		rev = nrev
 	}
+	if done, retry, err := r.reserveDigest(ctx, d, e, checkPolicy); done || retry {
+		return done, retry, err
+	}
 	body, err := contract.RenderDigest(e.Template, digestItems(e), job.To)
 	if err != nil {
 		// Checked at intake; a limit hit on a large digest falls back to
@@ -270,6 +325,102 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 	job.Body = body
 	d.digest = &sealedDigest{key: key, entry: e, rev: rev}
 	return false, false, nil
+}
+
+// takeOut moves to e.Out the items, other than the carrier, that cannot
+// go in the digest now, and reports whether the policy would hold or skip
+// the carrier itself (held). With stopped (when sealing), items whose
+// tasks stop them (carrierStopped) leave to be sent alone (NoDigest), so
+// their own pause, cancel or expiry applies. Items the recipient policy
+// would hold (quiet hours) or skip (a frequency cap without room) if each
+// were sent alone now leave too, not marked: they meet the policy alone
+// and may merge again once it lets them. So does an item holding a
+// frequency reservation of its own (it reserved alone earlier, and that
+// send may have reached the recipient), which reuses it sent alone. The
+// digest's own reservation, by the carrier's job id, counts for none.
+func (r *accountRunner) takeOut(ctx context.Context, d *delivery, e *digestEntry, stopped bool) (held bool, err error) {
+	if len(e.Items) == 0 {
+		return false, nil
+	}
+	s, first, carrier := r.svc, &e.Items[0], d.job.ID
+	p := s.policy.For(first.Channel)
+	var usage *policy.Usage
+	if p != nil && slices.ContainsFunc(e.Items, func(it contract.Job) bool { return anyCapApplies(p.FrequencyCaps, it.JobCategory()) }) {
+		if usage, err = s.frequency.Load(ctx, first.Channel, first.To); err != nil {
+			return false, err
+		}
+	}
+	now := s.cfg.Now()
+	keep := e.Items[:0:0]
+	for _, it := range e.Items {
+		why := ""
+		switch {
+		case it.ID != carrier && stopped && r.carrierStopped(&it):
+			it.NoDigest, why = true, "its task stops it"
+		case it.ID != carrier && usage != nil && usage.Holds(it.ID):
+			it.NoDigest, why = true, "it holds a frequency reservation of its own"
+		case p != nil && policyHolds(p, usage, &it, carrier, now):
+			if it.ID == carrier {
+				d.log.Debug("the policy would hold or skip the digest's carrier")
+				held = true
+				keep = append(keep, it)
+				continue
+			}
+			why = "the policy would hold or skip it"
+		default:
+			keep = append(keep, it)
+			continue
+		}
+		d.log.Debug("item taken out of the digest", "item", it.ID, "why", why)
+		e.Out = append(e.Out, it)
+	}
+	e.Items = keep
+	return held, nil
+}
+
+// reserveDigest reserves the digest's send under the policy's frequency
+// caps: one send, by the carrier's job id (a redelivery reuses it), for
+// every category its items carry (digestCategories). When another send
+// took the room since the items were checked, retry has carry check them
+// again. A digest sent again as it is (checked false: an attempt may have
+// reached the recipient) goes on without a reservation when the caps are
+// full.
+func (r *accountRunner) reserveDigest(ctx context.Context, d *delivery, e *digestEntry, checked bool) (done, retry bool, err error) {
+	job := &d.job
+	p := r.svc.policy.For(job.Channel)
+	if p == nil {
+		return false, false, nil
+	}
+	cats := digestCategories(e)
+	if !slices.ContainsFunc(cats, func(c contract.Category) bool { return anyCapApplies(p.FrequencyCaps, c) }) {
+		return false, false, nil
+	}
+	over, err := r.svc.frequency.ReserveMessage(ctx, job.Channel, job.To, job.ID, cats, p.FrequencyCaps, r.svc.cfg.Now())
+	if err != nil {
+		return true, false, shared.RetryAfter(time.Second, fmt.Errorf("reserve digest: %w", err))
+	}
+	if over != nil {
+		if checked {
+			return false, true, nil
+		}
+		d.log.Warn("a digest that may have reached the recipient is sent again without a frequency reservation", "cap", over.Explain())
+		return false, false, nil
+	}
+	d.frequencyReserved = true
+	return false, false, nil
+}
+
+// digestCategories are the categories of e's items the policy may limit
+// (all but transactional), the strictest first: the digest's one send
+// counts under every cap that limits any of them.
+func digestCategories(e *digestEntry) []contract.Category {
+	var cats []contract.Category
+	for _, c := range contract.Categories {
+		if c != contract.CategoryTransactional && slices.ContainsFunc(e.Items, func(it contract.Job) bool { return it.JobCategory() == c }) {
+			cats = append(cats, c)
+		}
+	}
+	return cats
 }
 
 // digestItems is what the digest template sees of e's items.
@@ -296,10 +447,14 @@ func (r *accountRunner) carrierStopped(job *contract.Job) bool {
 	return hit
 }
 
-// handOverDigest hands a stopped carrier's digest to its next item, whose
-// job is published as a scheduled carrier copy before the entry names it;
-// the stopped job then goes its own way (done false), out of digests.
-func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64) (done, retry bool, err error) {
+// handOverDigest hands the digest of a carrier that cannot send it to
+// its next item, whose job is published as a scheduled carrier copy
+// before the entry names it (with the items taken out so far, which that
+// carrier publishes); with no item left, it publishes those and deletes
+// the entry. The carrier then goes its own way (done false): out of
+// digests when alone (its task stopped it), else free to merge again once
+// the policy, which it meets next, lets it.
+func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64, alone bool) (done, retry bool, err error) {
 	s, job := r.svc, &d.job
 	rest := slices.DeleteFunc(slices.Clone(e.Items), func(j contract.Job) bool { return j.ID == job.ID })
 	if len(rest) == 0 {
@@ -317,6 +472,7 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 		} else if err != nil {
 			return true, false, shared.RetryAfter(time.Second, err)
 		}
+		d.log.Debug("digest given up by its carrier, no item left")
 	} else {
 		next := rest[0]
 		next.DigestCarrier, next.Recheck = true, true
@@ -337,8 +493,13 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 		}
 		d.log.Debug("digest handed over", "carrier", next.ID)
 	}
-	// Like an item taken out, it is sent alone once its task lets it.
-	job.DigestCarrier, job.NoDigest = false, true
+	if r.svc.policy.For(job.Channel) != nil && !d.entry.mayHaveReached() && !job.MaybeSent {
+		// A reservation it made for the digest counts for no message now;
+		// alone, it reserves again.
+		r.releaseFrequency(ctx, d, nil)
+	}
+	// Like an item taken out.
+	job.DigestCarrier, job.NoDigest = false, alone
 	return false, false, nil
 }
 
@@ -518,6 +679,7 @@ func (r *accountRunner) releaseDigest(ctx context.Context, d *delivery) error {
 	e := sd.entry
 	for _, it := range e.Items {
 		if it.ID != d.job.ID {
+			it.NoDigest = true
 			e.Out = append(e.Out, it)
 		}
 	}
@@ -536,14 +698,14 @@ func (r *accountRunner) releaseDigest(ctx context.Context, d *delivery) error {
 	return nil
 }
 
-// publishOut publishes the items e.Out names as jobs of their own, sent
-// alone (NoDigest), and then has the entry forget them; it returns the
-// entry's new revision. Each copy is recorded as the handoff of the
-// message that joined (handOffItem) and has a Nats-Msg-Id naming that
-// message, so publishing again after a crash stores nothing new.
+// publishOut publishes the items e.Out names as jobs of their own (sent
+// alone when marked NoDigest), and then has the entry forget them; it
+// returns the entry's new revision. Each copy is recorded as the handoff
+// of the message that joined (handOffItem) and has a Nats-Msg-Id naming
+// that message, so publishing again after a crash stores nothing new.
 func (s *Service) publishOut(ctx context.Context, key string, e *digestEntry, rev uint64) (uint64, error) {
 	for _, it := range e.Out {
-		it.NoDigest, it.Recheck = true, true
+		it.Recheck = true
 		msgID := fmt.Sprintf("%s:digest-out:%d", it.MsgID(), e.Seqs[it.ID])
 		if err := s.handOffItem(ctx, &it, e.Seqs[it.ID], contract.JobSubject(it.Account, it.Priority), msgID, time.Time{}, ""); err != nil {
 			return 0, fmt.Errorf("take item out of digest: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/policy"
 )
 
 // digestJob is a sandbox job of task to user-0 with digest key "news".
@@ -230,4 +232,103 @@ func TestDigestItemTakenOutIsNotRepeatedAfterACrash(t *testing.T) {
 		t.Fatalf("unexpected delivery: %s", m.Data())
 	}
 	require.Equal(t, 1, copies, "one copy of q taken out")
+}
+
+// TestDigestItemHeldByPolicyIsNotLost plays the carrier of a digest whose
+// items the recipient policy holds (quiet hours set during the window)
+// killed after the entry named the item it took out (Out) and after the
+// item's copy was published, before the entry forgot it: the copy, which
+// finds itself still named, waits instead of counting as joined (it was
+// dropped, and the item lost, when it did); the carrier's copy, the policy
+// holding it too, publishes the item again (the stream drops it), deletes
+// the entry and goes on alone, free to merge again; the waiting copy comes
+// back and, still held, does not join a digest. One copy of the item, none
+// repeated.
+func TestDigestItemHeldByPolicyIsNotLost(t *testing.T) {
+	g := newHandoffRig(t)
+	ctx := t.Context()
+	var err error
+	g.svc.policy, err = policy.Watch(ctx, g.js, g.svc.log)
+	require.NoError(t, err)
+	g.svc.frequency, err = policy.OpenCounter(ctx, g.js)
+	require.NoError(t, err)
+	publish := func(job contract.Job, msgID string) {
+		data, err := json.Marshal(&job)
+		require.NoError(t, err)
+		var opts []jetstream.PublishOpt
+		if msgID != "" {
+			opts = append(opts, jetstream.WithMsgID(msgID))
+		}
+		_, err = g.js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data, opts...)
+		require.NoError(t, err)
+	}
+	digest := func(d taken) bool {
+		require.False(t, g.sentBefore(t, d))
+		done, err := g.r.digest(ctx, d.delivery)
+		require.NoError(t, err)
+		return done
+	}
+	opener, joiner := digestJob("p", 30*time.Second), digestJob("q", 30*time.Second)
+	publish(opener, "")
+	d := g.next(t)
+	require.True(t, digest(d), "opened")
+	require.NoError(t, d.msgAck(t))
+	publish(joiner, "")
+	d = g.next(t)
+	joinSeq := d.seq
+	require.True(t, digest(d), "joined")
+	require.NoError(t, d.msgAck(t))
+
+	// Quiet hours now, for marketing, in UTC.
+	now := time.Now().UTC()
+	kv, err := g.js.KeyValue(ctx, contract.BucketPolicy)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, contract.PolicyDefault, fmt.Appendf(nil, `{"quiet_hours":{"start":%q,"end":%q,"categories":["marketing"]}}`,
+		now.Add(-2*time.Hour).Format("15:04"), now.Add(2*time.Hour).Format("15:04")))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return g.svc.policy.For("sandbox") != nil }, 5*time.Second, 10*time.Millisecond)
+
+	// The carrier, due, named q in Out and published its copy; killed
+	// before the entry forgot it.
+	key := digestKey(&opener)
+	e, rev, err := g.svc.readDigest(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, e.Items, 2)
+	e.Out, e.Items, e.ClosesAt = e.Items[1:], e.Items[:1], time.Now().Add(-time.Second)
+	_, err = g.svc.updateDigest(ctx, key, e, rev)
+	require.NoError(t, err)
+	copyOfQ := e.Out[0]
+	copyOfQ.Recheck = true
+	outID := fmt.Sprintf("%s:digest-out:%d", copyOfQ.MsgID(), joinSeq)
+	publish(copyOfQ, outID)
+	d = g.next(t)
+	require.Equal(t, "q", d.job.TaskID)
+	require.True(t, digest(d), "still named in the entry: it waits")
+	require.NoError(t, d.msgAck(t))
+	require.EqualValues(t, 1, g.count(t, contract.SubjectDelayPrefix+"a."+joiner.ID), "q comes back in a second")
+
+	// The carrier's copy (as its schedule would deliver it).
+	carrier := opener
+	carrier.DigestCarrier, carrier.Recheck = true, true
+	publish(carrier, "")
+	d = g.next(t)
+	require.Equal(t, "p", d.job.TaskID)
+	require.False(t, digest(d), "held by the policy: handed over, it goes on alone")
+	require.Nil(t, d.digest)
+	require.False(t, d.job.NoDigest, "free to merge again")
+	require.False(t, d.job.DigestCarrier)
+	require.NoError(t, d.msgAck(t))
+	_, err = g.svc.ledger.Get(ctx, key)
+	require.True(t, errors.Is(err, jetstream.ErrKeyNotFound), "no item left: entry deleted: %v", err)
+
+	d = g.next(t)
+	require.Equal(t, "q", d.job.TaskID, "q back from its wait")
+	require.False(t, digest(d), "held by the policy: it does not join")
+	require.False(t, d.job.NoDigest)
+	require.NoError(t, d.msgAck(t))
+	batch, err := g.cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond))
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		t.Fatalf("unexpected delivery (a second copy of q?): %s", m.Data())
+	}
 }

@@ -70,8 +70,9 @@
 // entry added while the job was queued or parked still stops it) and the
 // account's health. Then obeyPolicy (policy.go) applies the recipient
 // policy of the job's channel (KV broadcast_policy through internal/policy:
-// the channel's key, else default), except to transactional jobs and
-// test sends (Job.Test: neither held nor counted): a recipient inside its
+// the channel's key, else default), except to transactional jobs, test
+// sends (Job.Test: neither held nor counted) and a digest's carrier,
+// whose items the digest step checked one by one: a recipient inside its
 // quiet hours, in its own zone (variable tz, else the task's defaults tz
 // carried as Job.TaskTZ, else its phone number's region, else the
 // policy's default_tz, else UTC), is
@@ -174,7 +175,13 @@
 // its task's digest_template over the items, and publishes each item's sent
 // event naming it (carried_by). Items whose tasks cannot send when it is
 // due leave as jobs of their own; a carrier that cannot send hands the
-// digest to the next item.
+// digest to the next item. The recipient policy applies item by item: a
+// job it would hold or skip now does not join; when the digest is due
+// (and on the carrier's later deliveries until an attempt may have
+// reached the recipient) items it would hold or skip alone leave, free to
+// merge again once back, a carrier it would hold hands the digest on, and
+// the digest reserves one send under the frequency caps, by the carrier's
+// job id, for every category its items carry.
 //
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every
@@ -222,11 +229,12 @@
 //   - portfolio.go: a portfolio's accounts, limit and shared count.
 //   - quality.go: what a quality rating does to pacing and marketing
 //     sends, and applying a change of the signals.
-//   - policy.go: quiet hours and frequency caps (obeyPolicy), releasing
-//     a reservation whose send did not reach the recipient.
+//   - policy.go: quiet hours and frequency caps (obeyPolicy), the check
+//     of a job as if it were sent alone now (policyStops, policyHolds),
+//     releasing a reservation whose send did not reach the recipient.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
-//   - digest.go: digests: joining, carrying, sending and finishing them,
-//     and the backlog rule.
+//   - digest.go: digests: joining, carrying, the recipient policy item by
+//     item, sending and finishing them, and the backlog rule.
 //   - handoff.go: copies a delivery publishes in place of its job, and
 //     their record in the ledger, so a crash before the ack repeats none.
 //   - pool.go: the accounts a job may move to (its pool, or its task's).

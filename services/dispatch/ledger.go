@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -102,4 +103,10 @@ func (le *ledgerEntry) addAttempt(a contract.AttemptError, seq, n uint64, maybeS
 	if len(le.History) > maxHistory {
 		le.History = le.History[len(le.History)-maxHistory:]
 	}
+}
+
+// mayHaveReached reports whether an attempt the entry holds may have
+// reached the recipient though it failed: it timed out.
+func (le *ledgerEntry) mayHaveReached() bool {
+	return slices.ContainsFunc(le.History, func(a contract.AttemptError) bool { return a.Code == "timeout" })
 }

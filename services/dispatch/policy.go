@@ -17,16 +17,14 @@ import (
 // event coded quiet_hours; one over a frequency cap is skipped, coded
 // frequency_cap; otherwise the send is reserved under the caps, by job id,
 // and released again by send if the call did not reach the recipient.
-// Transactional jobs and test sends bypass both and are not counted.
-// done reports that the job was handled here, with err for the consume
-// loop.
+// Transactional jobs and test sends bypass both and are not counted. A
+// digest's carrier has been through the policy in carry (digest.go), item
+// by item, with one reservation for the digest. done reports that the job
+// was handled here, with err for the consume loop.
 func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool, err error) {
 	job := &d.job
 	cat := job.JobCategory()
 	if cat == contract.CategoryTransactional || d.digest != nil {
-		// A sealed digest's items were acknowledged into it: holding or
-		// skipping its carrier here would strand them, so a digest's
-		// message is not held to the policy (docs/digests.md).
 		return false, nil
 	}
 	p := r.svc.policy.For(job.Channel)
@@ -41,7 +39,7 @@ func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool,
 		return false, nil
 	}
 	now := r.svc.cfg.Now()
-	if q := p.QuietHours; q != nil && q.Applies(cat) {
+	if q := quietHoursOf(p, cat); q != nil {
 		loc, from := policy.Zone(job.Vars, job.TaskTZ, job.To, q.DefaultLocation())
 		if end, inside := q.Until(now, loc); inside {
 			wait := end.Sub(now)
@@ -65,12 +63,68 @@ func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool,
 	}
 	if over != nil {
 		// Like a suppressed recipient: never attempted.
+		d.log.Debug("job skipped by a frequency cap", "cap", over.Explain())
 		ev := r.event(d, contract.EventSkipped, d.attempt-1)
 		ev.Code, ev.Error, ev.Class = contract.CodeFrequencyCap, over.Explain(), contract.ClassPermanent
 		return true, r.svc.publish(ctx, ev)
 	}
 	d.frequencyReserved = true
 	return false, nil
+}
+
+// quietHoursOf is p's quiet hours when they hold messages of cat, else nil.
+func quietHoursOf(p *contract.Policy, cat contract.Category) *contract.QuietHours {
+	if q := p.QuietHours; q != nil && q.Applies(cat) {
+		return q
+	}
+	return nil
+}
+
+// inQuietHours reports whether job's recipient is inside p's quiet hours
+// for the job's category at now.
+func inQuietHours(p *contract.Policy, job *contract.Job, now time.Time) bool {
+	q := quietHoursOf(p, job.JobCategory())
+	if q == nil {
+		return false
+	}
+	loc, _ := policy.Zone(job.Vars, job.TaskTZ, job.To, q.DefaultLocation())
+	_, inside := q.Until(now, loc)
+	return inside
+}
+
+// policyStops reports whether the policy would hold or skip job if it
+// were sent alone now (obeyPolicy). A job with a digest_key checks it
+// before it joins a digest, so one that must wait or be skipped meets the
+// policy alone, and one back from its wait may merge then.
+func (r *accountRunner) policyStops(ctx context.Context, job *contract.Job) (bool, error) {
+	p := r.svc.policy.For(job.Channel)
+	if p == nil {
+		return false, nil
+	}
+	var usage *policy.Usage
+	if anyCapApplies(p.FrequencyCaps, job.JobCategory()) {
+		var err error
+		if usage, err = r.svc.frequency.Load(ctx, job.Channel, job.To); err != nil {
+			return false, err
+		}
+	}
+	return policyHolds(p, usage, job, job.ID, r.svc.cfg.Now()), nil
+}
+
+// policyHolds reports whether policy p would hold job (quiet hours) or
+// skip it (a frequency cap without room, by usage, its recipient's
+// reserved sends) if it were sent alone at now. The reservations of own
+// and of the job itself do not count: they are the message's own, which
+// a reservation reuses. usage may be nil when no cap applies.
+func policyHolds(p *contract.Policy, usage *policy.Usage, job *contract.Job, own string, now time.Time) bool {
+	cat := job.JobCategory()
+	if cat == contract.CategoryTransactional {
+		return false
+	}
+	if inQuietHours(p, job, now) {
+		return true
+	}
+	return usage != nil && anyCapApplies(p.FrequencyCaps, cat) && usage.Check(cat, p.FrequencyCaps, now, own, job.ID) != nil
 }
 
 func anyCapApplies(caps []contract.FrequencyCap, cat contract.Category) bool {

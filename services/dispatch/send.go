@@ -93,8 +93,10 @@ type delivery struct {
 	// portfolio its reservation in its portfolio's shared count.
 	caps, portfolio *capTracker
 	// digest is the digest this delivery carries (digest.go), nil for a
-	// job sent alone.
-	digest *sealedDigest
+	// job sent alone; digestChecked says this delivery checked its items
+	// against the policy (no attempt of it made since).
+	digest        *sealedDigest
+	digestChecked bool
 	// frequencyReserved says the job holds a reservation under the
 	// policy's frequency caps (policy.go).
 	frequencyReserved bool
