@@ -27,6 +27,7 @@ const (
 	CheckRun       = "run"        // the run itself went wrong
 	CheckSuppress  = "suppressed" // a recipient suppressed before its task was submitted was sent, or not skipped
 	CheckFreq      = "frequency"  // a recipient reached by more capped tasks than the frequency cap, or skipped without reason
+	CheckDigest    = "digest"     // an item's sent event names a message the provider did not accept with the item in it
 	checkTolerance = 1            // requests of arrival jitter allowed in a rate window
 	gapTolerance   = 50 * time.Millisecond
 )
@@ -258,6 +259,7 @@ func (c *checker) task(t Task) {
 	}
 
 	c.policy(t, p, evs, last, sentTo)
+	c.digest(t, evs)
 
 	// Duplicates: only with one key, and only when a send to it timed out
 	// or was in flight at a kill.
@@ -512,8 +514,15 @@ func (c *checker) account(p Pool, a Account) {
 		}
 		byTo := map[string][]send{}
 		if hasLedger(p.Channel) {
+			// A digest is one request, a hit of each task it carries.
+			type call struct {
+				to string
+				n  int
+			}
+			seen := map[call]bool{}
 			for _, h := range c.o.Hits[a.Name] {
-				if h.Accepted {
+				if h.Accepted && !seen[call{h.To, h.Call}] {
+					seen[call{h.To, h.Call}] = true
 					byTo[h.To] = append(byTo[h.To], send{h.At, h.GaveUp})
 				}
 			}
@@ -788,5 +797,23 @@ func (c *checker) frequency(p Pool) {
 			parts = append(parts, id+": "+c.hitsOf(id, to))
 		}
 		c.fail(Failure{Check: CheckFreq, Detail: fmt.Sprintf("%s on %s reached by %d marketing tasks, frequency cap %d per 24h (%s)", to, p.Channel, len(reached[to]), k, strings.Join(parts, "; "))})
+	}
+}
+
+// digest checks a digest task's items: a sent event that names the
+// message that carried it (CarriedBy) has, in the fakes' ledger, an
+// accepted request under that message's Idempotency-Key carrying the
+// item (the webhook fake splits a digest's body into its items' tasks).
+func (c *checker) digest(t Task, evs []contract.Event) {
+	if t.DigestKey == "" || !hasLedger(t.Channel) {
+		return
+	}
+	for _, e := range evs {
+		if e.Kind != contract.EventSent || e.CarriedBy == "" || strings.Contains(e.JobID, ".t") {
+			continue
+		}
+		if !slices.ContainsFunc(c.accepted[t.ID][e.To], func(h Hit) bool { return h.Key == e.CarriedBy }) {
+			c.fail(Failure{Check: CheckDigest, Task: t.ID, Account: e.Account, Detail: fmt.Sprintf("%s sent in the digest of %s, which no provider accepted with the item in it (%s; calls: %s)", e.To, e.CarriedBy, eventsOf(evs, e.To), c.hitsOf(t.ID, e.To))})
+		}
 	}
 }

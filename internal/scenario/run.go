@@ -424,6 +424,9 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 	if t.Category != "" {
 		task["category"] = t.Category
 	}
+	if t.DigestKey != "" {
+		task["digest_key"], task["digest_window"] = t.DigestKey, t.DigestWindow.String()
+	}
 	var tests []contract.Recipient
 	for i := range t.Tests {
 		tests = append(tests, contract.Recipient{To: Address(t.Channel, i, "qa")})
@@ -495,6 +498,11 @@ func Bound(sc *Scenario, t Task) time.Duration {
 		slowest = math.Max(slowest, 1.2*n/float64(len(rates))/r)
 	}
 	d := t.SendAfter + t.Approve + time.Duration(3*slowest*float64(time.Second)) + 12*time.Second
+	if t.DigestWindow > 0 {
+		// An item waits for its digest's window, and one that finds the
+		// digest full or being sent a second more to open the next.
+		d += 2*t.DigestWindow + time.Second
+	}
 	// A scenario is drawn for seconds of sending; two minutes are far past
 	// what any of them needs (a rate edited down to 12/s gave 2m44s; 250
 	// recipients pinned to one account at 9/s refusing 4.8 % with

@@ -117,6 +117,10 @@ type Task struct {
 	Batchable bool `json:"batchable,omitempty"`
 	// Category is the task's category ("" is marketing).
 	Category string `json:"category,omitempty"`
+	// DigestKey and DigestWindow merge the task's messages to a
+	// recipient with other tasks' of the same key (docs/digests.md).
+	DigestKey    string        `json:"digest_key,omitempty"`
+	DigestWindow time.Duration `json:"digest_window,omitempty"`
 }
 
 // Suppression is a suppression list entry for the recipient at Index of
@@ -479,19 +483,7 @@ func genPolicy(r *rand.Rand, s *Scenario, scale float64) {
 		// One or two more tasks on the pool of an existing one, sharing
 		// its recipients, so the cap has something to stop.
 		for range 1 + r.IntN(2) {
-			base := s.Tasks[r.IntN(len(s.Tasks))]
-			p := s.Pool(base.Channel)
-			t := genTask(r, s, p, len(s.Tasks), scale)
-			t.ID = fmt.Sprintf("s%d-c%d", s.Seed%100000, len(s.Tasks))
-			// Small, so the default run's time grows little: at most 40
-			// of the base task's recipients and 10 of its own.
-			shared := base.Recipients[:1+r.IntN(min(40, len(base.Recipients)))]
-			own := slices.DeleteFunc(slices.Clone(t.Recipients), func(i int) bool { return slices.Contains(shared, i) })
-			t.Recipients = append(slices.Clone(shared), own[:min(len(own), len(shared)/4)]...)
-			if len(t.Accounts) > 0 || slices.ContainsFunc(p.Accounts, func(a Account) bool { return a.AddedLater }) {
-				t.Accounts = nil
-			}
-			s.Tasks = append(s.Tasks, t)
+			s.Tasks = append(s.Tasks, sharingTask(r, s, s.Tasks[r.IntN(len(s.Tasks))], "c", scale))
 		}
 		for i := range s.Tasks {
 			s.Tasks[i].Category = pick(r, []string{"", "marketing", "utility", "transactional"}, []float64{3, 2, 1, 1})
@@ -499,6 +491,24 @@ func genPolicy(r *rand.Rand, s *Scenario, scale float64) {
 	} else {
 		for i := range s.Tasks {
 			s.Tasks[i].Category = pick(r, []string{"", "marketing", "utility", "transactional"}, []float64{4, 1, 1, 1})
+		}
+	}
+	// Digests on the webhook channel, without caps (a digest counts as
+	// one send under them, which the frequency check does not model).
+	if hook := s.Pool("webhook"); hook != nil && !caps && r.Float64() < 0.6 {
+		var ids []int
+		for i, t := range s.Tasks {
+			if t.Channel == "webhook" {
+				ids = append(ids, i)
+			}
+		}
+		if len(ids) == 1 {
+			s.Tasks = append(s.Tasks, sharingTask(r, s, s.Tasks[ids[0]], "d", scale))
+			ids = append(ids, len(s.Tasks)-1)
+		}
+		window := ms(1000 + 250*r.IntN(5))
+		for _, i := range ids {
+			s.Tasks[i].DigestKey, s.Tasks[i].DigestWindow = "news", window
 		}
 	}
 	if supp {
@@ -519,6 +529,22 @@ func genPolicy(r *rand.Rand, s *Scenario, scale float64) {
 			s.Suppressions = append(s.Suppressions, e)
 		}
 	}
+}
+
+// sharingTask draws a task on base's pool that shares some of base's
+// recipients. It is small, so the default run's time grows little: at
+// most 40 of base's recipients and a quarter as many of its own.
+func sharingTask(r *rand.Rand, s *Scenario, base Task, tag string, scale float64) Task {
+	p := s.Pool(base.Channel)
+	t := genTask(r, s, p, len(s.Tasks), scale)
+	t.ID = fmt.Sprintf("s%d-%s%d", s.Seed%100000, tag, len(s.Tasks))
+	shared := base.Recipients[:1+r.IntN(min(40, len(base.Recipients)))]
+	own := slices.DeleteFunc(slices.Clone(t.Recipients), func(i int) bool { return slices.Contains(shared, i) })
+	t.Recipients = append(slices.Clone(shared), own[:min(len(own), len(shared)/4)]...)
+	if len(t.Accounts) > 0 || slices.ContainsFunc(p.Accounts, func(a Account) bool { return a.AddedLater }) {
+		t.Accounts = nil
+	}
+	return t
 }
 
 // named reports whether a task names the account in its accounts list
