@@ -22,7 +22,10 @@
 //     accepted and is skipped with code suppressed; no recipient is
 //     accepted by more marketing tasks than the frequency cap, kills or
 //     not; a frequency_cap skip only on a capped task for a recipient
-//     other capped tasks reached; policy skips are counted in skipped.
+//     other capped tasks reached; policy skips are counted in skipped;
+//   - digests (webhook): an item's sent event names a message the
+//     provider accepted with the item in it; per task and recipient the
+//     ledger, duplicate and gap checks hold as for single sends.
 //
 // Failures caused by bugs being fixed elsewhere are marked with a known
 // cause (Known* in check.go) so the default test run can tolerate them
@@ -37,8 +40,9 @@
 //     genPolicy draws the recipient policy from a stream of its own).
 //   - fakes.go: the provider stand-ins and their ledgers (Hit): the
 //     webhook fake (internal/gateway behind a recorder that also answers
-//     late), WxPusher, WhatsApp and SMTP (on internal/fakes' SMTP server);
-//     sandbox accounts have none.
+//     late and splits a digest into a hit per task), WxPusher, WhatsApp
+//     and SMTP (on internal/fakes' SMTP server); sandbox accounts have
+//     none.
 //   - stack.go: Stack, and StartInProcess (embedded server, four services).
 //   - procstack.go: StartProcesses, the multi-process stack (kill -9,
 //     nats-server restart); procstack_unix.go / procstack_other.go: process
