@@ -477,7 +477,7 @@ func genPolicy(r *rand.Rand, s *Scenario, scale float64) {
 	if u < 0.5 {
 		return
 	}
-	caps, supp := u < 0.8, u >= 0.65
+	caps, supp := u < 0.75, u >= 0.65
 	if caps {
 		s.FrequencyCap = 1 + r.IntN(2)
 		// One or two more tasks on the pool of an existing one, sharing
@@ -495,7 +495,7 @@ func genPolicy(r *rand.Rand, s *Scenario, scale float64) {
 	}
 	// Digests on the webhook channel, without caps (a digest counts as
 	// one send under them, which the frequency check does not model).
-	if hook := s.Pool("webhook"); hook != nil && !caps && r.Float64() < 0.6 {
+	if hook := s.Pool("webhook"); hook != nil && !caps && r.Float64() < 0.85 {
 		var ids []int
 		for i, t := range s.Tasks {
 			if t.Channel == "webhook" {
