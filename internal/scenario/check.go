@@ -14,18 +14,21 @@ import (
 
 // Checks, the names a Failure carries.
 const (
-	CheckLost      = "lost"      // a valid recipient of a finished task never accepted
-	CheckDuplicate = "duplicate" // accepted twice without a timeout or kill to excuse it
-	CheckKeys      = "keys"      // one recipient accepted under two idempotency keys
-	CheckLedger    = "ledger"    // progress sent differs from what the fakes accepted
-	CheckCounts    = "counts"    // progress counts do not add up
-	CheckRate      = "rate"      // an account above rate+burst in some second
-	CheckCap       = "cap"       // an account above its daily cap
-	CheckGap       = "gap"       // two sends to one recipient closer than the interval
-	CheckFinal     = "final"     // a task not final within its bound, without a reason
-	CheckBad       = "bad"       // a recipient the provider rejects was counted sent
-	CheckRun       = "run"       // the run itself went wrong
-	checkTolerance = 1           // requests of arrival jitter allowed in a rate window
+	CheckLost      = "lost"       // a valid recipient of a finished task never accepted
+	CheckDuplicate = "duplicate"  // accepted twice without a timeout or kill to excuse it
+	CheckKeys      = "keys"       // one recipient accepted under two idempotency keys
+	CheckLedger    = "ledger"     // progress sent differs from what the fakes accepted
+	CheckCounts    = "counts"     // progress counts do not add up
+	CheckRate      = "rate"       // an account above rate+burst in some second
+	CheckCap       = "cap"        // an account above its daily cap
+	CheckGap       = "gap"        // two sends to one recipient closer than the interval
+	CheckFinal     = "final"      // a task not final within its bound, without a reason
+	CheckBad       = "bad"        // a recipient the provider rejects was counted sent
+	CheckRun       = "run"        // the run itself went wrong
+	CheckSuppress  = "suppressed" // a recipient suppressed before its task was submitted was sent, or not skipped
+	CheckFreq      = "frequency"  // a recipient reached by more capped tasks than the frequency cap, or skipped without reason
+	CheckDigest    = "digest"     // an item's sent event names a message the provider did not accept with the item in it
+	checkTolerance = 1            // requests of arrival jitter allowed in a rate window
 	gapTolerance   = 50 * time.Millisecond
 )
 
@@ -82,6 +85,7 @@ func Check(o *Observation) []Failure {
 		for _, a := range p.Accounts {
 			c.account(p, a)
 		}
+		c.frequency(p)
 	}
 	return c.out
 }
@@ -233,6 +237,11 @@ func (c *checker) task(t Task) {
 				continue
 			case has && e.Kind == contract.EventCancelled:
 				continue
+			case has && e.Kind == contract.EventSkipped && e.Code == contract.CodeSuppressed && c.suppressedFor(t, i, false):
+				continue
+			case has && e.Kind == contract.EventSkipped && e.Code == contract.CodeFrequencyCap && c.capped(t):
+				// Whether the cap had no room is frequencySkip's.
+				continue
 			case has && e.Kind == contract.EventFailed && e.Class.Retryable() && e.Class != contract.ClassAccountFatal && exhausted(t, e):
 				// Attempts exhausted on retryable errors: given up, in DEAD.
 				continue
@@ -248,6 +257,9 @@ func (c *checker) task(t Task) {
 			c.fail(f)
 		}
 	}
+
+	c.policy(t, p, evs, last, sentTo)
+	c.digest(t, evs)
 
 	// Duplicates: only with one key, and only when a send to it timed out
 	// or was in flight at a kill.
@@ -502,8 +514,15 @@ func (c *checker) account(p Pool, a Account) {
 		}
 		byTo := map[string][]send{}
 		if hasLedger(p.Channel) {
+			// A digest is one request, a hit of each task it carries.
+			type call struct {
+				to string
+				n  int
+			}
+			seen := map[call]bool{}
 			for _, h := range c.o.Hits[a.Name] {
-				if h.Accepted {
+				if h.Accepted && !seen[call{h.To, h.Call}] {
+					seen[call{h.To, h.Call}] = true
 					byTo[h.To] = append(byTo[h.To], send{h.At, h.GaveUp})
 				}
 			}
@@ -629,4 +648,172 @@ func (c *checker) hitsOf(task, to string) string {
 // may have reached it (Event.MaybeSent).
 func maybeSent(evs []contract.Event, to string) bool {
 	return slices.ContainsFunc(evs, func(e contract.Event) bool { return e.To == to && e.MaybeSent })
+}
+
+// suppressionMargin is how long before a task's submission an entry must
+// have been put for the task to be held to it strictly: render's and
+// dispatch's views follow the bucket within milliseconds.
+const suppressionMargin = 200 * time.Millisecond
+
+// suppressedFor reports whether an entry of the scenario covering
+// recipient i of t was put: at all, or (strict) before t was submitted.
+func (c *checker) suppressedFor(t Task, i int, strict bool) bool {
+	for n, e := range c.sc.Suppressions {
+		if n >= len(c.o.SuppressedAt) || c.o.SuppressedAt[n].IsZero() || e.Index != i || !e.Covers(t) {
+			continue
+		}
+		if !strict || c.o.SuppressedAt[n].Add(suppressionMargin).Before(c.o.Submitting[t.ID]) {
+			return true
+		}
+	}
+	return false
+}
+
+// capped reports whether the scenario's frequency cap limits t.
+func (c *checker) capped(t Task) bool {
+	return c.sc.FrequencyCap > 0 && t.category() == "marketing"
+}
+
+// policy checks a task against the recipient policy: recipients
+// suppressed before its submission are never sent and are skipped with
+// code suppressed; policy skips are counted in progress skipped; a
+// frequency_cap skip only on a capped task, for a recipient other capped
+// tasks reached.
+func (c *checker) policy(t Task, p *contract.Progress, evs []contract.Event, last map[int]contract.Event, sentTo map[string]bool) {
+	final := p.State.Final()
+	byTo := map[string]contract.Event{}
+	for _, e := range last {
+		byTo[e.To] = e
+	}
+	for _, i := range t.Recipients {
+		if !c.suppressedFor(t, i, true) {
+			continue
+		}
+		to := Address(t.Channel, i, "r")
+		if sentTo[to] || len(c.accepted[t.ID][to]) > 0 {
+			c.fail(Failure{Check: CheckSuppress, Task: t.ID, Detail: fmt.Sprintf("%s was suppressed (category %s) before the task was submitted but was sent (%s; calls: %s)", to, t.category(), eventsOf(evs, to), c.hitsOf(t.ID, to))})
+			continue
+		}
+		if !final || p.State == contract.StateRejected {
+			continue
+		}
+		e, has := byTo[to]
+		if has && (e.Kind == contract.EventSkipped && e.Code == contract.CodeSuppressed || e.Kind == contract.EventCancelled || e.Kind == contract.EventExpired) {
+			continue
+		}
+		c.fail(Failure{Check: CheckSuppress, Task: t.ID, Detail: fmt.Sprintf("%s was suppressed (category %s) before the task was submitted; want skipped with code suppressed, got %s", to, t.category(), eventsOf(evs, to))})
+	}
+	policySkips := 0
+	for _, e := range last {
+		if e.Kind != contract.EventSkipped || e.Code != contract.CodeSuppressed && e.Code != contract.CodeFrequencyCap {
+			continue
+		}
+		policySkips++
+		if e.Code == contract.CodeFrequencyCap {
+			c.frequencySkip(t, e)
+		}
+	}
+	if final && p.State != contract.StateRejected && p.Skipped < policySkips+t.Invalid {
+		c.fail(Failure{Check: CheckCounts, Task: t.ID, Detail: fmt.Sprintf("progress skipped %d, but %d recipients were skipped as suppressed or over a frequency cap and %d are invalid", p.Skipped, policySkips, t.Invalid)})
+	}
+}
+
+// frequencySkip judges a frequency_cap skip of task t: the task must be
+// capped, and the recipient must have been reached (or possibly reached:
+// any provider call, any sent event) by at least the cap's count of other
+// capped tasks. A process killed after reserving keeps its reservation
+// (docs/policy.md, rule 4), so with kills only the first half holds.
+func (c *checker) frequencySkip(t Task, e contract.Event) {
+	if !c.capped(t) {
+		c.fail(Failure{Check: CheckFreq, Task: t.ID, Detail: fmt.Sprintf("%s skipped for frequency_cap, but the task's category %s is not capped: %q", e.To, t.category(), e.Error)})
+		return
+	}
+	if len(c.sc.Kills) > 0 {
+		return
+	}
+	var others []string
+	for _, o := range c.sc.Tasks {
+		if o.ID == t.ID || o.Channel != t.Channel || !c.capped(o) {
+			continue
+		}
+		reached := len(c.all[o.ID][e.To]) > 0
+		if !hasLedger(o.Channel) || !reached {
+			reached = reached || slices.ContainsFunc(c.o.Events[o.ID], func(x contract.Event) bool {
+				return x.To == e.To && !strings.Contains(x.JobID, ".t") && (x.Kind == contract.EventSent || x.MaybeSent ||
+					(x.Kind == contract.EventRetrying || x.Kind == contract.EventFailed) && httpStatus(x.Code))
+			})
+		}
+		if reached {
+			others = append(others, o.ID)
+		}
+	}
+	if len(others) < c.sc.FrequencyCap {
+		c.fail(Failure{Check: CheckFreq, Task: t.ID, Detail: fmt.Sprintf("%s skipped for frequency_cap (max %d) but only %d other capped tasks %v reached it: %q", e.To, c.sc.FrequencyCap, len(others), others, e.Error)})
+	}
+}
+
+// frequency checks the frequency cap over the pool's tasks: no recipient
+// is accepted (sent, for the sandbox) by more capped tasks than the cap,
+// kills or not. A task's repeats under one idempotency key are one
+// message (CheckKeys and CheckDuplicate judge those).
+func (c *checker) frequency(p Pool) {
+	k := c.sc.FrequencyCap
+	if k <= 0 {
+		return
+	}
+	reached := map[string][]string{}
+	for _, t := range c.sc.Tasks {
+		if t.Channel != p.Channel || !c.capped(t) {
+			continue
+		}
+		seen := map[string]bool{}
+		if hasLedger(p.Channel) {
+			for to, hs := range c.accepted[t.ID] {
+				if len(hs) > 0 && !c.isTest(t, to) {
+					seen[to] = true
+				}
+			}
+		} else {
+			for _, e := range c.o.Events[t.ID] {
+				if e.Kind == contract.EventSent && !strings.Contains(e.JobID, ".t") {
+					seen[e.To] = true
+				}
+			}
+		}
+		for to := range seen {
+			reached[to] = append(reached[to], t.ID)
+		}
+	}
+	var tos []string
+	for to, ts := range reached {
+		if len(ts) > k {
+			tos = append(tos, to)
+		}
+	}
+	sort.Strings(tos)
+	for _, to := range tos {
+		var parts []string
+		for _, id := range reached[to] {
+			parts = append(parts, id+": "+c.hitsOf(id, to))
+		}
+		c.fail(Failure{Check: CheckFreq, Detail: fmt.Sprintf("%s on %s reached by %d marketing tasks, frequency cap %d per 24h (%s)", to, p.Channel, len(reached[to]), k, strings.Join(parts, "; "))})
+	}
+}
+
+// digest checks a digest task's items: a sent event that names the
+// message that carried it (CarriedBy) has, in the fakes' ledger, an
+// accepted request under that message's Idempotency-Key carrying the
+// item (the webhook fake splits a digest's body into its items' tasks).
+func (c *checker) digest(t Task, evs []contract.Event) {
+	if t.DigestKey == "" || !hasLedger(t.Channel) {
+		return
+	}
+	for _, e := range evs {
+		if e.Kind != contract.EventSent || e.CarriedBy == "" || strings.Contains(e.JobID, ".t") {
+			continue
+		}
+		if !slices.ContainsFunc(c.accepted[t.ID][e.To], func(h Hit) bool { return h.Key == e.CarriedBy }) {
+			c.fail(Failure{Check: CheckDigest, Task: t.ID, Account: e.Account, Detail: fmt.Sprintf("%s sent in the digest of %s, which no provider accepted with the item in it (%s; calls: %s)", e.To, e.CarriedBy, eventsOf(evs, e.To), c.hitsOf(t.ID, e.To))})
+		}
+	}
 }

@@ -16,7 +16,16 @@
 //   - two accepted sends to one recipient through one account are at
 //     least per_recipient_interval apart;
 //   - every task is final within a bound computed from its rates, or
-//     paused / waiting with the reason in progress's error.
+//     paused / waiting with the reason in progress's error;
+//   - the recipient policy (issue 17): a recipient suppressed for the
+//     task's channel and category before the task was submitted is never
+//     accepted and is skipped with code suppressed; no recipient is
+//     accepted by more marketing tasks than the frequency cap, kills or
+//     not; a frequency_cap skip only on a capped task for a recipient
+//     other capped tasks reached; policy skips are counted in skipped;
+//   - digests (webhook): an item's sent event names a message the
+//     provider accepted with the item in it; per task and recipient the
+//     ledger, duplicate and gap checks hold as for single sends.
 //
 // Failures caused by bugs being fixed elsewhere are marked with a known
 // cause (Known* in check.go) so the default test run can tolerate them
@@ -27,18 +36,22 @@
 // command that replays it.
 //
 // Where to edit what:
-//   - scenario.go: the Scenario struct and Generate (what a seed draws).
+//   - scenario.go: the Scenario struct and Generate (what a seed draws;
+//     genPolicy draws the recipient policy from a stream of its own).
 //   - fakes.go: the provider stand-ins and their ledgers (Hit): the
 //     webhook fake (internal/gateway behind a recorder that also answers
-//     late), WxPusher, WhatsApp and SMTP (on internal/fakes' SMTP server);
-//     sandbox accounts have none.
+//     late and splits a digest into a hit per task), WxPusher, WhatsApp
+//     and SMTP (on internal/fakes' SMTP server); sandbox accounts have
+//     none.
 //   - stack.go: Stack, and StartInProcess (embedded server, four services).
 //   - procstack.go: StartProcesses, the multi-process stack (kill -9,
 //     nats-server restart); procstack_unix.go / procstack_other.go: process
 //     groups where the OS has them.
-//   - run.go: Run, the runner: fakes, accounts, tasks, the timeline of
-//     actions and kills, collecting the observation.
-//   - check.go: Check and the known causes.
+//   - run.go: Run, the runner: fakes, accounts, the policy and the
+//     suppression entries, tasks, the timeline of actions and kills,
+//     collecting the observation.
+//   - check.go: Check and the known causes; policy, frequencySkip and
+//     frequency judge the recipient policy.
 //   - shrink.go: Shrink, smaller failing variants.
 //   - report.go: Report, RunAndCheck, ReplayCommand.
 //   - torture.go: Torture, the long mode behind `broadcast torture`.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -161,6 +162,7 @@ func (w *webhookFake) serve(rw http.ResponseWriter, r *http.Request) {
 		To      string `json:"to"`
 		Account string `json:"account"`
 		Attempt int    `json:"attempt"`
+		Body    string `json:"body"`
 	}
 	_ = json.Unmarshal(raw, &body)
 	h.Task, h.To, h.Account, h.Attempt = body.TaskID, body.To, body.Account, body.Attempt
@@ -173,7 +175,26 @@ func (w *webhookFake) serve(rw http.ResponseWriter, r *http.Request) {
 	h.Status = sw.Status
 	h.Accepted = sw.Status/100 == 2
 	h.GaveUp = r.Context().Err() != nil
-	w.add(h)
+	// A digest carries the items of several tasks, one a line, each
+	// starting "[<task>]": the request is a hit of each of them (one
+	// call, the carrier's key).
+	for _, task := range digestTasks(body.Body, h.Task) {
+		d := h
+		d.Task = task
+		w.add(d)
+	}
+}
+
+// digestTasks are the tasks whose items a body carries: the carrier's,
+// and those of every line that starts "[<task>]".
+func digestTasks(body, carrier string) []string {
+	out := []string{carrier}
+	for line := range strings.SplitSeq(body, "\n") {
+		if t := taskOf(line); t != "" && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // httpFake is the common part of the WxPusher and WhatsApp stand-ins: a

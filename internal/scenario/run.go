@@ -20,6 +20,7 @@ import (
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/suppress"
 )
 
 // RunOptions tune Run.
@@ -53,6 +54,12 @@ type Observation struct {
 	Submitted map[string]time.Time
 	Deadline  map[string]time.Time
 	Final     map[string]time.Time
+	// Submitting per task: when its submission started (Submitted is when
+	// it was acknowledged).
+	Submitting map[string]time.Time
+	// SuppressedAt is when each of the scenario's Suppressions was put
+	// (zero if it could not be).
+	SuppressedAt []time.Time
 	// Kills are the process faults as run.
 	Kills []KillAt
 	// Queued counts the messages left in stream JOBS per subject when the
@@ -131,7 +138,8 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 	r := &runner{sc: sc, o: o, fakes: map[string]Fake{}, accounts: map[string]map[string]any{}}
 	r.obs = &Observation{Scenario: sc, Hits: map[string][]Hit{}, Progress: map[string]*contract.Progress{},
 		Events: map[string][]contract.Event{}, Dead: map[string][]contract.DeadLetter{},
-		Submitted: map[string]time.Time{}, Deadline: map[string]time.Time{}, Final: map[string]time.Time{}}
+		Submitted: map[string]time.Time{}, Deadline: map[string]time.Time{}, Final: map[string]time.Time{},
+		Submitting: map[string]time.Time{}, SuppressedAt: make([]time.Time, len(sc.Suppressions))}
 	defer func() {
 		for _, f := range r.fakes {
 			f.Close()
@@ -172,7 +180,18 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 			}
 		}
 	}
-	// Let dispatch start the accounts before the first task.
+	if err := r.putPolicy(ctx); err != nil {
+		return nil, err
+	}
+	for i, e := range sc.Suppressions {
+		if e.Early {
+			if err := r.suppress(ctx, i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Let dispatch start the accounts, and the services' views take the
+	// policy and the suppression list, before the first task.
 	time.Sleep(300 * time.Millisecond)
 	if err := r.timeline(ctx); err != nil {
 		return nil, err
@@ -296,6 +315,49 @@ func (r *runner) deleteAccount(ctx context.Context, name string) error {
 	return kv.Delete(ctx, name)
 }
 
+// putPolicy stores the scenario's recipient policy under key default.
+func (r *runner) putPolicy(ctx context.Context) error {
+	if r.sc.FrequencyCap <= 0 {
+		return nil
+	}
+	kv, err := r.js.KeyValue(ctx, contract.BucketPolicy)
+	if err != nil {
+		return err
+	}
+	v := fmt.Sprintf(`{"frequency_caps":[{"category":"marketing","max":%d,"window":"24h"}]}`, r.sc.FrequencyCap)
+	if _, err := contract.DecodePolicy([]byte(v)); err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, contract.PolicyDefault, []byte(v))
+	r.o.Logf("policy default %s: %v", v, errText(err))
+	return err
+}
+
+// suppress puts the scenario's suppression entry i and records when.
+func (r *runner) suppress(ctx context.Context, i int) error {
+	e := r.sc.Suppressions[i]
+	l, err := suppress.Open(ctx, r.js)
+	if err != nil {
+		return err
+	}
+	entry := contract.Suppression{To: Address(e.Channel, e.Index, "r"), Reason: contract.ReasonManual, Source: "scenario"}
+	for _, c := range e.Categories {
+		entry.Categories = append(entry.Categories, contract.Category(c))
+	}
+	if _, err := l.Put(ctx, e.Scope, entry); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.obs.SuppressedAt[i] = time.Now()
+	r.mu.Unlock()
+	if r.obs.Start.IsZero() {
+		r.o.Logf("suppress %s in %s %v", entry.To, e.Scope, e.Categories)
+	} else {
+		r.note("suppress %s in %s %v", entry.To, e.Scope, e.Categories)
+	}
+	return nil
+}
+
 // taskJSON is the task as submitted.
 func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 	task := map[string]any{
@@ -358,6 +420,12 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 	}
 	if t.MaxAttempts > 0 {
 		task["max_attempts"] = t.MaxAttempts
+	}
+	if t.Category != "" {
+		task["category"] = t.Category
+	}
+	if t.DigestKey != "" {
+		task["digest_key"], task["digest_window"] = t.DigestKey, t.DigestWindow.String()
 	}
 	var tests []contract.Recipient
 	for i := range t.Tests {
@@ -430,6 +498,11 @@ func Bound(sc *Scenario, t Task) time.Duration {
 		slowest = math.Max(slowest, 1.2*n/float64(len(rates))/r)
 	}
 	d := t.SendAfter + t.Approve + time.Duration(3*slowest*float64(time.Second)) + 12*time.Second
+	if t.DigestWindow > 0 {
+		// An item waits for its digest's window, and one that finds the
+		// digest full or being sent a second more to open the next.
+		d += 2*t.DigestWindow + time.Second
+	}
 	// A scenario is drawn for seconds of sending; two minutes are far past
 	// what any of them needs (a rate edited down to 12/s gave 2m44s; 250
 	// recipients pinned to one account at 9/s refusing 4.8 % with
@@ -474,6 +547,9 @@ func (r *runner) timeline(ctx context.Context) error {
 				r.note("task %s not built: %v", t.ID, err)
 				return
 			}
+			r.mu.Lock()
+			r.obs.Submitting[t.ID] = time.Now()
+			r.mu.Unlock()
 			if _, err := client.Submit(ctx, r.js, data); err != nil {
 				r.note("task %s not submitted: %v", t.ID, err)
 				return
@@ -497,6 +573,15 @@ func (r *runner) timeline(ctx context.Context) error {
 			}
 			r.act(ctx, a)
 		}})
+	}
+	for i, e := range r.sc.Suppressions {
+		if !e.Early {
+			evs = append(evs, event{e.At, func() {
+				if err := r.suppress(ctx, i); err != nil {
+					r.note("suppress %d: %v", i, err)
+				}
+			}})
+		}
 	}
 	for _, k := range r.sc.Kills {
 		evs = append(evs, event{k.At, func() {

@@ -29,6 +29,13 @@ type Scenario struct {
 	Actions []Action `json:"actions,omitempty"`
 	// Kills are process faults, run in the multi-process mode only.
 	Kills []Kill `json:"kills,omitempty"`
+	// FrequencyCap, when above 0, is the recipient policy's cap on
+	// marketing messages (KV broadcast_policy, key default): at most that
+	// many per recipient and channel in 24 h.
+	FrequencyCap int `json:"frequency_cap,omitempty"`
+	// Suppressions are suppression list entries put before the tasks
+	// (Early) or during the run.
+	Suppressions []Suppression `json:"suppressions,omitempty"`
 	// Shrunk notes what shrinking removed, when it did.
 	Shrunk string `json:"shrunk,omitempty"`
 }
@@ -108,6 +115,43 @@ type Task struct {
 	// Batchable renders identical texts (two variants) so batch accounts
 	// merge them.
 	Batchable bool `json:"batchable,omitempty"`
+	// Category is the task's category ("" is marketing).
+	Category string `json:"category,omitempty"`
+	// DigestKey and DigestWindow merge the task's messages to a
+	// recipient with other tasks' of the same key (docs/digests.md).
+	DigestKey    string        `json:"digest_key,omitempty"`
+	DigestWindow time.Duration `json:"digest_window,omitempty"`
+}
+
+// Suppression is a suppression list entry for the recipient at Index of
+// Channel's universe (a valid one: kind "r").
+type Suppression struct {
+	Channel string `json:"channel"`
+	Index   int    `json:"index"`
+	// Scope is the channel or "all".
+	Scope string `json:"scope"`
+	// Categories the entry suppresses; empty means every one.
+	Categories []string `json:"categories,omitempty"`
+	// Early entries are put before the first task; the others at At.
+	Early bool          `json:"early,omitempty"`
+	At    time.Duration `json:"at,omitempty"`
+}
+
+// Covers reports whether the entry suppresses task t's message to its
+// recipient.
+func (e Suppression) Covers(t Task) bool {
+	if e.Channel != t.Channel || !slices.Contains(t.Recipients, e.Index) {
+		return false
+	}
+	return len(e.Categories) == 0 || slices.Contains(e.Categories, t.category())
+}
+
+// category is the task's category, marketing when unset.
+func (t Task) category() string {
+	if t.Category == "" {
+		return "marketing"
+	}
+	return t.Category
 }
 
 // Action kinds.
@@ -208,6 +252,10 @@ func Generate(seed uint64, o Options) *Scenario {
 		s.Tasks = append(s.Tasks, genTask(r, s, p, i, o.Scale))
 	}
 	genActions(r, s)
+	// The recipient policy is drawn from a stream of its own, after
+	// everything else: every seed keeps the accounts, tasks and actions
+	// it had before the policy was drawn, and some gain a policy on top.
+	genPolicy(rand.New(rand.NewPCG(seed^0x5bd1e995, seed+17)), s, o.Scale)
 	if o.Multiprocess {
 		procs := []string{"dispatch", "dispatch", "dispatch", "ingest", "render", "status", "nats"}
 		for range 1 + r.IntN(3) {
@@ -418,6 +466,85 @@ func genActions(r *rand.Rand, s *Scenario) {
 		}
 	}
 	slices.SortStableFunc(s.Actions, func(a, b Action) int { return int(a.At - b.At) })
+}
+
+// genPolicy draws the recipient policy (issue 17): in about half the
+// scenarios none, so the old coverage stays; else a frequency cap on
+// marketing with more marketing tasks sharing recipients, suppression
+// list entries for some tasks' recipients, or both.
+func genPolicy(r *rand.Rand, s *Scenario, scale float64) {
+	u := r.Float64()
+	if u < 0.5 {
+		return
+	}
+	caps, supp := u < 0.75, u >= 0.65
+	if caps {
+		s.FrequencyCap = 1 + r.IntN(2)
+		// One or two more tasks on the pool of an existing one, sharing
+		// its recipients, so the cap has something to stop.
+		for range 1 + r.IntN(2) {
+			s.Tasks = append(s.Tasks, sharingTask(r, s, s.Tasks[r.IntN(len(s.Tasks))], "c", scale))
+		}
+		for i := range s.Tasks {
+			s.Tasks[i].Category = pick(r, []string{"", "marketing", "utility", "transactional"}, []float64{3, 2, 1, 1})
+		}
+	} else {
+		for i := range s.Tasks {
+			s.Tasks[i].Category = pick(r, []string{"", "marketing", "utility", "transactional"}, []float64{4, 1, 1, 1})
+		}
+	}
+	// Digests on the webhook channel, without caps (a digest counts as
+	// one send under them, which the frequency check does not model).
+	if hook := s.Pool("webhook"); hook != nil && !caps && r.Float64() < 0.85 {
+		var ids []int
+		for i, t := range s.Tasks {
+			if t.Channel == "webhook" {
+				ids = append(ids, i)
+			}
+		}
+		if len(ids) == 1 {
+			s.Tasks = append(s.Tasks, sharingTask(r, s, s.Tasks[ids[0]], "d", scale))
+			ids = append(ids, len(s.Tasks)-1)
+		}
+		window := ms(1000 + 250*r.IntN(5))
+		for _, i := range ids {
+			s.Tasks[i].DigestKey, s.Tasks[i].DigestWindow = "news", window
+		}
+	}
+	if supp {
+		for range 1 + r.IntN(5) {
+			t := s.Tasks[r.IntN(len(s.Tasks))]
+			e := Suppression{Channel: t.Channel, Index: t.Recipients[r.IntN(len(t.Recipients))], Scope: t.Channel}
+			if r.Float64() < 0.3 {
+				e.Scope = "all"
+			}
+			if r.Float64() < 0.3 {
+				e.Categories = pick(r, [][]string{{"marketing"}, {"utility"}, {"transactional"}, {"marketing", "utility"}}, []float64{2, 1, 1, 1})
+			}
+			if r.Float64() < 0.7 {
+				e.Early = true
+			} else {
+				e.At = t.At + ms(200+r.IntN(2800))
+			}
+			s.Suppressions = append(s.Suppressions, e)
+		}
+	}
+}
+
+// sharingTask draws a task on base's pool that shares some of base's
+// recipients. It is small, so the default run's time grows little: at
+// most 40 of base's recipients and a quarter as many of its own.
+func sharingTask(r *rand.Rand, s *Scenario, base Task, tag string, scale float64) Task {
+	p := s.Pool(base.Channel)
+	t := genTask(r, s, p, len(s.Tasks), scale)
+	t.ID = fmt.Sprintf("s%d-%s%d", s.Seed%100000, tag, len(s.Tasks))
+	shared := base.Recipients[:1+r.IntN(min(40, len(base.Recipients)))]
+	own := slices.DeleteFunc(slices.Clone(t.Recipients), func(i int) bool { return slices.Contains(shared, i) })
+	t.Recipients = append(slices.Clone(shared), own[:min(len(own), len(shared)/4)]...)
+	if len(t.Accounts) > 0 || slices.ContainsFunc(p.Accounts, func(a Account) bool { return a.AddedLater }) {
+		t.Accounts = nil
+	}
+	return t
 }
 
 // named reports whether a task names the account in its accounts list
