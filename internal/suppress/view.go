@@ -85,7 +85,8 @@ func Watch(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*View
 const snapshotBatch = 4096
 
 // snapshot reads the bucket's current entries into new scopes and returns
-// them with the last stream sequence it read (0 for an empty bucket).
+// them with the stream's last sequence they cover: the watch that follows
+// starts after it.
 func (v *View) snapshot(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (map[string]marks, uint64, error) {
 	stream := "KV_" + contract.BucketSuppressions
 	scopes := map[string]marks{}
@@ -151,15 +152,13 @@ func (v *View) snapshot(ctx context.Context, js jetstream.JetStream, log *slog.L
 // loads a fresh snapshot, swaps it in, and watches on from there.
 func (v *View) follow(ctx context.Context, kv jetstream.KeyValue, js jetstream.JetStream, w jetstream.KeyWatcher, reconnected chan nats.Status, log *slog.Logger) {
 	defer js.Conn().RemoveStatusListener(reconnected)
-	defer func() { go func(w jetstream.KeyWatcher) { _ = w.Stop() }(w) }()
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-reconnected:
-			// Stopping asks the server to delete the old consumer, which
-			// may take its API timeout after a restart: not on this path.
-			go func(w jetstream.KeyWatcher) { _ = w.Stop() }(w)
+			_ = w.Stop()
 			for {
 				scopes, last, err := v.snapshot(ctx, js, log)
 				var nw jetstream.KeyWatcher
