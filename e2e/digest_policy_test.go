@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -26,10 +25,7 @@ const quietMarketing = `{"quiet_hours":{"start":"21:00","end":"09:00","default_t
 // and no policy yet.
 func startQuietDigestPipeline(t *testing.T, lead time.Duration) (*pipelinetest.Server, *recordedGateway, *fakeClock, time.Time) {
 	t.Helper()
-	sh, err := time.LoadLocation("Asia/Shanghai")
-	require.NoError(t, err)
-	y, m, d := time.Now().In(sh).Date()
-	nine := time.Date(y, m, d+1, 9, 0, 0, 0, sh)
+	nine := shanghaiAt(t, 1, 9)
 	clock := newFakeClock(nine.Add(-lead))
 	cfg := fastRetries()
 	cfg.Dispatch.Now = clock.Now
@@ -56,23 +52,8 @@ func acceptedBefore(gw *recordedGateway, clock *fakeClock, at time.Time) []strin
 // (joined or taken out, open or sealed).
 func digestItemsOf(t *testing.T, ts *pipelinetest.Server, tasks ...string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	kv, err := ts.JS.KeyValue(ctx, contract.BucketLedger)
-	require.NoError(t, err)
-	keys, err := kv.ListKeysFiltered(ctx, "dg=webhook.>")
-	require.NoError(t, err)
 	n := 0
-	for key := range keys.Keys() {
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			continue // finished and deleted meanwhile
-		}
-		var d struct {
-			Items []contract.Job `json:"items"`
-			Out   []contract.Job `json:"out"`
-		}
-		require.NoError(t, json.Unmarshal(e.Value(), &d))
+	for _, d := range pipelinetest.DigestEntries(t, ts.JS, "webhook") {
 		for _, j := range slices.Concat(d.Items, d.Out) {
 			if slices.Contains(tasks, j.TaskID) {
 				n++

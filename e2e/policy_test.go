@@ -126,6 +126,15 @@ type fakeClock struct{ offset time.Duration }
 
 func newFakeClock(at time.Time) *fakeClock { return &fakeClock{offset: time.Until(at)} }
 
+// shanghaiAt is hour:00 in Shanghai, days after today there.
+func shanghaiAt(t *testing.T, days, hour int) time.Time {
+	t.Helper()
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	require.NoError(t, err)
+	y, m, d := time.Now().In(sh).Date()
+	return time.Date(y, m, d+days, hour, 0, 0, 0, sh)
+}
+
 func (c *fakeClock) Now() time.Time { return time.Now().Add(c.offset) }
 
 // at is the fake time of a real instant.
@@ -222,10 +231,7 @@ func TestPolicyQuietHours(t *testing.T) {
 // saving, so the hours hold on any date.
 func TestPolicyQuietHoursTaskTZ(t *testing.T) {
 	t.Parallel()
-	sh, err := time.LoadLocation("Asia/Shanghai")
-	require.NoError(t, err)
-	y, m, d := time.Now().In(sh).Date()
-	clock := newFakeClock(time.Date(y, m, d, 3, 0, 0, 0, sh))
+	clock := newFakeClock(shanghaiAt(t, 0, 3))
 	cfg := fastRetries()
 	cfg.Dispatch.Now = clock.Now
 	ts := pipelinetest.Start(t)
@@ -280,10 +286,7 @@ func TestPolicyQuietHoursTaskTZ(t *testing.T) {
 // quiet hours: the policy is in force, only test sends bypass it.
 func TestPolicyTestRecipientsBypass(t *testing.T) {
 	t.Parallel()
-	sh, err := time.LoadLocation("Asia/Shanghai")
-	require.NoError(t, err)
-	y, m, d := time.Now().In(sh).Date()
-	clock := newFakeClock(time.Date(y, m, d, 3, 0, 0, 0, sh))
+	clock := newFakeClock(shanghaiAt(t, 0, 3))
 	cfg := fastRetries()
 	cfg.Dispatch.Now = clock.Now
 	ts := pipelinetest.Start(t)
