@@ -74,6 +74,9 @@ func EncodeJob(job *Job) ([]byte, error) { return encodeFast(job) }
 // EncodeEvent encodes an event message.
 func EncodeEvent(ev *Event) ([]byte, error) { return encodeFast(ev) }
 
+// EncodeLookupEntry encodes a recipient index entry.
+func EncodeLookupEntry(e *LookupEntry) ([]byte, error) { return encodeFast(e) }
+
 func encodeFast(v any) (data []byte, err error) {
 	defer func() {
 		if recover() != nil {

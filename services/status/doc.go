@@ -19,7 +19,9 @@
 // checkpoint per task in object store broadcast_status, and one entry per
 // recipient outcome in the recipient index, stream LOOKUP
 // (broadcast.lookup.<hash of the recipient>, contract/lookup.go),
-// published without waiting (lookup.go).
+// published without waiting, as plain messages with one acknowledgement
+// asked in every 256 to hold the fold back from the server's ingest
+// limit (lookup.go).
 //
 // Series: the folding process also counts what it folds per second (an
 // hour) and per minute (a day), per task and per account, in fixed rings

@@ -1,9 +1,10 @@
 package status
 
 import (
-	"encoding/json"
-	"fmt"
+	"strconv"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -14,11 +15,10 @@ import (
 // index publishes a recipient's outcome to the recipient index (stream
 // LOOKUP, contract/lookup.go) when the fold changed it: one entry per
 // recipient and outcome, keyed by the hash of the recipient in its
-// channel-independent form, so GET /api/lookup reads one subject.
-// Published asynchronously and not awaited (the fold must not wait on
-// it); a loss is repaired when the event is folded again after a crash,
-// and the message id drops what the stream has already. Call with s.mu
-// held.
+// channel-independent form, so GET /api/lookup reads one subject. The
+// fold does not wait for it (indexWriter); a loss is repaired when the
+// event is folded again after a crash, and the message id drops what the
+// stream has already. Call with s.mu held.
 func (s *Service) index(ev *contract.Event, changed bool) {
 	if !changed || ev.Index < 0 || ev.To == "" {
 		return
@@ -33,10 +33,64 @@ func (s *Service) index(ev *contract.Event, changed bool) {
 	if err != nil {
 		return
 	}
-	data, _ := json.Marshal(contract.LookupEntry{TaskID: ev.TaskID, JobID: ev.JobID, To: ev.To, Account: ev.Account,
-		Kind: ev.Kind, Attempt: ev.Attempt, Code: ev.Code, Error: ev.Error, At: ev.At})
-	id := fmt.Sprintf("%s:%d:%s:%d", ev.TaskID, ev.Index, ev.Kind, ev.Generation)
-	if _, err := s.js.PublishAsync(contract.LookupSubject(contract.RecipientHash(to)), data, jetstream.WithMsgID(id)); err != nil {
+	data, err := contract.EncodeLookupEntry(&contract.LookupEntry{TaskID: ev.TaskID, JobID: ev.JobID, To: ev.To,
+		Account: ev.Account, Kind: ev.Kind, Attempt: ev.Attempt, Code: ev.Code, Error: ev.Error, At: ev.At})
+	if err != nil {
+		return
+	}
+	id := ev.TaskID + ":" + strconv.Itoa(ev.Index) + ":" + string(ev.Kind) + ":" + strconv.Itoa(ev.Generation)
+	m := &nats.Msg{Subject: contract.LookupSubject(contract.RecipientHash(to)), Data: data,
+		Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+	if s.indexer == nil {
+		s.indexer = newIndexWriter(s.js)
+	}
+	if err := s.indexer.publish(m); err != nil {
 		s.log.Debug("recipient index entry not published", shared.KeyTaskID, ev.TaskID, "err", err)
+	}
+}
+
+// indexWriter publishes index entries as plain NATS messages, which the
+// stream stores without answering: an acknowledgement per entry, which
+// nobody waits for, cost the server and this client about 10 µs per
+// recipient. One entry in every ackEvery asks for an acknowledgement, and
+// when more than inFlight of those are unanswered publish waits for the
+// oldest: a connection's messages reach the stream in order, so that
+// bounds how many entries wait in the server's ingest queue, which drops
+// unacknowledged messages once full (100,000 by default), as a fold of a
+// large backlog after a restart would otherwise fill it.
+type indexWriter struct {
+	js       jetstream.JetStream
+	ackEvery int
+	inFlight int
+	timeout  time.Duration
+	n        int
+	acks     []jetstream.PubAckFuture
+}
+
+func newIndexWriter(js jetstream.JetStream) *indexWriter {
+	return &indexWriter{js: js, ackEvery: 256, inFlight: 16, timeout: 5 * time.Second}
+}
+
+func (w *indexWriter) publish(m *nats.Msg) error {
+	if w.n++; w.n%w.ackEvery != 0 {
+		return w.js.Conn().PublishMsg(m)
+	}
+	f, err := w.js.PublishMsgAsync(m)
+	if err != nil {
+		return err
+	}
+	w.acks = append(w.acks, f)
+	if len(w.acks) <= w.inFlight {
+		return nil
+	}
+	oldest := w.acks[0]
+	w.acks = w.acks[1:]
+	select {
+	case <-oldest.Ok():
+		return nil
+	case err := <-oldest.Err():
+		return err
+	case <-time.After(w.timeout):
+		return jetstream.ErrAsyncPublishTimeout
 	}
 }

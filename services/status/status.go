@@ -57,6 +57,8 @@ type Service struct {
 	// series feeds the dashboard's charts from the events folded here
 	// (series.go).
 	series *seriesStore
+	// indexer publishes the recipient index (lookup.go), under mu.
+	indexer *indexWriter
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
