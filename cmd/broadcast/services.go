@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/internal/metrics"
+	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/feedback"
 	"github.com/broadcastd/broadcast/services/ingest"
@@ -74,6 +75,8 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 	var runners []runner
 	reg := metrics.NewRegistry()
 	statuses := 0
+	// Render and dispatch check the same suppression list: one view.
+	suppressions := new(suppress.Shared)
 	for _, n := range names {
 		var r runner
 		var err error
@@ -87,13 +90,13 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 		case "render":
 			var c render.Config
 			if c, err = render.ConfigFromEnv(); err == nil {
-				c.Logger, c.Metrics = log, reg
+				c.Logger, c.Metrics, c.Suppressions = log, reg, suppressions
 				r, err = render.New(js, c)
 			}
 		case "dispatch":
 			var c dispatch.Config
 			if c, err = dispatch.ConfigFromEnv(); err == nil {
-				c.Logger, c.Metrics = log, reg
+				c.Logger, c.Metrics, c.Suppressions = log, reg, suppressions
 				if o.dispatch != nil {
 					o.dispatch(&c)
 				}

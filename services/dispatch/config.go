@@ -13,6 +13,7 @@ import (
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/metrics"
+	"github.com/broadcastd/broadcast/internal/suppress"
 )
 
 // Config tunes the dispatch service.
@@ -68,6 +69,9 @@ type Config struct {
 	// Metrics is the registry the service's metrics join. Defaults to nil
 	// (no metrics).
 	Metrics *prometheus.Registry
+	// Suppressions, when set, gives the suppression list's view shared
+	// with the process's other services; nil: the service loads its own.
+	Suppressions *suppress.Shared
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Now is the clock of the recipient policy (quiet hours and frequency

@@ -139,7 +139,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	if s.suppressed, err = suppress.Watch(ctx, s.js, s.log); err != nil {
+	if s.suppressed, err = s.cfg.Suppressions.View(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.policy, err = policy.Watch(ctx, s.js, s.log); err != nil {

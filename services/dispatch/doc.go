@@ -65,7 +65,8 @@
 // (sentBefore), so one already sent is acknowledged without sending.
 // Then mayStillSend checks expiry, the task's run state, the suppression
 // list (KV broadcast_suppressions, through the watch-backed view of
-// internal/suppress, by the job's channel, recipient and category: a
+// internal/suppress, shared with render when Config.Suppressions is set,
+// by the job's channel, recipient and category: a
 // listed recipient gets a skipped event with code suppressed, so an
 // entry added while the job was queued or parked still stops it) and the
 // account's health. Then obeyPolicy (policy.go) applies the recipient

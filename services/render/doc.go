@@ -4,7 +4,7 @@
 // "render": recipient batches published by ingest. Reads the task spec from
 // KV broadcast_tasks and the accounts from KV broadcast_accounts, and
 // watches KV broadcast_suppressions (internal/suppress: an in-memory view
-// of hashes only).
+// of hashes only, shared with dispatch when Config.Suppressions is set).
 //
 // Publishes:
 //   - broadcast.jobs.<account>.<priority>: one job per recipient with the final

@@ -66,7 +66,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
-	if s.suppressed, err = suppress.Watch(ctx, s.js, s.log); err != nil {
+	if s.suppressed, err = s.cfg.Suppressions.View(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamRender, consumerConfig())
