@@ -291,6 +291,22 @@ func Later(wait func(ctx context.Context) error) error { return &later{wait: wai
 
 type later struct{ wait func(context.Context) error }
 
+// Then returns out, a handler's outcome, with f called on the outcome the
+// loop settles the message by, just before it does: at once for a plain
+// outcome, after the wait of a Later one (with nil when the wait panics).
+func Then(out error, f func(settled error)) error {
+	var l *later
+	if !errors.As(out, &l) {
+		f(out)
+		return out
+	}
+	wait := l.wait
+	return Later(func(ctx context.Context) (err error) {
+		defer func() { f(err) }()
+		return wait(ctx)
+	})
+}
+
 func (l *later) Error() string { return "settled after the handler returned" }
 
 type deferred struct {
@@ -327,6 +343,8 @@ func Settle(ctx context.Context, m jetstream.Msg, err error, cfg *ConsumeConfig)
 		return
 	}
 	switch {
+	case IsLeave(err):
+		settleLogger(m, cfg).Debug("message left to another delivery of it", "err", err)
 	case IsPermanent(err):
 		log := settleLogger(m, cfg)
 		if cfg.DeadLetter != nil {

@@ -187,3 +187,58 @@ func TestConsumeStartsHandlersOnDemand(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// TestConsumeLeaveLetsTheDeliveryInHandSettle: a message redelivered while
+// its first delivery is still handled (its progress reports late: here the
+// loop reports every 5 s, the server's ack wait is 300 ms) is left
+// unsettled by the redelivery (Leave); the first delivery's ack, through
+// Then after its Later wait, settles the message, which does not come back.
+func TestConsumeLeaveLetsTheDeliveryInHandSettle(t *testing.T) {
+	ts := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := ts.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "LEAVE", Subjects: []string{"leave.>"}})
+	require.NoError(t, err)
+	cons, err := ts.JS.CreateOrUpdateConsumer(ctx, "LEAVE", jetstream.ConsumerConfig{
+		Durable: "l", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 300 * time.Millisecond, MaxDeliver: -1})
+	require.NoError(t, err)
+
+	var handling atomic.Bool
+	var first, left atomic.Int32
+	settled := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- shared.Consume(ctx, cons, func(_ context.Context, m jetstream.Msg) error {
+			if !handling.CompareAndSwap(false, true) {
+				left.Add(1)
+				return shared.Leave(errors.New("handled by an earlier delivery"))
+			}
+			first.Add(1)
+			time.Sleep(time.Second)
+			return shared.Then(shared.Later(func(context.Context) error {
+				time.Sleep(500 * time.Millisecond)
+				return nil
+			}), func(err error) { settled <- err })
+		}, shared.ConsumeConfig{Concurrency: 4, AckWait: 10 * time.Second})
+	}()
+	_, err = ts.JS.Publish(ctx, "leave.a", nil)
+	require.NoError(t, err)
+	select {
+	case err := <-settled:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first delivery was never settled")
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == 1
+	}, "the message acknowledged by its first delivery")
+	time.Sleep(600 * time.Millisecond) // two ack waits: nothing comes back
+	require.EqualValues(t, 1, first.Load())
+	require.GreaterOrEqual(t, left.Load(), int32(2), "redelivered during the first delivery's handler and wait")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, info.NumAckPending)
+	cancel()
+	require.NoError(t, <-done)
+}

@@ -11,6 +11,8 @@ import (
 //   - Permanent(err): never retry; the loop dead-letters (when the consumer
 //     has a DeadLetter hook) and then terminates the message.
 //   - RetryAfter(d, err): try again after d; the loop NAKs with that delay.
+//   - Leave(err): leave the message as it is, neither acknowledged nor
+//     NAKed: another delivery of it, still being handled, settles it.
 //   - any other error: try again after the loop's default delay.
 
 type permanentError struct{ err error }
@@ -57,4 +59,29 @@ func RetryDelay(err error) (time.Duration, bool) {
 		return r.delay, true
 	}
 	return 0, false
+}
+
+type leaveError struct{ err error }
+
+func (e *leaveError) Error() string { return e.err.Error() }
+func (e *leaveError) Unwrap() error { return e.err }
+
+// Leave asks the loop to leave the message unsettled: no ack, NAK or
+// termination. It is for a redelivery that came while an earlier delivery
+// of the same message is still being handled in this process (its
+// progress reports came late): the server takes an ack, NAK or progress
+// report of any delivery of a message (by its stream sequence), so the
+// earlier one settles it, and if it does not, the message comes back after
+// its ack wait. err says why, for the log.
+func Leave(err error) error {
+	if err == nil {
+		err = errors.New("left to another delivery")
+	}
+	return &leaveError{err: err}
+}
+
+// IsLeave reports whether err was made by Leave.
+func IsLeave(err error) bool {
+	var l *leaveError
+	return errors.As(err, &l)
 }

@@ -23,11 +23,15 @@ type Service struct {
 	js jetstream.JetStream
 	// events publishes sent events asynchronously (publishSent), each
 	// failing after sentEventTimeout without an ack; set by Run.
-	events   *shared.Publisher
-	cfg      Config
-	log      *slog.Logger
-	ledger   jetstream.KeyValue
-	sent     *sentIndex
+	events *shared.Publisher
+	cfg    Config
+	log    *slog.Logger
+	ledger jetstream.KeyValue
+	sent   *sentIndex
+	// live is the JOBS messages being handled here, so a redelivery that
+	// comes while its earlier delivery is still handled is left to it
+	// (live.go).
+	live     *liveJobs
 	healthKV jetstream.KeyValue
 	sends    jetstream.KeyValue
 	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper and poolOf
@@ -90,7 +94,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	cfg.withDefaults()
 	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
-		runners: map[string]*accountRunner{}, deletedAccounts: map[string]bool{}, ready: make(chan struct{}),
+		live: newLiveJobs(), runners: map[string]*accountRunner{}, deletedAccounts: map[string]bool{}, ready: make(chan struct{}),
 		portfolioCaps: map[string]*capTracker{},
 		wakeSignal:    make(chan struct{}, 1), wakeChannels: map[string]bool{}}, nil
 }

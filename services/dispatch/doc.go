@@ -35,7 +35,13 @@
 // starts no send until it confirmed its lease after reconnecting. The
 // lanes' ack wait is 2 s, with progress acks every second for slow sends
 // and waiting jobs, so the jobs a killed holder took come back about 2 s
-// after the kill. A new holder starts with an empty bucket (pacer.empty). The
+// after the kill. A progress ack that comes late (a loaded machine) lets
+// the server deliver a job again while its delivery is still handled here,
+// waiting in the batcher, in its call or for its sent event to be stored,
+// where sentBefore would find no outcome yet: such a redelivery is left
+// unsettled, without a step (live.go), and the delivery in hand settles
+// the message for both (the server takes any delivery's ack, NAK or
+// progress ack by stream sequence); it spends no attempt. A new holder starts with an empty bucket (pacer.empty). The
 // lease replaced a pinned priority group on a single consumer, because a
 // pin is per consumer: with one consumer per lane two replicas could have
 // owned different lanes of one account and together exceeded its rate.
@@ -214,6 +220,8 @@
 //     them when the lane finder shows jobs, ending idle sessions.
 //   - share.go: spreading accounts over replicas, the in-flight budget.
 //   - sched.go: priority and the in-flight cap.
+//   - live.go: the JOBS messages being handled here, so a redelivery
+//     that comes while its earlier delivery is still handled is left to it.
 //   - send.go: handle and its steps, from the check for an earlier send to
 //     the outcome (mayStillSend: expiry, run state, suppression, health;
 //     then the policy, the account's caps, the call);

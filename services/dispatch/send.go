@@ -31,12 +31,39 @@ const turnCheck = 500 * time.Millisecond
 // Jobs at stream sequences up to recheckThrough were queued before their
 // consumer was created (freshConsumerBacklog) and are checked like a
 // redelivery.
+//
+// A redelivery that comes while an earlier delivery of its message is still
+// being handled here (its progress reports came late) is left to that one,
+// unsettled and without a step (live.go).
 func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return err
+	}
+	claim := r.svc.live.claim(meta.Sequence.Stream, meta.NumDelivered)
+	if claim == nil {
+		r.log.Debug("job redelivered while its earlier delivery is still handled here; left to it",
+			"seq", meta.Sequence.Stream, "delivery", meta.NumDelivered)
+		return shared.Leave(errors.New("an earlier delivery of this message is still being handled"))
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			claim.settled(nil) // the loop retries it (safeHandle)
+		}
+	}()
+	out := r.handleClaimed(ctx, sched, lane, recheckThrough, msg, claim)
+	panicked = false
+	return shared.Then(out, claim.settled)
+}
+
+// handleClaimed is handle for a delivery that holds its message's claim.
+func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg, claim *liveClaim) error {
 	// The job counts as its lane's work from now on, so lower lanes wait
 	// for it (sched.go), until it is sent or leaves.
 	turn := sched.begin(lane)
 	defer turn.finish()
-	d, err := r.receive(msg, recheckThrough)
+	d, err := r.receive(msg, recheckThrough, claim)
 	if err != nil {
 		return err
 	}
@@ -77,8 +104,11 @@ type delivery struct {
 	// when it may have (queued before its consumer lost its state).
 	redelivered, recheck bool
 	// seq and delivered are the message's stream sequence and its
-	// delivery count, which name this delivery in the ledger.
-	seq, delivered uint64
+	// delivery count, which name this delivery in the ledger; justLeft
+	// counts the deliveries right before it that were left to another
+	// one (live.go), so the one that ran before it is
+	// delivered-1-justLeft.
+	seq, delivered, justLeft uint64
 	// acct and sender are the account as the delivery began; batch is the
 	// session's batcher (nil unless max_batch > 1).
 	acct   *contract.Account
@@ -110,7 +140,7 @@ type delivery struct {
 // that knew it recorded its failure; the redelivered message does not
 // carry the mark). It needs the ledger entry (sentBefore).
 func (d *delivery) mayFollowLostAnswer() bool {
-	return d.recheck || d.entry.MaybeSent || d.redelivered && !d.entry.settledLast(d.seq, d.delivered-1)
+	return d.recheck || d.entry.MaybeSent || d.redelivered && !d.entry.settledLast(d.seq, d.delivered-1-d.justLeft)
 }
 
 // message is the job as the channel adapter sends it.
@@ -132,8 +162,10 @@ type sendOutcome struct {
 // accepted, or unanswered (the client gave up waiting).
 func (o *sendOutcome) mayHaveReached() bool { return o.res.OK() || o.res.Code == "timeout" }
 
-// receive decodes a delivered job and notes the account as active.
-func (r *accountRunner) receive(msg jetstream.Msg, recheckThrough uint64) (*delivery, error) {
+// receive decodes a delivered job and notes the account as active. The
+// deliveries of its message left to another one (claim, nil when none
+// was taken) spent no attempt.
+func (r *accountRunner) receive(msg jetstream.Msg, recheckThrough uint64, claim *liveClaim) (*delivery, error) {
 	d := &delivery{}
 	if err := contract.DecodeJob(msg.Data(), &d.job); err != nil {
 		return nil, shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
@@ -146,6 +178,9 @@ func (r *accountRunner) receive(msg jetstream.Msg, recheckThrough uint64) (*deli
 	d.redelivered = meta.NumDelivered > 1
 	d.recheck = meta.Sequence.Stream <= recheckThrough
 	d.attempt = d.job.Attempts + int(meta.NumDelivered)
+	if claim != nil {
+		d.justLeft, d.attempt = d.delivered-1-claim.prev, d.attempt-int(claim.left)
+	}
 	d.acct, d.sender = r.current()
 	d.batch = r.batch
 	d.log = &jobLogger{base: r.log, job: &d.job, attempt: d.attempt}
