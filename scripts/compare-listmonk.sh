@@ -10,7 +10,8 @@
 # (nothing is downloaded: GOPROXY=off), root or the postgres user (to read
 # /proc/<pid>/stat of the postgres processes; PG_PID names the postmaster,
 # else ss finds it by PGPORT). Knobs: N (20000), ROUNDS (2),
-# LM_CONCURRENCY ("10 64"), BC_CONCURRENCY ("16 64"), BENCH_LOCK
+# LM_CONCURRENCY ("10 64"), BC_CONCURRENCY ("16 64"; "" skips a system),
+# BC_AUTH (1: nats.conf's users as in the Procfile; 0: none), BENCH_LOCK
 # (/tmp/bench.lock, taken around each measured run; "" for none), OUT.
 # Everything listens on 127.0.0.1 only. docs/performance.md has the figures.
 set -euo pipefail
@@ -18,8 +19,9 @@ set -euo pipefail
 LISTMONK_BIN="$(realpath "${1:?usage: compare-listmonk.sh LISTMONK_BINARY [ROUNDS]}")"
 ROUNDS="${2:-${ROUNDS:-2}}"
 N="${N:-20000}"
-LM_CONCURRENCY="${LM_CONCURRENCY:-10 64}"
-BC_CONCURRENCY="${BC_CONCURRENCY:-16 64}"
+LM_CONCURRENCY="${LM_CONCURRENCY-10 64}"
+BC_CONCURRENCY="${BC_CONCURRENCY-16 64}"
+BC_AUTH="${BC_AUTH:-1}"
 BENCH_LOCK="${BENCH_LOCK-/tmp/bench.lock}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -81,6 +83,21 @@ pg_ticks() {
 	cpu_ticks "$PG_MASTER" $(pgrep -P "$PG_MASTER")
 }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+# cpu_split NAME=PID...: "NAME=TICKS ..." for those processes (cpu-split.txt).
+cpu_split() {
+	local a out=""
+	for a in "$@"; do out+="${a%%=*}=$(cpu_ticks "${a#*=}") "; done
+	echo "$out"
+}
+# split_record SYSTEM CONC BEFORE AFTER: CPU µs per message of each process.
+split_record() {
+	local a b name out="$1 $2:"
+	for a in $3; do
+		name=${a%%=*}
+		for b in $4; do [[ "${b%%=*}" == "$name" ]] && out+=" $name $(((${b#*=} - ${a#*=}) * 1000000 / TCK / N))"; done
+	done
+	echo "$out µs/msg" >>"$WORK/cpu-split.txt"
+}
 lock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>"$BENCH_LOCK" && flock 9; fi; }
 unlock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>&-; fi; }
 
@@ -195,7 +212,7 @@ lm_settings() {
 }
 
 run_listmonk() {
-	local c=$1 id t0 c0 c1 c2 ld st
+	local c=$1 id t0 c0 c1 c2 ld st s0 s2
 	start_sink listmonk
 	lm_settings "$c"
 	id=$(api POST /api/campaigns "$(jq -cn --argjson l "$LIST_ID" --argjson t "$TPL_ID" --arg name "compare-$c-$(date +%s%N)" '{
@@ -205,6 +222,7 @@ run_listmonk() {
 	sleep 1
 	lock
 	ld=$(load)
+	s0="listmonk=$(cpu_ticks "$LM_PID") postgres=$(pg_ticks)"
 	c0=$(($(cpu_ticks "$LM_PID") + $(pg_ticks)))
 	t0=$(date +%s%N)
 	api PUT "/api/campaigns/$id/status" '{"status":"running"}' >/dev/null
@@ -217,7 +235,9 @@ run_listmonk() {
 		sleep 0.2
 	done
 	c2=$(($(cpu_ticks "$LM_PID") + $(pg_ticks)))
+	s2="listmonk=$(cpu_ticks "$LM_PID") postgres=$(pg_ticks)"
 	unlock
+	split_record listmonk "$c" "$s0" "$s2"
 	[[ "$st" == finished ]] || log "campaign $id is '$st', not finished"
 	record listmonk "$c" "$t0" "$c0" "$c1" "$c2" "$ld"
 	stop_sink
@@ -232,7 +252,7 @@ unset NATS_USER NATS_PASSWORD
 svc_password() { sed -n "s/^$1: .*NATS_PASSWORD=\([^ ]*\) .*/\1/p" Procfile; }
 
 run_broadcast() {
-	local c=$1 port t0 c0 c1 c2 ld s id
+	local c=$1 port t0 c0 c1 c2 ld s id s0 s2 names
 	start_sink broadcast
 	rm -rf "$WORK/bc-store"
 	port=$(free_port 14522)
@@ -243,19 +263,21 @@ host: 127.0.0.1
 port: $port
 max_payload: 8MB
 jetstream { store_dir: "$WORK/bc-store" }
-include ./auth.conf
 EOF
+	if ((BC_AUTH)); then echo 'include ./auth.conf' >>"$WORK/nats.conf"; fi
 	export NATS_URL="nats://127.0.0.1:$port"
 	nats_init "$WORK/natscli" 10s
 	BC_PIDS=()
 	"$WORK/nats-server" -c "$WORK/nats.conf" >>"$WORK/nats.log" 2>&1 &
 	BC_PIDS+=($!)
+	names="nats-server=$!"
 	wait_for 30 "nats-server" nats_ kv ls --names
 	NATS_USER=admin NATS_PASSWORD="$(svc_password setup)" "$WORK/broadcast" setup >>"$WORK/setup.log" 2>&1
 	for s in ingest render dispatch status; do
 		NATS_USER=$s NATS_PASSWORD="$(svc_password "$s")" DASHBOARD_ADDR=off LOG_FORMAT=json LOG_LEVEL=warn \
 			"$WORK/broadcast" "$s" >>"$WORK/$s.log" 2>&1 &
 		BC_PIDS+=($!)
+		names+=" $s=$!"
 	done
 	wait_for 60 "the services" services_ready
 	nats_ object put broadcast_recipients "$WORK/list.jsonl" --name lists/compare.jsonl --force >/dev/null
@@ -269,6 +291,7 @@ EOF
 	sleep 1
 	lock
 	ld=$(load)
+	s0=$(cpu_split $names)
 	c0=$(cpu_ticks "${BC_PIDS[@]}")
 	t0=$(date +%s%N)
 	publish_task "$WORK/task.json" >/dev/null 2>&1
@@ -281,7 +304,9 @@ EOF
 		sleep 0.2
 	done
 	c2=$(cpu_ticks "${BC_PIDS[@]}")
+	s2=$(cpu_split $names)
 	unlock
+	split_record broadcast "$c" "$s0" "$s2"
 	[[ "$STATE" == succeeded ]] || log "task $id is '$STATE', not succeeded"
 	record broadcast "$c" "$t0" "$c0" "$c1" "$c2" "$ld"
 	for s in "${BC_PIDS[@]}"; do kill -KILL "$s" 2>/dev/null || true; done
@@ -301,3 +326,5 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 log "results: $OUT"
 column -t -s $'\t' "$OUT"
+log "CPU by process, to the final state:"
+cat "$WORK/cpu-split.txt"
