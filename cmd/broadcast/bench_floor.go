@@ -37,19 +37,24 @@ type floorShape struct {
 
 // label names the shape in the machine-readable line of its run.
 func (s floorShape) label() string {
+	var l []string
 	switch {
 	case s.groups > 0:
 		filter := "subjects"
 		if s.wildcard {
 			filter = "wildcard"
 		}
-		return fmt.Sprintf("floor_groups=%d floor_accounts=%d floor_filter=%s", s.groups, s.accounts, filter)
+		l = append(l, fmt.Sprintf("floor_groups=%d floor_accounts=%d floor_filter=%s", s.groups, s.accounts, filter))
 	case s.accounts > 0:
-		return fmt.Sprintf("floor_consumers=%d", s.accounts)
-	case s.batch > 0:
-		return fmt.Sprintf("floor_batch=%d", s.batch)
+		l = append(l, fmt.Sprintf("floor_consumers=%d", s.accounts))
 	}
-	return "floor"
+	if s.batch > 0 {
+		l = append(l, fmt.Sprintf("floor_batch=%d", s.batch))
+	}
+	if len(l) == 0 {
+		return "floor"
+	}
+	return strings.Join(l, " ")
 }
 
 // subject is the jobs subject of account a.
@@ -329,17 +334,19 @@ func (r floorRun) print(rawRate float64, res *benchResult) {
 }
 
 // floorShapes are the floor runs that -floor-batch, -floor-consumers and
-// -floor-groups (over accounts) ask for, in that order.
-func floorShapes(batch, consumers, groups string, accounts int) ([]floorShape, error) {
+// -floor-groups (over accounts) ask for, in that order; the runs with
+// consumers carry accountBatch recipients per job message.
+func floorShapes(batch, consumers, groups string, accounts, accountBatch int) ([]floorShape, error) {
 	var shapes []floorShape
 	for _, f := range []struct {
 		name, list string
 		add        func(int)
 	}{
 		{"floor-batch", batch, func(k int) { shapes = append(shapes, floorShape{batch: k}) }},
-		{"floor-consumers", consumers, func(n int) { shapes = append(shapes, floorShape{accounts: n}) }},
+		{"floor-consumers", consumers, func(n int) { shapes = append(shapes, floorShape{accounts: n, batch: accountBatch}) }},
 		{"floor-groups", groups, func(g int) {
-			shapes = append(shapes, floorShape{accounts: accounts, groups: g}, floorShape{accounts: accounts, groups: g, wildcard: true})
+			shapes = append(shapes, floorShape{accounts: accounts, groups: g, batch: accountBatch},
+				floorShape{accounts: accounts, groups: g, wildcard: true, batch: accountBatch})
 		}},
 	} {
 		if f.list == "" {
