@@ -107,6 +107,8 @@ func (s floorShape) consumers(slots int) []jetstream.ConsumerConfig {
 // benchmark's design, and the measure of what the services add. shape
 // varies the design (floorShape); with a batch, concurrency still counts
 // recipients, so a consumer holds concurrency/batch messages (at least 1).
+// Every consumer feeds one pool of that many workers, so the sends in
+// flight across accounts are bounded as by dispatch's scheduler.
 func benchFloor(ctx context.Context, js jetstream.JetStream, n, concurrency int, shape floorShape) (rate float64, cpuPer time.Duration, err error) {
 	const jobsStream, eventsStream = "BENCH_FLOOR_JOBS", "BENCH_FLOOR_EVENTS"
 	// The server allows 1,000 consumers per stream unless the stream sets
