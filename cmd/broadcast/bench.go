@@ -43,6 +43,12 @@ func runBench(ctx context.Context, args []string) error {
 	// pipeline back (ratio 0.192-0.206 against 0.205-0.226 alternating).
 	concurrency := fs.Int("concurrency", contract.MaxConcurrency, "the benchmark account's concurrency (its consumers' MaxAckPending)")
 	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
+	floorBatch := fs.String("floor-batch", "", "comma-separated recipients per job message, e.g. 1,4,16,64: one floor run each, jobs decoded and events encoded")
+	floorConsumers := fs.String("floor-consumers", "", "comma-separated account counts, e.g. 1,3,30,300,1000: one floor run each, jobs spread over one filtered consumer per account")
+	floorGroups := fs.String("floor-groups", "", "comma-separated group counts, e.g. 8,16: two floor runs each, -floor-accounts spread over that many consumers listing their subjects, then filtering one wildcard per group")
+	floorAccounts := fs.Int("floor-accounts", 1000, "accounts the -floor-groups runs spread their jobs over")
+	floorAccountBatch := fs.Int("floor-accounts-batch", 0, "recipients per job message in the -floor-consumers and -floor-groups runs (0: one job, opaque, as -floor)")
+	pipeline := fs.Bool("pipeline", true, "run the pipeline; with false, only the raw baseline and the floor runs asked for")
 	accounts := fs.Int("accounts", 1, "sandbox accounts the task is spread over (they share -rate)")
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
 	statusReplicas := fs.Int("status-replicas", 1, "status processes (one folds, the others stand by)")
@@ -53,11 +59,21 @@ func runBench(ctx context.Context, args []string) error {
 	if *suppressions < 0 {
 		return fmt.Errorf("bench: -suppressions must not be negative")
 	}
+	if *floorAccountBatch < 0 {
+		return fmt.Errorf("bench: -floor-accounts-batch must not be negative")
+	}
 	if *accounts < 1 || *statusReplicas < 1 {
 		return fmt.Errorf("bench: -accounts and -status-replicas must be at least 1")
 	}
 	if *raw == 0 {
 		*raw = *n
+	}
+	shapes, err := floorShapes(*floorBatch, *floorConsumers, *floorGroups, *floorAccounts, *floorAccountBatch)
+	if err != nil {
+		return err
+	}
+	if *floor {
+		shapes = append([]floorShape{{}}, shapes...)
 	}
 	log, err := shared.NewLogger(os.Stderr, shared.LogConfig{Format: os.Getenv("LOG_FORMAT"), Level: "error"})
 	if err != nil {
@@ -92,7 +108,11 @@ func runBench(ctx context.Context, args []string) error {
 	// The baseline runs before and after the pipeline, and the ratio uses
 	// their mean: a single short run is at the mercy of whatever else the
 	// machine does for those two seconds.
-	rawBefore, err := rawBaseline(ctx, js, *raw, "before")
+	stage := "the pipeline"
+	if !*pipeline {
+		stage = "the floor runs"
+	}
+	rawBefore, err := rawBaseline(ctx, js, *raw, "before "+stage)
 	if err != nil {
 		return err
 	}
@@ -108,38 +128,49 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	perAccount, burst := 1_000_000.0, 100_000
-	if *rate > 0 {
-		perAccount = *rate / float64(*accounts)
-		burst = max(1, int(perAccount/10))
-	}
-	res, err := benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
-		*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas}, *idle)
-	if err != nil {
-		return err
-	}
-	res.print()
-	if *memProfile != "" {
-		if err := writeHeapProfile(*memProfile); err != nil {
-			return err
+	var res *benchResult
+	if *pipeline {
+		perAccount, burst := 1_000_000.0, 100_000
+		if *rate > 0 {
+			perAccount = *rate / float64(*accounts)
+			burst = max(1, int(perAccount/10))
 		}
-	}
-	rawAfter, err := rawBaseline(ctx, js, *raw, "after")
-	if err != nil {
-		return err
-	}
-	rawRate := (rawBefore + rawAfter) / 2
-	ratio := res.e2eRate / rawRate
-	if *floor {
-		floorRate, floorCPU, err := benchFloor(ctx, js, *n, *concurrency)
+		res, err = benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
+			*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas}, *idle)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("floor (the same JetStream work per recipient, no services): %.0f recipients/s, %.1f µs CPU per recipient; the pipeline reaches %.2f of it\n",
-			floorRate, float64(floorCPU.Nanoseconds())/1000, res.e2eRate/floorRate)
-		fmt.Printf("floor_recipients_per_sec=%.0f floor_ratio=%.3f\n", floorRate, floorRate/rawRate)
+		res.print()
+		if *memProfile != "" {
+			if err := writeHeapProfile(*memProfile); err != nil {
+				return err
+			}
+		}
 	}
-	fmt.Printf("e2e_recipients_per_sec=%.0f raw_js_pub_per_sec=%.0f ratio=%.3f\n", res.e2eRate, rawRate, ratio)
+	// Without the pipeline, the baseline runs before and after the floor
+	// runs instead.
+	var floors []floorRun
+	if !*pipeline {
+		if floors, err = runFloors(ctx, js, *n, *concurrency, shapes); err != nil {
+			return err
+		}
+	}
+	rawAfter, err := rawBaseline(ctx, js, *raw, "after "+stage)
+	if err != nil {
+		return err
+	}
+	if *pipeline {
+		if floors, err = runFloors(ctx, js, *n, *concurrency, shapes); err != nil {
+			return err
+		}
+	}
+	rawRate := (rawBefore + rawAfter) / 2
+	for _, f := range floors {
+		f.print(rawRate, res)
+	}
+	if res != nil {
+		fmt.Printf("e2e_recipients_per_sec=%.0f raw_js_pub_per_sec=%.0f ratio=%.3f\n", res.e2eRate, rawRate, res.e2eRate/rawRate)
+	}
 	return nil
 }
 
@@ -194,7 +225,7 @@ func rawBaseline(ctx context.Context, js jetstream.JetStream, n int, when string
 	if err != nil {
 		return 0, err
 	}
-	fmt.Printf("raw JetStream (%s the pipeline): %d async publishes of 200 bytes with Nats-Msg-Id: %.0f msg/s, %.1f µs CPU each\n",
+	fmt.Printf("raw JetStream (%s): %d async publishes of 200 bytes with Nats-Msg-Id: %.0f msg/s, %.1f µs CPU each\n",
 		when, n, rate, float64((cpuTime()-cpu0).Microseconds())/float64(n))
 	return rate, nil
 }
