@@ -355,12 +355,20 @@ func (c *checker) isTest(t Task, to string) bool {
 
 // excused reports whether a repeated acceptance of to is allowed: one of
 // its requests was given up on (timeout, late answer) or a process was
-// killed while it could have been in flight.
+// killed while it could have been in flight. The sender's own word counts
+// too: a retrying event coded timeout says dispatch stopped waiting for an
+// answer, which a fake cannot always see (it records a request before it
+// writes the answer, and the client may give up in between).
 func (c *checker) excused(task, to string) bool {
 	for _, h := range c.all[task][to] {
 		if h.GaveUp || h.Status == 504 {
 			return true
 		}
+	}
+	if slices.ContainsFunc(c.o.Events[task], func(e contract.Event) bool {
+		return e.To == to && e.Kind == contract.EventRetrying && e.Code == "timeout"
+	}) {
+		return true
 	}
 	for _, k := range c.o.Kills {
 		for _, h := range c.accepted[task][to] {

@@ -58,6 +58,12 @@ func TestCheckFails(t *testing.T) {
 	o.Hits["hook-a"] = append(o.Hits["hook-a"], hit("r-0002", 1500*time.Millisecond, "t.2"))
 	require.Contains(t, checks(o), CheckDuplicate, "accepted twice without a timeout")
 	require.Contains(t, checks(o), CheckGap, "0.3 s apart with a 1 s interval")
+	o.Events["t"] = append(o.Events["t"], contract.Event{TaskID: "t", JobID: "t.2", To: "r-0002", Account: "hook-a",
+		Kind: contract.EventRetrying, Index: 2, Attempt: 1, Code: "rate_limited"})
+	require.Contains(t, checks(o), CheckDuplicate, "a retry for another reason excuses nothing")
+	o.Events["t"][3].Code = "timeout"
+	require.NotContains(t, checks(o), CheckDuplicate, "the sender gave up waiting: the repeat is excused")
+	o.Events["t"] = o.Events["t"][:3]
 	o.Hits["hook-a"][3].GaveUp = true
 	require.NotContains(t, checks(o), CheckDuplicate, "a timed-out send excuses the repeat")
 
