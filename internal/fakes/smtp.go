@@ -18,6 +18,9 @@ type SMTPConfig struct {
 	// "451 4.3.0 try again later" refuses it, "" accepts it (it is kept
 	// and answered "250 queued").
 	Data func(m Mail) string
+	// Discard counts accepted messages without keeping them, for long
+	// benchmark runs; Received is then empty.
+	Discard bool
 }
 
 // Mail is one message an SMTP fake received.
@@ -37,10 +40,11 @@ type SMTP struct {
 	ln  net.Listener
 	wg  sync.WaitGroup
 
-	mu    sync.Mutex
-	conns map[net.Conn]bool
-	count int
-	mails []Mail
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+	count    int
+	accepted int
+	mails    []Mail
 }
 
 // StartSMTP listens on a free loopback port and serves until Close.
@@ -77,6 +81,13 @@ func (s *SMTP) Received() []Mail {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Mail(nil), s.mails...)
+}
+
+// Accepted counts the messages accepted so far, kept or discarded.
+func (s *SMTP) Accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted
 }
 
 // Connections counts the connections accepted so far.
@@ -147,7 +158,10 @@ func (s *SMTP) serve(c net.Conn) {
 				_ = tp.PrintfLine("%s", reply)
 			} else {
 				s.mu.Lock()
-				s.mails = append(s.mails, m)
+				s.accepted++
+				if !s.cfg.Discard {
+					s.mails = append(s.mails, m)
+				}
 				s.mu.Unlock()
 				_ = tp.PrintfLine("250 queued")
 			}
