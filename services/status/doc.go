@@ -19,7 +19,8 @@
 // checkpoint per task in object store broadcast_status, and one entry per
 // recipient outcome in the recipient index, stream LOOKUP
 // (broadcast.lookup.<hash of the recipient>, contract/lookup.go),
-// published without waiting, as plain messages with one acknowledgement
+// gathered and published together before each flush (or once 1,024
+// wait), without waiting, as plain messages with one acknowledgement
 // asked in every 256 to hold the fold back from the server's ingest
 // limit (lookup.go).
 //

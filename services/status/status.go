@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/client"
@@ -57,8 +58,10 @@ type Service struct {
 	// series feeds the dashboard's charts from the events folded here
 	// (series.go).
 	series *seriesStore
-	// indexer publishes the recipient index (lookup.go), under mu.
-	indexer *indexWriter
+	// indexer publishes the recipient index (lookup.go), under mu;
+	// pendingIndex are the entries folded since it last published.
+	indexer      *indexWriter
+	pendingIndex []*nats.Msg
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
@@ -183,6 +186,9 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	defer ticker.Stop()
 	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
+		s.mu.Lock()
+		s.publishIndex()
+		s.mu.Unlock()
 		if err := s.flush(ctx); err != nil {
 			if errors.Is(err, errNotConfirmed) {
 				return // kept until the lease is confirmed again (keepFoldLease)
@@ -241,6 +247,9 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 func (s *Service) handBack(msgs []jetstream.Msg) {
 	s.mu.Lock()
 	s.folds = map[string]*taskFold{}
+	// The next holder folds these events again and indexes them then.
+	clear(s.pendingIndex)
+	s.pendingIndex = s.pendingIndex[:0]
 	s.mu.Unlock()
 	for _, m := range msgs {
 		_ = m.Nak()
