@@ -6,7 +6,10 @@
 // transit (a client reconnect, a consumer leader moving to another node)
 // comes back only after the ack wait, and a later event's ack would have
 // acknowledged it unfolded; a three-node failover test lost 3 of 1,000
-// outcomes that way.
+// outcomes that way. It pulls in paced batches (status.go, receive): at
+// rest one long pull waits for the next event; while events come, one
+// pull every 50 ms takes what gathered, so a busy fold costs a read per
+// pull, not per event.
 //
 // One folder: any number of status processes may run, but only the holder
 // of the lease contract.StatusFoldLease in KV broadcast_leases consumes and

@@ -168,19 +168,15 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	go s.writeScores(sctx)
 
 	msgs := make(chan jetstream.Msg, 4096)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-sctx.Done():
-			_ = m.Nak()
-		}
-	}, jetstream.PullMaxMessages(2000), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		s.log.Debug("consume", "err", err)
-	}))
-	if err != nil {
-		return fmt.Errorf("consume: %w", err)
-	}
-	defer cc.Stop()
+	rctx, stopReceiving := context.WithCancel(sctx)
+	received := make(chan struct{})
+	go func() {
+		defer close(received)
+		s.receive(rctx, cons, msgs)
+	}()
+	// Stops the pulls and waits for them, so nothing more is handed over.
+	stop := func() { stopReceiving(); <-received }
+	defer stop()
 
 	ticker := time.NewTicker(s.cfg.FlushInterval)
 	defer ticker.Stop()
@@ -211,13 +207,13 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				flush(fctx)
 				cancel()
-				cc.Stop()
+				stop()
 				if err := l.Release(context.Background()); err != nil {
 					s.log.Warn("could not release the fold lease; a standby takes over when it expires", "err", err)
 				}
 				return nil
 			}
-			cc.Stop()
+			stop()
 			s.handBack(append(folded, drain(msgs)...))
 			return context.Cause(sctx)
 		case m := <-msgs:
@@ -237,6 +233,78 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 		case taskID := <-s.changed:
 			if err := s.touch(ctx, taskID); err != nil {
 				s.log.Warn("cannot load task state", shared.KeyTaskID, taskID, "err", err)
+			}
+		}
+	}
+}
+
+// receivePace is how long events gather on the server between two pulls
+// while they keep coming, and receiveBatch the most one pull takes.
+// Events arrive one at a time at a few thousand a second; taking what
+// gathered in one pull every receivePace costs the server one write and
+// this process one read and one wakeup per pull instead of per event.
+// Progress is written every FlushInterval anyway, so it is at most
+// receivePace later.
+const (
+	receivePace  = 50 * time.Millisecond
+	receiveBatch = 2000
+	// receiveWait is how long one pull waits for the first event at rest.
+	receiveWait = 30 * time.Second
+)
+
+// receive hands the consumer's events to msgs until ctx ends. At rest it
+// waits in one long pull for the next event (receiveWait at a time); then, while events keep
+// coming, it takes what gathered every receivePace (at once while a pull
+// comes back full), until a pull comes back empty. An event it could not
+// hand over when ctx ended is handed back unacknowledged.
+func (s *Service) receive(ctx context.Context, cons jetstream.Consumer, msgs chan<- jetstream.Msg) {
+	// pull hands over one batch's events and says how many there were.
+	pull := func(b jetstream.MessageBatch, err error) int {
+		if err != nil {
+			s.log.Debug("pull", "err", err)
+			return -1
+		}
+		n := 0
+		for m := range b.Messages() {
+			n++
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				_ = m.Nak()
+			}
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			s.log.Debug("pull", "err", err)
+		}
+		return n
+	}
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithTimeout(ctx, receiveWait)
+		// One event ends the wait (a larger batch would keep it streaming
+		// events one at a time until full).
+		b, err := cons.Fetch(1, jetstream.FetchContext(wctx))
+		n := pull(b, err)
+		cancel()
+		if n < 0 {
+			wait(time.Second)
+			continue
+		}
+		for n != 0 && ctx.Err() == nil {
+			if n < receiveBatch && !wait(receivePace) {
+				return
+			}
+			if n = pull(cons.FetchNoWait(receiveBatch)); n < 0 {
+				wait(time.Second)
 			}
 		}
 	}
