@@ -92,7 +92,9 @@ lock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>"$BENCH_LOCK" && flock 9; fi; }
 unlock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>&-; fi; }
 still_running() {
 	local s
-	for s in "${SVCS[@]}"; do running_pid "${P[$s]}" || die "$s exited $1 (see $WORK/$s.log)"; done
+	for s in "${SVCS[@]}"; do
+		[[ -z "${P[$s]:-}" ]] || running_pid "${P[$s]}" || die "$s exited $1 (see $WORK/$s.log)"
+	done
 }
 running_pid() { kill -0 "$1" 2>/dev/null; }
 
