@@ -8,8 +8,9 @@
 // acknowledged it unfolded; a three-node failover test lost 3 of 1,000
 // outcomes that way. It pulls in paced batches (status.go, receive): at
 // rest one long pull waits for the next event; while events come, one
-// pull every 50 ms takes what gathered, so a busy fold costs a read per
-// pull, not per event.
+// pull every 50 ms takes what gathered (at once after a failed attempt,
+// for the circuit breaker), so a busy fold costs a read per pull, not
+// per event.
 //
 // One folder: any number of status processes may run, but only the holder
 // of the lease contract.StatusFoldLease in KV broadcast_leases consumes and

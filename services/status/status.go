@@ -69,6 +69,10 @@ type Service struct {
 	// stands by; nothing is written without it valid (foldlease.go).
 	holds atomic.Pointer[lease.Lease]
 
+	// hurry cuts receive's wait short after a failed attempt was folded,
+	// so a failing task's breaker reacts as fast as events arrive.
+	hurry chan struct{}
+
 	mu    sync.Mutex
 	folds map[string]*taskFold
 	// Folded counts events folded since start (for metrics and tests).
@@ -96,7 +100,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
-		changed: make(chan string, 1024), alerts: alerts, scores: newScoreBook(), series: newSeriesStore(cfg.SeriesLimit)}, nil
+		changed: make(chan string, 1024), hurry: make(chan struct{}, 1), alerts: alerts, scores: newScoreBook(), series: newSeriesStore(cfg.SeriesLimit)}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -244,7 +248,9 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 // gathered in one pull every receivePace costs the server one write and
 // this process one read and one wakeup per pull instead of per event.
 // Progress is written every FlushInterval anyway, so it is at most
-// receivePace later.
+// receivePace later. After a failed attempt the wait ends at once
+// (Service.hurry): the circuit breaker must not see a failing task
+// receivePace late, while it keeps sending.
 const (
 	receivePace  = 50 * time.Millisecond
 	receiveBatch = 2000
@@ -253,9 +259,10 @@ const (
 )
 
 // receive hands the consumer's events to msgs until ctx ends. At rest it
-// waits in one long pull for the next event (receiveWait at a time); then, while events keep
-// coming, it takes what gathered every receivePace (at once while a pull
-// comes back full), until a pull comes back empty. An event it could not
+// waits in one long pull for the next event (receiveWait at a time);
+// then, while events keep coming, it takes what gathered every
+// receivePace (at once while a pull comes back full or a failed attempt
+// was folded), until a pull comes back empty. An event it could not
 // hand over when ctx ended is handed back unacknowledged.
 func (s *Service) receive(ctx context.Context, cons jetstream.Consumer, msgs chan<- jetstream.Msg) {
 	// pull hands over one batch's events and says how many there were.
@@ -285,6 +292,8 @@ func (s *Service) receive(ctx context.Context, cons jetstream.Consumer, msgs cha
 		case <-ctx.Done():
 			return false
 		case <-t.C:
+			return true
+		case <-s.hurry:
 			return true
 		}
 	}
@@ -350,8 +359,15 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
+	wasFinal, failedBefore, failsBefore := f.P.State.Final(), f.P.Failed, f.breaker.fails
 	applied := f.apply(&ev)
+	if f.breaker.fails > failsBefore && !f.breaker.tripped {
+		// A failed attempt: the breaker should see the next ones at once.
+		select {
+		case s.hurry <- struct{}{}:
+		default:
+		}
+	}
 	s.scores.note(&ev, applied, time.Now())
 	if applied {
 		f.dirty, f.unsaved = true, true
