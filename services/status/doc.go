@@ -6,7 +6,11 @@
 // transit (a client reconnect, a consumer leader moving to another node)
 // comes back only after the ack wait, and a later event's ack would have
 // acknowledged it unfolded; a three-node failover test lost 3 of 1,000
-// outcomes that way.
+// outcomes that way. It pulls in paced batches (status.go, receive): at
+// rest one long pull waits for the next event; while events come, one
+// pull every 50 ms takes what gathered (at once after a failed attempt,
+// for the circuit breaker), so a busy fold costs a read per pull, not
+// per event.
 //
 // One folder: any number of status processes may run, but only the holder
 // of the lease contract.StatusFoldLease in KV broadcast_leases consumes and
@@ -19,7 +23,8 @@
 // checkpoint per task in object store broadcast_status, and one entry per
 // recipient outcome in the recipient index, stream LOOKUP
 // (broadcast.lookup.<hash of the recipient>, contract/lookup.go),
-// published without waiting, as plain messages with one acknowledgement
+// gathered and published together before each flush (or once 1,024
+// wait), without waiting, as plain messages with one acknowledgement
 // asked in every 256 to hold the fold back from the server's ingest
 // limit (lookup.go).
 //

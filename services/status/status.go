@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/client"
@@ -57,14 +58,20 @@ type Service struct {
 	// series feeds the dashboard's charts from the events folded here
 	// (series.go).
 	series *seriesStore
-	// indexer publishes the recipient index (lookup.go), under mu.
-	indexer *indexWriter
+	// indexer publishes the recipient index (lookup.go), under mu;
+	// pendingIndex are the entries folded since it last published.
+	indexer      *indexWriter
+	pendingIndex []*nats.Msg
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
 	// holds is the fold lease while this process folds, nil while it
 	// stands by; nothing is written without it valid (foldlease.go).
 	holds atomic.Pointer[lease.Lease]
+
+	// hurry cuts receive's wait short after a failed attempt was folded,
+	// so a failing task's breaker reacts as fast as events arrive.
+	hurry chan struct{}
 
 	mu    sync.Mutex
 	folds map[string]*taskFold
@@ -93,7 +100,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
-		changed: make(chan string, 1024), alerts: alerts, scores: newScoreBook(), series: newSeriesStore(cfg.SeriesLimit)}, nil
+		changed: make(chan string, 1024), hurry: make(chan struct{}, 1), alerts: alerts, scores: newScoreBook(), series: newSeriesStore(cfg.SeriesLimit)}, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
@@ -165,24 +172,23 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	go s.writeScores(sctx)
 
 	msgs := make(chan jetstream.Msg, 4096)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-sctx.Done():
-			_ = m.Nak()
-		}
-	}, jetstream.PullMaxMessages(2000), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		s.log.Debug("consume", "err", err)
-	}))
-	if err != nil {
-		return fmt.Errorf("consume: %w", err)
-	}
-	defer cc.Stop()
+	rctx, stopReceiving := context.WithCancel(sctx)
+	received := make(chan struct{})
+	go func() {
+		defer close(received)
+		s.receive(rctx, cons, msgs)
+	}()
+	// Stops the pulls and waits for them, so nothing more is handed over.
+	stop := func() { stopReceiving(); <-received }
+	defer stop()
 
 	ticker := time.NewTicker(s.cfg.FlushInterval)
 	defer ticker.Stop()
 	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
+		s.mu.Lock()
+		s.publishIndex()
+		s.mu.Unlock()
 		if err := s.flush(ctx); err != nil {
 			if errors.Is(err, errNotConfirmed) {
 				return // kept until the lease is confirmed again (keepFoldLease)
@@ -205,13 +211,13 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				flush(fctx)
 				cancel()
-				cc.Stop()
+				stop()
 				if err := l.Release(context.Background()); err != nil {
 					s.log.Warn("could not release the fold lease; a standby takes over when it expires", "err", err)
 				}
 				return nil
 			}
-			cc.Stop()
+			stop()
 			s.handBack(append(folded, drain(msgs)...))
 			return context.Cause(sctx)
 		case m := <-msgs:
@@ -236,11 +242,91 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	}
 }
 
+// receivePace is how long events gather on the server between two pulls
+// while they keep coming, and receiveBatch the most one pull takes.
+// Events arrive one at a time at a few thousand a second; taking what
+// gathered in one pull every receivePace costs the server one write and
+// this process one read and one wakeup per pull instead of per event.
+// Progress is written every FlushInterval anyway, so it is at most
+// receivePace later. After a failed attempt the wait ends at once
+// (Service.hurry): the circuit breaker must not see a failing task
+// receivePace late, while it keeps sending.
+const (
+	receivePace  = 50 * time.Millisecond
+	receiveBatch = 2000
+	// receiveWait is how long one pull waits for the first event at rest.
+	receiveWait = 30 * time.Second
+)
+
+// receive hands the consumer's events to msgs until ctx ends. At rest it
+// waits in one long pull for the next event (receiveWait at a time);
+// then, while events keep coming, it takes what gathered every
+// receivePace (at once while a pull comes back full or a failed attempt
+// was folded), until a pull comes back empty. An event it could not
+// hand over when ctx ended is handed back unacknowledged.
+func (s *Service) receive(ctx context.Context, cons jetstream.Consumer, msgs chan<- jetstream.Msg) {
+	// pull hands over one batch's events and says how many there were.
+	pull := func(b jetstream.MessageBatch, err error) int {
+		if err != nil {
+			s.log.Debug("pull", "err", err)
+			return -1
+		}
+		n := 0
+		for m := range b.Messages() {
+			n++
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				_ = m.Nak()
+			}
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			s.log.Debug("pull", "err", err)
+		}
+		return n
+	}
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-s.hurry:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithTimeout(ctx, receiveWait)
+		// One event ends the wait (a larger batch would keep it streaming
+		// events one at a time until full).
+		b, err := cons.Fetch(1, jetstream.FetchContext(wctx))
+		n := pull(b, err)
+		cancel()
+		if n < 0 {
+			wait(time.Second)
+			continue
+		}
+		for n != 0 && ctx.Err() == nil {
+			if n < receiveBatch && !wait(receivePace) {
+				return
+			}
+			if n = pull(cons.FetchNoWait(receiveBatch)); n < 0 {
+				wait(time.Second)
+			}
+		}
+	}
+}
+
 // handBack drops every fold state and returns the events folded into them
 // unacknowledged, for the next holder.
 func (s *Service) handBack(msgs []jetstream.Msg) {
 	s.mu.Lock()
 	s.folds = map[string]*taskFold{}
+	// The next holder folds these events again and indexes them then.
+	clear(s.pendingIndex)
+	s.pendingIndex = s.pendingIndex[:0]
 	s.mu.Unlock()
 	for _, m := range msgs {
 		_ = m.Nak()
@@ -273,8 +359,15 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	wasFinal, failedBefore := f.P.State.Final(), f.P.Failed
+	wasFinal, failedBefore, failsBefore := f.P.State.Final(), f.P.Failed, f.breaker.fails
 	applied := f.apply(&ev)
+	if f.breaker.fails > failsBefore && !f.breaker.tripped {
+		// A failed attempt: the breaker should see the next ones at once.
+		select {
+		case s.hurry <- struct{}{}:
+		default:
+		}
+	}
 	s.scores.note(&ev, applied, time.Now())
 	if applied {
 		f.dirty, f.unsaved = true, true
