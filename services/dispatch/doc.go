@@ -41,8 +41,8 @@
 // where sentBefore would find no outcome yet: such a redelivery is left
 // unsettled, without a step (live.go), and the delivery in hand settles
 // the message for both (the server takes any delivery's ack, NAK or
-// progress ack by stream sequence); it spends no attempt. A new holder starts with an empty bucket (pacer.empty). The
-// lease replaced a pinned priority group on a single consumer, because a
+// progress ack by stream sequence); it spends no attempt. A new holder
+// starts with an empty bucket (pacer.empty). The lease replaced a pinned priority group on a single consumer, because a
 // pin is per consumer: with one consumer per lane two replicas could have
 // owned different lanes of one account and together exceeded its rate.
 //
