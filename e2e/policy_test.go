@@ -344,3 +344,61 @@ func TestPolicyTestRecipientsBypass(t *testing.T) {
 	require.Equal(t, map[string]int{contract.CodeQuietHours: 1}, codesOf(ts.Events(t, task.ID), contract.EventRetrying))
 	require.Len(t, rec.accepted(), 2, "no send beyond the test recipients")
 }
+
+// TestPolicyJobWaitingForCapsHoldsNoReservation: a marketing job that
+// waits for its account's per-recipient interval holds no reservation
+// under the frequency cap meanwhile, so when it then expires, or its task
+// is cancelled, it has taken no other task's slot: a marketing task to the
+// same recipients submitted during the wait is sent (scenario seed
+// 257254433: a job that reserved, waited for the interval and expired
+// unsent made a third task skip for a cap nobody had reached).
+func TestPolicyJobWaitingForCapsHoldsNoReservation(t *testing.T) {
+	t.Parallel()
+	ts := pipelinetest.Start(t)
+	ctx := t.Context()
+	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	ts.PutAccount(t, "gap", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"per_recipient_interval":"5s"`))
+	putPolicy(t, ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}]}`)
+	counter, err := policy.OpenCounter(ctx, ts.JS)
+	require.NoError(t, err)
+	pipelinetest.StartPipeline(t, ts, fastRetries())
+
+	people := []contract.Recipient{{To: "exp-1"}, {To: "can-1"}}
+	warm := contract.Task{ID: "rel-warm", Channel: "webhook", Template: "receipt", Recipients: people, Category: contract.CategoryTransactional}
+	submit(t, ts, warm)
+	require.Equal(t, 2, ts.WaitFinal(t, warm.ID, 20*time.Second).Sent)
+	// Both marketing jobs now wait out the 5 s interval.
+	expiring := contract.Task{ID: "rel-exp", Channel: "webhook", Template: "offer", Recipients: people[:1],
+		ExpiresAt: time.Now().Add(2500 * time.Millisecond).UTC().Format(time.RFC3339Nano)}
+	cancelled := contract.Task{ID: "rel-can", Channel: "webhook", Template: "offer", Recipients: people[1:]}
+	submit(t, ts, expiring)
+	submit(t, ts, cancelled)
+	ts.WaitProgress(t, cancelled.ID, 10*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateProcessing }, "processing")
+	time.Sleep(500 * time.Millisecond) // the jobs reach dispatch and wait
+	next := contract.Task{ID: "rel-next", Channel: "webhook", Template: "offer", Recipients: people}
+	submit(t, ts, next)
+	for _, to := range []string{"exp-1", "can-1"} {
+		sends, err := counter.Sends(ctx, "webhook", to)
+		require.NoError(t, err)
+		require.Empty(t, sends, "no reservation for %s while its jobs wait for the interval", to)
+	}
+	require.True(t, control(t, ts, cancelled.ID, "cancel").OK)
+	require.Equal(t, contract.StateFailed, ts.WaitFinal(t, expiring.ID, 20*time.Second).State)
+	require.Len(t, eventsOf(ts.Events(t, expiring.ID), contract.EventExpired), 1, "expired events")
+	require.Equal(t, contract.StateCancelled, ts.WaitFinal(t, cancelled.ID, 20*time.Second).State)
+
+	p := ts.WaitFinal(t, next.ID, 30*time.Second)
+	require.Equal(t, [2]int{2, 0}, [2]int{p.Sent, p.Skipped}, "the marketing task submitted during the wait is sent: sent, skipped")
+	var calls []string
+	for _, h := range rec.accepted() {
+		calls = append(calls, h.to)
+	}
+	sort.Strings(calls)
+	require.Equal(t, []string{"can-1", "can-1", "exp-1", "exp-1"}, calls, "the warm-up and the next task reached each recipient")
+	for _, to := range []string{"exp-1", "can-1"} {
+		sends, err := counter.Sends(ctx, "webhook", to)
+		require.NoError(t, err)
+		require.Len(t, sends, 1, to)
+		require.Equal(t, "rel-next", strings.Split(sends[0].Job, ".")[0], to)
+	}
+}

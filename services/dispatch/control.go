@@ -19,6 +19,7 @@ func (r *accountRunner) obeyControl(ctx context.Context, d *delivery) (done bool
 	case ctl.State == contract.StateCancelled:
 		ev := r.event(d, contract.EventCancelled, d.attempt-1)
 		ev.Code, ev.Error = "cancelled", "task cancelled"
+		r.releaseEarlierFrequency(d)
 		return true, r.svc.publish(ctx, ev)
 	case controlLets(ctl, job):
 		return false, nil

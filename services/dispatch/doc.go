@@ -87,8 +87,11 @@
 // attempt spent; expires_at still wins) with a retrying event coded
 // quiet_hours; one over a frequency cap is skipped, code frequency_cap;
 // otherwise its send is reserved by job id in KV broadcast_frequency
-// (compare-and-set, shared by every replica) and released by send when
-// the call did not reach the recipient. Config.Now is the policy's clock.
+// (compare-and-set, shared by every replica; for an account with a daily
+// cap or a per-recipient interval only once admitCaps admits it, so a job
+// waiting for those holds no reservation) and released by send when the
+// call did not reach the recipient, or by mayStillSend when a redelivered
+// job ends unsent (expired, cancelled, suppressed). Config.Now is the policy's clock.
 // Successes are known from the task's stored sent events (sentindex.go:
 // each is stored before its job is acknowledged, so it costs nothing per
 // send; a task's events are read by one forward-only ephemeral consumer,
@@ -238,9 +241,10 @@
 //   - portfolio.go: a portfolio's accounts, limit and shared count.
 //   - quality.go: what a quality rating does to pacing and marketing
 //     sends, and applying a change of the signals.
-//   - policy.go: quiet hours and frequency caps (obeyPolicy), the check
-//     of a job as if it were sent alone now (policyStops, policyHolds),
-//     releasing a reservation whose send did not reach the recipient.
+//   - policy.go: quiet hours and frequency caps (obeyPolicy,
+//     reserveFrequency), the check of a job as if it were sent alone now
+//     (policyStops, policyHolds), releasing a reservation whose send did
+//     not reach the recipient or whose job ended unsent.
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
 //   - digest.go: digests: joining, carrying, the recipient policy item by
 //     item, sending and finishing them, and the backlog rule.

@@ -11,33 +11,27 @@ import (
 )
 
 // obeyPolicy applies the recipient policy of the job's channel (KV
-// broadcast_policy, internal/policy) right before the account's caps: a
+// broadcast_policy, internal/policy) before the account's caps: a
 // recipient inside its quiet hours waits until they end, re-published for
 // then without spending an attempt or holding a slot, with a retrying
 // event coded quiet_hours; one over a frequency cap is skipped, coded
-// frequency_cap; otherwise the send is reserved under the caps, by job id,
-// and released again by send if the call did not reach the recipient.
-// Transactional jobs and test sends bypass both and are not counted. A
-// digest's carrier has been through the policy in carry (digest.go), item
-// by item, with one reservation for the digest. done reports that the job
-// was handled here, with err for the consume loop.
-func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool, err error) {
-	job := &d.job
-	cat := job.JobCategory()
-	if cat == contract.CategoryTransactional || d.digest != nil {
-		return false, nil
-	}
-	p := r.svc.policy.For(job.Channel)
+// frequency_cap. With reserve the send is then reserved under the caps,
+// by job id, and released again by send if the call did not reach the
+// recipient; without it the caps are only read, and reserveFrequency
+// reserves once the account's caps have admitted the send, so a job that
+// waits for them (a per-recipient interval, a daily cap) holds no
+// reservation meanwhile. Transactional jobs and test sends bypass both
+// and are not counted. A digest's carrier has been through the policy in
+// carry (digest.go), item by item, with one reservation for the digest.
+// done reports that the job was handled here, with err for the consume
+// loop.
+func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery, reserve bool) (done bool, err error) {
+	p := r.policyOf(d)
 	if p == nil {
 		return false, nil
 	}
-	if job.Test {
-		// A test recipient (the task's test_recipients, sent before it is
-		// approved) is someone checking the message: neither held nor
-		// skipped, nor counted against their caps. The suppression list
-		// was checked before (mayStillSend) and still applies.
-		return false, nil
-	}
+	job := &d.job
+	cat := job.JobCategory()
 	now := r.svc.cfg.Now()
 	if q := quietHoursOf(p, cat); q != nil {
 		loc, from := policy.Zone(job.Vars, job.TaskTZ, job.To, q.DefaultLocation())
@@ -57,19 +51,61 @@ func (r *accountRunner) obeyPolicy(ctx context.Context, d *delivery) (done bool,
 	if !anyCapApplies(p.FrequencyCaps, cat) {
 		return false, nil
 	}
-	over, err := r.svc.frequency.Reserve(ctx, job.Channel, job.To, job.ID, cat, p.FrequencyCaps, now)
+	if reserve {
+		return r.reserveFrequency(ctx, d)
+	}
+	usage, err := r.svc.frequency.Load(ctx, job.Channel, job.To)
+	if err != nil {
+		return true, shared.RetryAfter(time.Second, err)
+	}
+	if over := usage.Check(cat, p.FrequencyCaps, now, job.ID); over != nil {
+		return true, r.skipOverCap(ctx, d, over)
+	}
+	return false, nil
+}
+
+// policyOf is the policy that applies to d's job, nil when none does: no
+// policy for its channel, a transactional job, a test send (the task's
+// test_recipients, sent before it is approved: someone checking the
+// message, neither held nor skipped, nor counted against their caps; the
+// suppression list was checked before, in mayStillSend, and still
+// applies) or a digest's carrier.
+func (r *accountRunner) policyOf(d *delivery) *contract.Policy {
+	job := &d.job
+	if job.JobCategory() == contract.CategoryTransactional || d.digest != nil || job.Test {
+		return nil
+	}
+	return r.svc.policy.For(job.Channel)
+}
+
+// reserveFrequency reserves d's send under the frequency caps of its
+// channel's policy, or skips the job when a cap has no room left. done
+// reports that the job was handled here, with err for the consume loop.
+func (r *accountRunner) reserveFrequency(ctx context.Context, d *delivery) (done bool, err error) {
+	p := r.policyOf(d)
+	job := &d.job
+	cat := job.JobCategory()
+	if p == nil || !anyCapApplies(p.FrequencyCaps, cat) {
+		return false, nil
+	}
+	over, err := r.svc.frequency.Reserve(ctx, job.Channel, job.To, job.ID, cat, p.FrequencyCaps, r.svc.cfg.Now())
 	if err != nil {
 		return true, shared.RetryAfter(time.Second, err)
 	}
 	if over != nil {
-		// Like a suppressed recipient: never attempted.
-		d.log.Debug("job skipped by a frequency cap", "cap", over.Explain())
-		ev := r.event(d, contract.EventSkipped, d.attempt-1)
-		ev.Code, ev.Error, ev.Class = contract.CodeFrequencyCap, over.Explain(), contract.ClassPermanent
-		return true, r.svc.publish(ctx, ev)
+		return true, r.skipOverCap(ctx, d, over)
 	}
 	d.frequencyReserved = true
 	return false, nil
+}
+
+// skipOverCap skips d's job for a frequency cap without room: like a
+// suppressed recipient, never attempted.
+func (r *accountRunner) skipOverCap(ctx context.Context, d *delivery, over *policy.Over) error {
+	d.log.Debug("job skipped by a frequency cap", "cap", over.Explain())
+	ev := r.event(d, contract.EventSkipped, d.attempt-1)
+	ev.Code, ev.Error, ev.Class = contract.CodeFrequencyCap, over.Explain(), contract.ClassPermanent
+	return r.svc.publish(ctx, ev)
 }
 
 // quietHoursOf is p's quiet hours when they hold messages of cat, else nil.
@@ -134,6 +170,24 @@ func anyCapApplies(caps []contract.FrequencyCap, cat contract.Category) bool {
 		}
 	}
 	return false
+}
+
+// releaseEarlierFrequency drops the frequency reservation an earlier
+// delivery of d's job may have left, when this one ends the job without a
+// send (expired, cancelled, suppressed): a job reserves before the
+// account's caps, and one that then waited (a per-recipient interval, a
+// daily cap, a pause, a move) keeps its reservation for when it comes
+// back (docs/policy.md, rule 2). A reservation of this delivery's own is
+// send's to release.
+func (r *accountRunner) releaseEarlierFrequency(d *delivery) {
+	job := &d.job
+	if d.frequencyReserved || job.Test || !(job.Recheck || d.redelivered || d.recheck) {
+		return
+	}
+	if p := r.svc.policy.For(job.Channel); p == nil || d.digest == nil && !anyCapApplies(p.FrequencyCaps, job.JobCategory()) {
+		return
+	}
+	r.releaseFrequency(context.Background(), d, nil)
 }
 
 // frequencyReleaseTimeout bounds the release of a reservation, which runs

@@ -76,11 +76,21 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	if done, err := r.mayStillSend(ctx, d); done {
 		return err
 	}
-	if done, err := r.obeyPolicy(ctx, d); done {
+	// A job the account's caps may delay reserves under the frequency
+	// caps only once they admit it: reserved while it waited, it would
+	// count against its recipient and could then expire unsent.
+	lateReserve := r.capsMayDelay(d)
+	if done, err := r.obeyPolicy(ctx, d, !lateReserve); done {
 		return err
 	}
 	if done, err := r.admitCaps(ctx, d); done {
 		return err
+	}
+	if lateReserve {
+		if done, err := r.reserveFrequency(ctx, d); done {
+			d.releaseCaps(ctx, false)
+			return err
+		}
 	}
 	o, err := r.send(ctx, turn, d)
 	if o == nil {
@@ -253,7 +263,7 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, err error) {
 	now := time.Now()
 	lim, gap := r.svc.limitsOf(d.acct, now), d.acct.PerRecipientInterval.D()
-	if lim.own <= 0 && gap <= 0 && d.acct.Portfolio == "" {
+	if !hasCaps(lim, gap, d.acct) {
 		return false, nil
 	}
 	caps, err := r.capTracker(ctx)
@@ -284,6 +294,31 @@ func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, 
 	return false, nil
 }
 
+// capsMayDelay reports whether admitCaps may delay d's job: its account
+// has a daily cap (its own or its portfolio's) or a per-recipient
+// interval.
+func (r *accountRunner) capsMayDelay(d *delivery) bool {
+	return hasCaps(r.svc.limitsOf(d.acct, time.Now()), d.acct.PerRecipientInterval.D(), d.acct)
+}
+
+func hasCaps(lim dailyLimits, gap time.Duration, acct *contract.Account) bool {
+	return lim.own > 0 || gap > 0 || acct.Portfolio != ""
+}
+
+// releaseCaps ends d's reservations in the account's caps, counting the
+// send when reached says it may have reached the recipient.
+func (d *delivery) releaseCaps(ctx context.Context, reached bool) {
+	now := time.Now()
+	if d.caps != nil {
+		d.caps.release(ctx, d.job.To, reached, now)
+		d.caps = nil
+	}
+	if d.portfolio != nil {
+		d.portfolio.release(ctx, d.job.To, reached, now)
+		d.portfolio = nil
+	}
+}
+
 // send makes the job's provider call, through the account's batcher or
 // directly, and ends its caps reservation whatever happened. A send that
 // may have reached the recipient counts for the gap and the cap as sent,
@@ -291,13 +326,7 @@ func (r *accountRunner) admitCaps(ctx context.Context, d *delivery) (done bool, 
 // without a call, with err for the consume loop.
 func (r *accountRunner) send(ctx context.Context, turn *ticket, d *delivery) (o *sendOutcome, err error) {
 	if d.caps != nil {
-		defer func() {
-			reached, now := o != nil && o.mayHaveReached(), time.Now()
-			d.caps.release(ctx, d.job.To, reached, now)
-			if d.portfolio != nil {
-				d.portfolio.release(ctx, d.job.To, reached, now)
-			}
-		}()
+		defer func() { d.releaseCaps(ctx, o != nil && o.mayHaveReached()) }()
 	}
 	if d.frequencyReserved {
 		defer func() { r.releaseFrequency(ctx, d, o) }()
@@ -547,6 +576,7 @@ func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done boo
 		if job.MaybeSent {
 			ev.Error = "expires_at " + job.ExpiresAt.Format(time.RFC3339) + " passed before the answer to an earlier send was known"
 		}
+		r.releaseEarlierFrequency(d)
 		return true, r.svc.publish(ctx, ev)
 	}
 	if done, err := r.obeyControl(ctx, d); done {
@@ -557,6 +587,7 @@ func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done boo
 		// ones spent before this delivery.
 		ev := r.event(d, contract.EventSkipped, d.attempt-1)
 		ev.Code, ev.Error, ev.Class = contract.CodeSuppressed, hit.Explain(), contract.ClassPermanent
+		r.releaseEarlierFrequency(d)
 		return true, r.svc.publish(ctx, ev)
 	}
 	if blocked, why := r.mustNotSend(); blocked {
