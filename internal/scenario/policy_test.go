@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -124,4 +125,18 @@ func TestCheckPolicy(t *testing.T) {
 	o.Progress["b"].Skipped = 1
 	o.Progress["b"].Failed = 1
 	require.Contains(t, checks(o), CheckCounts, "two policy skips, one counted")
+
+	// Seed 475226773: a task with an invalid address cancelled before it
+	// started (waiting for send_after) has every recipient cancelled, the
+	// invalid one too; nothing was skipped.
+	o = good()
+	withC := *sc
+	withC.Tasks = append(slices.Clone(sc.Tasks), Task{ID: "c", Channel: "webhook", Recipients: []int{3}, Invalid: 1})
+	o.Scenario = &withC
+	o.Progress["c"] = &contract.Progress{TaskID: "c", State: contract.StateCancelled, Total: 2, Cancelled: 2}
+	o.Events["c"] = []contract.Event{ev("c", 0, "r-0003", contract.EventCancelled, "cancelled"), ev("c", 1, "not-an-address", contract.EventCancelled, "cancelled")}
+	o.Submitted["c"], o.Submitting["c"], o.Deadline["c"], o.Final["c"] = start, start, o.Deadline["a"], o.Final["a"]
+	require.Empty(t, Check(o), "invalid addresses of a task cancelled before it started are cancelled, not skipped")
+	o.Progress["c"].State = contract.StatePartial
+	require.Contains(t, checks(o), CheckCounts, "a task that ran skips its invalid addresses")
 }
