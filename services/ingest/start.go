@@ -50,14 +50,15 @@ func (s *Service) handleStart(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	ctl := s.controls.Get(taskID)
-	if ctl.State != contract.StateScheduled {
-		// The view may not have the state written moments ago (seed
-		// 860129467: a task scheduled just after a server restart found
-		// none and never started): ask the bucket.
-		if ctl, err = s.controls.Read(ctx, taskID); err != nil {
-			return err
-		}
+	// The run state comes from the bucket, not the view, which may lag
+	// behind a state written moments ago: a task scheduled just after a
+	// server restart would find none there and never start (seed
+	// 860129467), and one whose release was cut short after it was
+	// marked processing would still read "scheduled" there and wait for
+	// send_at instead of finishing its release. One read per start.
+	ctl, err := s.controls.Read(ctx, taskID)
+	if err != nil {
+		return err
 	}
 	if ctl.State == contract.StateProcessing && rec.Released && !rec.Expanded {
 		// A release cut short (ingest stopped after marking the task
