@@ -18,7 +18,12 @@ import (
 // is sent although not full, and batchMaxWait bounds how long its oldest
 // member waits. While members of earlier calls are still being settled
 // (ledger, events, ack) the linger does not run: their slots free up when
-// they are done, and more jobs arrive then.
+// they are done, and more jobs arrive then. Nor does it while the
+// account's handlers hold jobs on their way to the batcher (their checks
+// before the send): on a loaded machine those checks take longer than the
+// linger, and a quiet spell then means slow handlers, not a text that
+// stopped coming. When the linger runs, either the lane's jobs all wait
+// in the batcher or no more have come.
 //
 // Measured with 10,000 recipients and 3 texts at 20 calls/s (ideal: 6
 // calls): a linger of 150 ms counted from a group's oldest member took 14
@@ -89,9 +94,9 @@ type batchDeps struct {
 // recipients. Job handlers submit their message after every per-job check
 // and wait for their own Result; a group is sent when it is full, when no
 // new member joined it for linger (not counting time in which members of
-// earlier calls were still settling), or when its oldest member waited
-// maxWait. Each call takes one pacer token, and at most concurrency calls
-// are in flight.
+// earlier calls were still settling or handlers held jobs on their way to
+// it), or when its oldest member waited maxWait. Each call takes one
+// pacer token, and at most concurrency calls are in flight.
 //
 // A pause or cancel of the task, or an account that must not send
 // (disabled or paused), wins over waiting messages: every member is
@@ -109,9 +114,9 @@ type batcher struct {
 	// for a token, so the group it found is still there when it has one.
 	gate sync.Mutex
 	// wake tells that worker a group became full, the first group
-	// appeared or settling ended; a later group is ready no sooner than
-	// the groups the worker already waits for, and a new member only
-	// delays its group.
+	// appeared or the batcher went quiet (quietLocked); a later group is
+	// ready no sooner than the groups the worker already waits for, and a
+	// new member only delays its group.
 	wake chan struct{}
 
 	mu      sync.Mutex
@@ -119,9 +124,10 @@ type batcher struct {
 	pending int
 	stopped bool
 	// settling counts members of finished calls whose handlers have not
-	// called settled yet; settledAt is when it last fell to zero.
-	settling  int
-	settledAt time.Time
+	// called settled yet, arriving the jobs handlers hold on their way to
+	// submit (arrive); quietAt is when both last fell to zero.
+	settling, arriving int
+	quietAt            time.Time
 }
 
 // batchGroup is the waiting messages with one text, oldest first.
@@ -131,16 +137,16 @@ type batchGroup struct {
 	last time.Time
 }
 
-// readyAt is when g is sent unless it fills first or earlier calls are
-// still settling. Call with b.mu held.
+// readyAt is when g is sent unless it fills first, earlier calls are
+// still settling or jobs are on their way. Call with b.mu held.
 func (b *batcher) readyAt(g *batchGroup) time.Time {
 	w := g.items[0].at.Add(b.maxWait)
-	if b.settling > 0 {
+	if b.settling > 0 || b.arriving > 0 {
 		return w
 	}
 	t := g.last
-	if b.settledAt.After(t) {
-		t = b.settledAt
+	if b.quietAt.After(t) {
+		t = b.quietAt
 	}
 	if t = t.Add(b.linger); w.Before(t) {
 		return w
@@ -264,17 +270,50 @@ func (b *batcher) submit(ctx context.Context, job *contract.Job, msg channels.Me
 func (b *batcher) settled() {
 	b.mu.Lock()
 	b.settling--
-	last := b.settling == 0
-	if last {
-		b.settledAt = time.Now()
-	}
+	quiet := b.quietLocked()
 	b.mu.Unlock()
-	if last {
-		// Partial groups' lingers run again from now.
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
+	b.wakeIf(quiet)
+}
+
+// arrive tells the batcher that a handler holds a job of its account on
+// the way to submit, so partial groups keep waiting for it (within
+// maxWait). The handler calls the returned func when the job is about to
+// be submitted or leaves without a send; calls after the first do nothing.
+func (b *batcher) arrive() (arrived func()) {
+	b.mu.Lock()
+	b.arriving++
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.arriving--
+			quiet := b.quietLocked()
+			b.mu.Unlock()
+			b.wakeIf(quiet)
+		})
+	}
+}
+
+// quietLocked reports whether nothing settles and nothing is on its way
+// any more, and if so starts partial groups' lingers over from now. Call
+// with b.mu held.
+func (b *batcher) quietLocked() bool {
+	if b.settling > 0 || b.arriving > 0 {
+		return false
+	}
+	b.quietAt = time.Now()
+	return true
+}
+
+// wakeIf tells the worker to look at the groups again.
+func (b *batcher) wakeIf(quiet bool) {
+	if !quiet {
+		return
+	}
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
 }
 

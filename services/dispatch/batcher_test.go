@@ -274,6 +274,48 @@ func TestBatcherWaitsWhileCallsSettle(t *testing.T) {
 	require.Len(t, calls[1], 2)
 }
 
+// TestBatcherWaitsForJobsOnTheirWay checks that a partial group does not
+// linger out while handlers hold jobs on their way to the batcher (on a
+// loaded machine their checks take longer than the linger), goes a linger
+// after the last of them arrives, and still goes at maxWait while one
+// never does.
+func TestBatcherWaitsForJobsOnTheirWay(t *testing.T) {
+	t.Parallel()
+	f := &fakeProvider{}
+	const linger, maxWait = 50 * time.Millisecond, 2 * time.Second
+	b := startBatcher(t, f, 100, 1, linger, maxWait)
+	onWay, leaves := b.arrive(), b.arrive()
+	out := make(chan batchOutcome, 2)
+	job, msg := testJob("t", 0, "u0", "X")
+	go func() { out <- submitSettle(context.Background(), b, job, msg) }()
+	time.Sleep(6 * linger)
+	require.Empty(t, f.snapshot(), "no partial call while jobs are on their way")
+	leaves() // a job that leaves without a send
+	leaves() // says so once
+	time.Sleep(6 * linger)
+	require.Empty(t, f.snapshot(), "one job still on its way")
+	job, msg = testJob("t", 1, "u1", "X")
+	arrivedAt := time.Now()
+	onWay()
+	go func() { out <- submitSettle(context.Background(), b, job, msg) }()
+	for range 2 {
+		require.True(t, (<-out).sent)
+	}
+	require.GreaterOrEqual(t, time.Since(arrivedAt), linger, "the linger runs from the last arrival")
+	calls := f.snapshot()
+	require.Len(t, calls, 1)
+	require.Len(t, calls[0], 2)
+
+	// A job that never arrives holds partial groups for maxWait at most.
+	_ = b.arrive()
+	job, msg = testJob("t", 2, "u2", "X")
+	start := time.Now()
+	require.True(t, submitSettle(context.Background(), b, job, msg).sent)
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, maxWait)
+	require.Less(t, took, maxWait+2*time.Second)
+}
+
 func TestBatcherCallsInFlightAtMostConcurrency(t *testing.T) {
 	t.Parallel()
 	f := &fakeProvider{block: make(chan struct{})}

@@ -122,7 +122,8 @@
 // batcher (batcher.go), which makes one call per group of jobs with
 // identical text: when the group is full, when no job joined it for
 // batchLinger (150 ms, not counting time in which earlier calls' jobs are
-// still settling), or after batchMaxWait (2 s). For these accounts
+// still settling or handlers hold jobs on their way to the batcher), or
+// after batchMaxWait (2 s). For these accounts
 // rate_per_sec and concurrency count provider calls (one token per call,
 // taken only while the lease holds; at most concurrency calls in flight),
 // and the account's lanes together hold concurrency×max_batch×4 jobs (at

@@ -67,6 +67,12 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	if err != nil {
 		return err
 	}
+	if d.batch != nil {
+		// Until this job reaches the batcher or leaves, partial groups
+		// wait for it.
+		d.arrived = d.batch.arrive()
+		defer d.arrived()
+	}
 	if done, err := r.sentBefore(ctx, d); done {
 		return err
 	}
@@ -124,7 +130,9 @@ type delivery struct {
 	acct   *contract.Account
 	sender channels.Sender
 	batch  *batcher
-	log    *jobLogger
+	// arrived tells batch the job has reached it or left (batcher.arrive).
+	arrived func()
+	log     *jobLogger
 	// entry is the job's ledger entry: empty unless the job may have been
 	// handled before, when it holds the earlier attempts' errors.
 	entry *ledgerEntry
@@ -407,6 +415,9 @@ func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery
 // arrival), or a stop (left for redelivery without spending an attempt).
 func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutcome, error) {
 	msg := d.message()
+	if d.arrived != nil {
+		d.arrived()
+	}
 	for {
 		o := d.batch.submit(ctx, &d.job, msg)
 		if o.sent {
