@@ -85,3 +85,27 @@ func (ts *Server) WaitFinal(t testing.TB, taskID string, timeout time.Duration) 
 	t.Helper()
 	return ts.WaitProgress(t, taskID, timeout, func(p *contract.Progress) bool { return p.State.Final() }, "not final")
 }
+
+// WaitFinalMoving waits until the task's state is final for as long as its
+// progress moves: it fails the test when no recipient reached a final
+// outcome for stall, or after limit in all. For a phase whose length is
+// the machine's speed (cancelling a large backlog: every queued job still
+// gets its cancelled event, at whatever rate the CPU allows), a stall is
+// the failure, not a slow but steady finish.
+func (ts *Server) WaitFinalMoving(t testing.TB, taskID string, stall, limit time.Duration) *contract.Progress {
+	t.Helper()
+	start := time.Now()
+	done, moved := -1, start
+	p := ts.WaitProgress(t, taskID, limit, func(p *contract.Progress) bool {
+		if p.State.Final() {
+			return true
+		}
+		if n := p.Done(); n != done {
+			done, moved = n, time.Now()
+		}
+		require.Less(t, time.Since(moved), stall, "task %s: no recipient's outcome for %s; progress %+v", taskID, stall, p)
+		return false
+	}, "not final")
+	t.Logf("task %s final %s after the wait began", taskID, time.Since(start).Round(time.Millisecond))
+	return p
+}

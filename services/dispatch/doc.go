@@ -95,7 +95,8 @@
 // Successes are known from the task's stored sent events (sentindex.go:
 // each is stored before its job is acknowledged, so it costs nothing per
 // send; a task's events are read by one forward-only ephemeral consumer,
-// its order checked, recreated where it stopped when it vanishes); the
+// its order checked, recreated where it stopped when it vanishes; lookups
+// that queue behind a read of the task share it); the
 // ledger, KV broadcast_ledger (key <task>.<index>, ledger.go), keeps
 // attempt errors, and a sent record only when the event could not be
 // stored (or is not known to be). Fresh jobs skip the lookups. A

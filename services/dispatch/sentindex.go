@@ -43,6 +43,12 @@ type taskSent struct {
 	reader  jetstream.Consumer
 	readSeq uint64
 	bits    []uint64
+	// readAt is when the last complete read began: every sent event
+	// stored before then is marked. The lookups that queued for the lock
+	// behind that read share it instead of each reading again (two API
+	// requests, one after another: the 1,400 unparked jobs of a cancelled
+	// task were cancelled at about 100 a second on a loaded machine).
+	readAt time.Time
 	// others holds test recipients and indexes beyond the bitmap.
 	others map[sentKey]bool
 	used   time.Time
@@ -54,15 +60,23 @@ func newSentIndex(js jetstream.JetStream) *sentIndex {
 
 // sent reports whether the job's recipient has a sent event.
 func (x *sentIndex) sent(ctx context.Context, job *contract.Job) (bool, error) {
+	asked := time.Now()
 	t := x.task(job.TaskID)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.has(job.Index, job.Test) {
 		return true, nil
 	}
+	if t.readAt.After(asked) {
+		// A read that began after this question, while it waited for the
+		// lock, saw every sent event stored before it: its answer stands.
+		return false, nil
+	}
+	began := time.Now()
 	if err := t.catchUp(ctx, x.js, job.TaskID); err != nil {
 		return false, fmt.Errorf("read sent events of %s: %w", job.TaskID, err)
 	}
+	t.readAt = began
 	return t.has(job.Index, job.Test), nil
 }
 

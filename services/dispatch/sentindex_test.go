@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,4 +102,58 @@ func TestDispatchSentIndex(t *testing.T) {
 		require.NoError(t, err, fmt.Sprint(i))
 		require.Equal(t, i != 4005, sent, "index %d after the reader vanished", i)
 	}
+}
+
+// TestDispatchSentIndexSharesReads: lookups of one task that queue behind
+// a read share it rather than each reading again. A cancelled task's
+// unparked jobs (all rechecked) are cancelled only as fast as their
+// lookups answer: with one read (two API requests) each, in turn, 1,400
+// of them took 15-30 s on a loaded machine. A sent event stored after a
+// read is still seen by a lookup asked after it was stored.
+func TestDispatchSentIndexSharesReads(t *testing.T) {
+	js := topologyJS(t)
+	ctx := context.Background()
+	const task = "shared-reads"
+	sentIdx := make([]int, 0, 1000)
+	for i := range 1000 {
+		sentIdx = append(sentIdx, i)
+	}
+	publishSentEvents(t, js, task, sentIdx...)
+	x := newSentIndex(js)
+	job := func(i int) *contract.Job {
+		return &contract.Job{ID: contract.JobID(task, i, false), TaskID: task, Index: i}
+	}
+	sent, err := x.sent(ctx, job(0))
+	require.NoError(t, err)
+	require.True(t, sent)
+
+	const lookups = 400
+	calls0 := apiCalls(t, js)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, lookups)
+	for i := range lookups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if sent, err := x.sent(ctx, job(1000+i)); err != nil || sent {
+				errs <- fmt.Errorf("index %d: sent %v, err %v", 1000+i, sent, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	used := apiCalls(t, js) - calls0 - 1
+	t.Logf("%d concurrent lookups of unsent jobs: %d API requests", lookups, used)
+	require.Less(t, used, uint64(lookups/4), "lookups waiting for the lock share a read")
+
+	publishSentEvents(t, js, task, 1400)
+	sent, err = x.sent(ctx, job(1400))
+	require.NoError(t, err)
+	require.True(t, sent, "an event stored before the lookup is seen")
 }
