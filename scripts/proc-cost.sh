@@ -11,8 +11,10 @@
 # seconds; then one task of N recipients (a JSONL list in the object
 # store) at the account's rate, and each process's CPU (utime+stime from
 # /proc/<pid>/stat) from the submit to the task's final state, per
-# recipient. Knobs: NS ("20000 200000"), RATES ("2500 0"; 0 is unpaced),
-# ROUNDS (1), IDLE (20), DASHBOARD (1: status serves its dashboard on a
+# recipient, and its read and write system calls over the same span
+# (syscr+syscw of /proc/<pid>/io: reads, writes, pwrites), per recipient.
+# Knobs: NS ("20000 200000"), RATES ("2500 0"; 0 is unpaced), ROUNDS (1),
+# IDLE (20), DASHBOARD (1: status serves its dashboard on a
 # free loopback port, as by default; 0: DASHBOARD_ADDR=off), PROFILE (0;
 # 1: PROFILE_SECS-second CPU profiles of every process while idle and from
 # the submit, in $WORK/prof), SVC_ENV (extra NAME=VALUE settings for the
@@ -87,6 +89,18 @@ snapshot() {
 	for s in "${SVCS[@]}"; do out+="$(ticks "${P[$s]}") "; done
 	echo "$out"
 }
+# iocalls PID: read and write system calls of PID so far (syscr+syscw of
+# /proc/<pid>/io; 0 when it is gone): reads, writes and pwrites, not
+# epoll or futex.
+iocalls() {
+	awk '/^sysc[rw]:/ { n += $2 } END { print n + 0 }' "/proc/$1/io" 2>/dev/null || echo 0
+}
+# iosnapshot: "CALLS CALLS ..." of SVCS, in order.
+iosnapshot() {
+	local s out=""
+	for s in "${SVCS[@]}"; do out+="$(iocalls "${P[$s]}") "; done
+	echo "$out"
+}
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 lock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>"$BENCH_LOCK" && flock 9; fi; }
 unlock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>&-; fi; }
@@ -125,11 +139,13 @@ printf 'bin\tround\trecipients\trate\tstate\tseconds\trecipients_per_s\tload_1_5
 for s in "${SVCS[@]}"; do printf '\t%s_us_per_recipient' "$s" >>"$OUT"; done
 printf '\ttotal_us_per_recipient' >>"$OUT"
 for s in "${SVCS[@]}"; do printf '\t%s_idle_cores' "$s" >>"$OUT"; done
-printf '\tidle_load_1_5_15\n' >>"$OUT"
+printf '\tidle_load_1_5_15' >>"$OUT"
+for s in "${SVCS[@]}"; do printf '\t%s_rw_calls_per_recipient' "$s" >>"$OUT"; done
+printf '\n' >>"$OUT"
 
 # run BIN ROUND N RATE: one fresh stack, its idle CPU, one task.
 run() {
-	local bin=$1 round=$2 n=$3 rate=$4 port s id t0 t1 c0 c1 i0 i1 ld ild acct line rps burst
+	local bin=$1 round=$2 n=$3 rate=$4 port s id t0 t1 c0 c1 i0 i1 io0 io1 ld ild acct line rps burst
 	rm -rf "$WORK/store"
 	port=$(free_port 14622)
 	PPORT[nats-server]=$(free_port $((port + 100)))
@@ -186,6 +202,7 @@ EOF
 	profile_wait
 	ld=$(load)
 	c0=$(snapshot)
+	io0=$(iosnapshot)
 	t0=$(date +%s%N)
 	publish_task "$WORK/task.json" >/dev/null 2>&1 || die "could not publish the task"
 	profile_all "run-$n-$rate-r$round-$(basename "$bin")"
@@ -197,12 +214,13 @@ EOF
 		sleep 0.1
 	done
 	c1=$(snapshot)
+	io1=$(iosnapshot)
 	t1=$(date +%s%N)
 	profile_wait
 	unlock
 	[[ "$STATE" == succeeded ]] || log "task $id is '$STATE', not succeeded"
 	line=$(awk -v bin="$(basename "$bin")" -v r="$round" -v n="$n" -v rate="$rate" -v st="$STATE" -v t0="$t0" -v t1="$t1" -v ld="$ld" -v ild="$ild" \
-		-v c0="$c0" -v c1="$c1" -v i0="$i0" -v i1="$i1" -v tck="$TCK" -v idle="$IDLE" 'BEGIN {
+		-v c0="$c0" -v c1="$c1" -v i0="$i0" -v i1="$i1" -v io0="$io0" -v io1="$io1" -v tck="$TCK" -v idle="$IDLE" 'BEGIN {
 		secs = (t1 - t0) / 1e9
 		split(c0, a, " "); split(c1, b, " "); split(i0, x, " "); split(i1, y, " ")
 		printf "%s\t%s\t%d\t%s\t%s\t%.1f\t%.0f\t%s", bin, r, n, rate, st, secs, n / secs, ld
@@ -210,7 +228,10 @@ EOF
 		for (k = 1; k <= 5; k++) { u = (b[k] - a[k]) / tck * 1e6 / n; tot += u; printf "\t%.1f", u }
 		printf "\t%.1f", tot
 		for (k = 1; k <= 5; k++) printf "\t%.4f", (y[k] - x[k]) / tck / idle
-		printf "\t%s\n", ild
+		printf "\t%s", ild
+		split(io0, p, " "); split(io1, q, " ")
+		for (k = 1; k <= 5; k++) printf "\t%.2f", (q[k] - p[k]) / n
+		printf "\n"
 	}')
 	echo "$line" >>"$OUT"
 	log "$(awk -F'\t' -v names="${SVCS[*]}" '{
@@ -219,6 +240,8 @@ EOF
 		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(8 + k))
 		s = s sprintf(" total %s; idle cores (load %s):", $14, $20)
 		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(14 + k))
+		s = s "; read/write calls per recipient:"
+		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(20 + k))
 		print s }' <<<"$line")"
 	for s in "${SVCS[@]}"; do kill -KILL "${P[$s]}" 2>/dev/null || true; done
 	for s in "${SVCS[@]}"; do wait "${P[$s]}" 2>/dev/null || true; done

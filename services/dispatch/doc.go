@@ -58,7 +58,10 @@
 // task therefore takes the account's whole rate while it has work, low
 // yields to both, and the total never exceeds rate and burst: the pacer
 // admits at most rate + burst send starts in any 1.02 s, the margin
-// covering network jitter at the provider, which counts arrivals. A job
+// covering network jitter at the provider, which counts arrivals. Tokens
+// leave in ticks: a waiting scheduler lets 10 ms worth gather (at most
+// half the burst) and grants them together, so at high rates the jobs'
+// messages share system calls and wakeups (pacer.grantBatchLocked). A job
 // whose turn is due at once (nobody ahead, no higher lane busy or queued,
 // a slot and a token free) is granted in its own goroutine, without a hop
 // through the scheduler's. A job waiting for its turn checks its task's
@@ -234,7 +237,8 @@
 //   - batcher.go: merging sends of batch accounts into calls.
 //   - health.go: what answers say about the account (pauses, auth
 //     failures, the rate they leave) and its value in KV broadcast_health.
-//   - pacer.go: token bucket, Retry-After pauses, the one-second bound.
+//   - pacer.go: token bucket, tokens granted in ticks, Retry-After
+//     pauses, the one-second bound.
 //   - adapt.go: the adaptive rate's control law.
 //   - caps.go: daily cap and per-recipient gap, and a portfolio's shared
 //     count.

@@ -84,7 +84,9 @@ func (g *handoffRig) next(t *testing.T) taken {
 		msg = m
 	}
 	require.NotNil(t, msg, "a delivery within 5 s")
-	d, err := g.r.receive(msg, 0, nil)
+	meta, err := msg.Metadata()
+	require.NoError(t, err)
+	d, err := g.r.receive(msg, meta, 0, nil)
 	require.NoError(t, err)
 	return taken{d, msg}
 }

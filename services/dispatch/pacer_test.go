@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"math"
 	"sort"
 	"sync"
 	"testing"
@@ -200,4 +201,54 @@ func TestDispatchPacerWindowBoundsLateSenders(t *testing.T) {
 	require.Equal(t, 10, best)
 	require.GreaterOrEqual(t, elapsed, time.Second)
 	require.Less(t, elapsed, 1500*time.Millisecond)
+}
+
+// TestDispatchPacerGrantsInTicks: a waiter for tokens lets a grantTick's
+// worth gather (at most half the burst, at least one), so fast accounts'
+// jobs leave together; the rate is the bucket's and any span of length T
+// still starts at most burst + rate*T sends.
+func TestDispatchPacerGrantsInTicks(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		rate  float64
+		burst int
+		want  int // tokens a waiter lets gather
+	}{
+		{2500, 250, int(2500 * grantTick.Seconds())},
+		{100, 5, 1},  // a token every 10 ms: as before
+		{2000, 4, 2}, // half the burst
+		{20, 1, 1},   // at least one
+	} {
+		clk := newFakeClock()
+		p := newPacerAt(c.rate, c.rate, c.burst, clk.now)
+		p.empty()
+		ok, wait := p.tokenAt(clk.t)
+		require.False(t, ok)
+		gap := time.Duration(float64(time.Second) / c.rate)
+		require.InDelta(t, float64(time.Duration(c.want)*gap), float64(wait), float64(time.Millisecond),
+			"%v/s burst %d waits for %d tokens", c.rate, c.burst, c.want)
+
+		// Driven as the scheduler drives it, waking up to 0.9 ms late: never
+		// more than burst + rate*T starts in a span T, and the rate holds.
+		var starts []time.Time
+		begin := clk.t
+		for late := time.Duration(0); clk.t.Sub(begin) < 2*time.Second; late = (late + 300*time.Microsecond) % (900 * time.Microsecond) {
+			ok, d := p.tokenAt(clk.t)
+			if ok {
+				starts = append(starts, clk.t)
+				continue
+			}
+			clk.add(d + late)
+		}
+		// Starts i..j number j-i+1: at most burst + rate*(t_j - t_i), that
+		// is (j+1 - rate*t_j) - (i - rate*t_i) <= burst for every i <= j.
+		lowest := math.Inf(1)
+		for j, at := range starts {
+			x := c.rate * at.Sub(begin).Seconds()
+			lowest = min(lowest, float64(j)-x)
+			require.LessOrEqual(t, float64(j+1)-x-lowest, float64(c.burst)+1e-6, "%v/s burst %d", c.rate, c.burst)
+		}
+		got := float64(len(starts)) / clk.t.Sub(begin).Seconds()
+		require.InDelta(t, c.rate, got, 0.05*c.rate, "%v/s burst %d: the rate holds", c.rate, c.burst)
+	}
 }

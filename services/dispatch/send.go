@@ -52,18 +52,18 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 			claim.settled(nil) // the loop retries it (safeHandle)
 		}
 	}()
-	out := r.handleClaimed(ctx, sched, lane, recheckThrough, msg, claim)
+	out := r.handleClaimed(ctx, sched, lane, recheckThrough, msg, meta, claim)
 	panicked = false
 	return shared.Then(out, claim.settled)
 }
 
 // handleClaimed is handle for a delivery that holds its message's claim.
-func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg, claim *liveClaim) error {
+func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg, meta *jetstream.MsgMetadata, claim *liveClaim) error {
 	// The job counts as its lane's work from now on, so lower lanes wait
 	// for it (sched.go), until it is sent or leaves.
 	turn := sched.begin(lane)
 	defer turn.finish()
-	d, err := r.receive(msg, recheckThrough, claim)
+	d, err := r.receive(msg, meta, recheckThrough, claim)
 	if err != nil {
 		return err
 	}
@@ -180,17 +180,13 @@ type sendOutcome struct {
 // accepted, or unanswered (the client gave up waiting).
 func (o *sendOutcome) mayHaveReached() bool { return o.res.OK() || o.res.Code == "timeout" }
 
-// receive decodes a delivered job and notes the account as active. The
-// deliveries of its message left to another one (claim, nil when none
-// was taken) spent no attempt.
-func (r *accountRunner) receive(msg jetstream.Msg, recheckThrough uint64, claim *liveClaim) (*delivery, error) {
+// receive decodes a delivered job, whose metadata handle has read, and
+// notes the account as active. The deliveries of its message left to
+// another one (claim, nil when none was taken) spent no attempt.
+func (r *accountRunner) receive(msg jetstream.Msg, meta *jetstream.MsgMetadata, recheckThrough uint64, claim *liveClaim) (*delivery, error) {
 	d := &delivery{}
 	if err := contract.DecodeJob(msg.Data(), &d.job); err != nil {
 		return nil, shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
-	}
-	meta, err := msg.Metadata()
-	if err != nil {
-		return nil, err
 	}
 	d.seq, d.delivered = meta.Sequence.Stream, meta.NumDelivered
 	d.redelivered = meta.NumDelivered > 1
