@@ -100,7 +100,7 @@ func TestDispatchDailyCap(t *testing.T) {
 			newSent++
 		}
 	}
-	h := accountHealth(t, e.ts, "capped")
+	h := waitAccountHealth(t, e.ts, "capped", nil)
 	t.Logf("(b) after the handover to replica 2: sends per replica %v; task 3 sent %d retrying %d; new recipients accepted %d; distinct accepted %d; health daily_used %d/%d",
 		e.sendsBy(), p3.Sent, p3.Retrying, newSent, len(distinctAccepted(rec)), h.DailyUsed, h.DailyCap)
 	require.Zero(t, newSent, "the new owner knows the cap is reached")

@@ -184,7 +184,7 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 		sample = e
 		break
 	}
-	he, hf := accountHealth(t, ts, "hook-e"), accountHealth(t, ts, "hook-f")
+	he, hf := waitAccountHealth(t, ts, "hook-e", nil), waitAccountHealth(t, ts, "hook-f", nil)
 	t.Logf("no healthy account: %d requests (all 401), progress failed %d retrying %d state %s error %q; %d jobs waiting, e.g. %q",
 		len(bad.all()), p.Failed, p.Retrying, p.State, p.Error, len(w), sample.Error)
 	require.Equal(t, contract.HealthPaused, he.State)

@@ -198,7 +198,7 @@ func TestDispatchWarmupAndMessagingLimit(t *testing.T) {
 	for _, ev := range capWaits(t, ts, task.ID) {
 		sample = ev
 	}
-	h := accountHealth(t, ts, "new")
+	h := waitAccountHealth(t, ts, "new", func(h *contract.AccountHealth) bool { return h.WarmupCap > 0 })
 	t.Logf("warm-up day 0: accepted %d; health daily %d/%d warmup_cap %d; e.g. %q", len(distinctAccepted(rec)), h.DailyUsed, h.DailyCap, h.WarmupCap, sample.Error)
 	require.Len(t, distinctAccepted(rec), 15)
 	require.Contains(t, sample.Error, "warm-up cap 15 (day 0) reached on account new")

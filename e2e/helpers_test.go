@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
@@ -123,6 +124,19 @@ func accountHealth(t *testing.T, ts *pipelinetest.Server, name string) *contract
 	var h contract.AccountHealth
 	require.NoError(t, json.Unmarshal(e.Value(), &h))
 	return &h
+}
+
+// waitAccountHealth waits until the account's health value (KV
+// broadcast_health, written by dispatch shortly after a change) exists
+// and ok holds for it (nil: any value), and returns it.
+func waitAccountHealth(t *testing.T, ts *pipelinetest.Server, name string, ok func(*contract.AccountHealth) bool) *contract.AccountHealth {
+	t.Helper()
+	var h *contract.AccountHealth
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		h = accountHealth(t, ts, name)
+		return h != nil && (ok == nil || ok(h))
+	}, "health of account %s", name)
+	return h
 }
 
 // deadLetters reads every dead letter of a task.
