@@ -55,8 +55,11 @@ var (
 // policy), seed 715504403 a bound too short for a pool whose only
 // account there all along answers 429 above 3/s, 511 recipients needing
 // about 3 minutes (run.go's Bound no longer cuts below half again the
-// slowest account's time; the seed takes that long).
-var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 593585011, 841142931, 257236735, 257254433, 475226773, 715504403}
+// slowest account's time; the seed takes that long), seed 181224913
+// digest items lost when their carrier expired after sealing the digest,
+// while it waited for its turn (dispatch's handOverIfStopped in
+// digest.go hands the digest on first).
+var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 593585011, 841142931, 257236735, 257254433, 475226773, 715504403, 181224913}
 
 // fixedMultiSeeds run with -scenario.multiprocess (CI's multi-process
 // step): each kills services or restarts nats-server mid-run. Seed
