@@ -41,4 +41,12 @@ func TestBoundCoversTheSlowestAccount(t *testing.T) {
 	sc.Pools[0].Accounts[0].Faults.CapacityPerSec = 0
 	sc.Tasks = []Task{{ID: "t0", Channel: "webhook", Recipients: make([]int, 300), Accounts: []string{"hook-a"}}}
 	require.Equal(t, MaxBound, Bound(sc, sc.Tasks[0]))
+
+	// Pinned to an account answering 401 (seed 931512175): no account's
+	// pace to go by, MaxBound.
+	sc.Pools[0].Accounts[0].Faults.Unauthorized = true
+	require.Equal(t, MaxBound, Bound(sc, sc.Tasks[0]))
+	// And never past MaxFloorBound.
+	sc.Pools[0].Accounts[0].Faults = Faults{CapacityPerSec: 0.5}
+	require.Equal(t, MaxFloorBound, Bound(sc, sc.Tasks[0]))
 }
