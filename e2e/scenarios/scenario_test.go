@@ -83,8 +83,11 @@ var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 59358
 // bucket, and every KV view starts its watch over on reconnect:
 // shared.FollowBucket); seed 77967254 a scheduled task started early by
 // a resume and approved while its scheduled start waited for send_at,
-// which then sent it back to awaiting approval (ingest's advance).
-var fixedMultiSeeds = []uint64{1, 2, 3, 21322347, 77967254, 365855586, 482999897, 502688736, 696936081, 860129467}
+// which then sent it back to awaiting approval (ingest's advance); seed
+// 916710390 a check too strict about a suppression entry replaced, under
+// the same key, by one for transactional messages only before the task
+// came (check.go's replacedBefore).
+var fixedMultiSeeds = []uint64{1, 2, 3, 21322347, 77967254, 365855586, 482999897, 502688736, 696936081, 860129467, 916710390}
 
 // knownFailing are seeds that fail for a known cause not yet fixed
 // (scenario.Known*), run with -scenario.known=false to tolerate it; the
