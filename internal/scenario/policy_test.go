@@ -121,6 +121,18 @@ func TestCheckPolicy(t *testing.T) {
 	o.Progress["a"].State, o.Progress["a"].Sent, o.Progress["a"].Cancelled = contract.StateCancelled, 1, 1
 	require.Contains(t, checks(o), CheckFreq, "skipped for the cap though no other task reached r-0001")
 
+	// Seed 916710390: the entry was replaced, under the same key, by one
+	// for transactional messages only before the task came.
+	o = good()
+	o.Hits["hook-a"] = append(o.Hits["hook-a"], hit("a", "r-0002", 200*time.Millisecond, "a.2"))
+	o.Events["a"][2] = ev("a", 2, "r-0002", contract.EventSent, "")
+	o.Progress["a"].Sent, o.Progress["a"].Skipped = 3, 0
+	replaced := *sc
+	replaced.Suppressions = append(slices.Clone(sc.Suppressions), Suppression{Channel: "webhook", Index: 2, Scope: "all", Categories: []string{"transactional"}, Early: true})
+	o.Scenario = &replaced
+	o.SuppressedAt = append(o.SuppressedAt, start.Add(-time.Second/2))
+	require.NotContains(t, checks(o), CheckSuppress, "the entry in force when the task came does not cover it")
+
 	o = good()
 	o.Progress["b"].Skipped = 1
 	o.Progress["b"].Failed = 1

@@ -441,7 +441,8 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 // delays plus three times the time its slowest account takes for its
 // share of the pool's recipients (for retries and slow-downs) plus a fixed
 // allowance for retries, Retry-After waits and moves off a failing
-// account, at most MaxBound, plus its pauses.
+// account, at most MaxBound (or half again the slowest account's time,
+// up to MaxFloorBound, when that is more), plus its pauses.
 func Bound(sc *Scenario, t Task) time.Duration {
 	p := sc.Pool(t.Channel)
 	var rates []float64
@@ -478,7 +479,11 @@ func Bound(sc *Scenario, t Task) time.Duration {
 		ar = 1 / (1/ar + a.Faults.RateLimitedRate*time.Second.Seconds())
 		rates = append(rates, math.Max(ar, 0.5))
 	}
-	if len(rates) == 0 {
+	// Without an account that can send for the whole run (all 401, or
+	// all disabled at some point) the task's pace is not the pool's: no
+	// floor then.
+	floor := len(rates) > 0
+	if !floor {
 		rates = []float64{1}
 	}
 	// The pool's other tasks share its rate (and a higher priority goes
@@ -504,10 +509,17 @@ func Bound(sc *Scenario, t Task) time.Duration {
 		d += 2*t.DigestWindow + time.Second
 	}
 	// A scenario is drawn for seconds of sending; two minutes are far past
-	// what any of them needs (a rate edited down to 12/s gave 2m44s; 250
+	// what most of them need (a rate edited down to 12/s gave 2m44s; 250
 	// recipients pinned to one account at 9/s refusing 4.8 % with
-	// Retry-After took 70 s: seed 593585011).
-	d = min(d, MaxBound)
+	// Retry-After took 70 s: seed 593585011). Not less, though, than half
+	// again the slowest account's own time for its share, up to
+	// MaxFloorBound: a pool whose only account there all along answers 429
+	// above 3/s needs about 3 minutes for 511 recipients (seed 715504403).
+	limit := MaxBound
+	if floor {
+		limit = min(max(MaxBound, t.SendAfter+t.Approve+time.Duration(1.5*slowest*float64(time.Second))+12*time.Second), MaxFloorBound)
+	}
+	d = min(d, limit)
 	for _, a := range sc.Actions {
 		if a.Task == t.ID && a.Kind == ActPause {
 			d += resumeAfter(sc, a) + time.Second
@@ -516,8 +528,12 @@ func Bound(sc *Scenario, t Task) time.Duration {
 	return d
 }
 
-// MaxBound caps Bound before pauses are added.
-const MaxBound = 2 * time.Minute
+// MaxBound caps Bound before pauses are added, unless the pool's slowest
+// account needs more; MaxFloorBound caps it then.
+const (
+	MaxBound      = 2 * time.Minute
+	MaxFloorBound = 6 * time.Minute
+)
 
 // resumeAfter is how long the task of pause action a stays paused.
 func resumeAfter(sc *Scenario, a Action) time.Duration {

@@ -503,6 +503,34 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 	return false, false, nil
 }
 
+// handOverIfStopped hands the sealed digest d carries to its next item
+// when d's own task stops it now (carrierStopped: expired, paused,
+// cancelled, suppressed). carry checks that before it seals, but the
+// carrier may be stopped afterwards, before its call (while it waits for
+// its turn, or for a batch call): its own outcome then comes from
+// mayStillSend or obeyControl, and the digest must not end with it, or
+// the other items are never sent. The carrier goes on alone with its own
+// text. A lost compare-and-set brings the job back to try again.
+func (r *accountRunner) handOverIfStopped(ctx context.Context, d *delivery) error {
+	sd := d.digest
+	if sd == nil || !r.carrierStopped(&d.job) {
+		return nil
+	}
+	body := d.job.Body
+	if i := slices.IndexFunc(sd.entry.Items, func(it contract.Job) bool { return it.ID == d.job.ID }); i >= 0 {
+		body = sd.entry.Items[i].Body
+	}
+	done, retry, err := r.handOverDigest(ctx, d, sd.key, sd.entry, sd.rev, true)
+	switch {
+	case done:
+		return err
+	case retry:
+		return shared.RetryAfter(time.Second, errors.New("digest entry changed while handing it over"))
+	}
+	d.job.Body, d.digest = body, nil
+	return nil
+}
+
 // settleDigest records an accepted digest in its entry, then publishes
 // every item's sent event and deletes the entry (finishDigest). Killed
 // after the send and before the record, the carrier's redelivery sends

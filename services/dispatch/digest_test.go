@@ -332,3 +332,48 @@ func TestDigestItemHeldByPolicyIsNotLost(t *testing.T) {
 		t.Fatalf("unexpected delivery (a second copy of q?): %s", m.Data())
 	}
 }
+
+// TestDigestCarrierExpiringAfterSealingHandsItOver: a carrier that sealed
+// its digest and then expired while it waited for its turn (scenario seed
+// 181224913: carriers of a task expiring as their windows closed) hands
+// the digest to its next item before it expires, so the other task's item
+// is still sent.
+func TestDigestCarrierExpiringAfterSealingHandsItOver(t *testing.T) {
+	t.Parallel()
+	js := topologyJS(t)
+	ctx := t.Context()
+	// An empty bucket at the session's start and one token every 2 s: the
+	// carrier waits for its turn past its expiry.
+	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":0.5,"burst":1,"concurrency":2}`})
+	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
+	require.NoError(t, err)
+
+	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
+	key := digestKey(&carrier)
+	e := digestEntry{State: digestSealed, Carrier: carrier.ID, ClosesAt: time.Now().UTC(),
+		Items: []contract.Job{digestItem(&carrier), digestItem(&item)}}
+	data, err := json.Marshal(&e)
+	require.NoError(t, err)
+	_, err = ledger.Put(ctx, key, data)
+	require.NoError(t, err)
+
+	control, err := js.KeyValue(ctx, contract.BucketControl)
+	require.NoError(t, err)
+	for _, task := range []string{"x", "y"} {
+		data, _ := json.Marshal(contract.Control{State: contract.StateProcessing, At: time.Now().UTC()})
+		_, err = control.Put(ctx, task, data)
+		require.NoError(t, err)
+	}
+	runService(t, js, Config{Logger: logtest.Logger()})
+	time.Sleep(time.Second) // the service's view of the run states
+	carrier.DigestCarrier, carrier.Recheck = true, true
+	carrier.ExpiresAt = time.Now().Add(1200 * time.Millisecond).UTC()
+	data, err = json.Marshal(&carrier)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
+
+	natstest.Eventually(t, 20*time.Second, func() bool { return sentOf(t, js, "y") == 1 }, "the other task's item sent")
+	require.Zero(t, sentOf(t, js, "x"), "the expired carrier is not sent")
+	require.Equal(t, item.ID, lastSent(t, js, "y").CarriedBy, "the item carried the digest handed to it")
+}

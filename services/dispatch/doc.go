@@ -190,7 +190,9 @@
 // its task's digest_template over the items, and publishes each item's sent
 // event naming it (carried_by). Items whose tasks cannot send when it is
 // due leave as jobs of their own; a carrier that cannot send hands the
-// digest to the next item. The recipient policy applies item by item: a
+// digest to the next item, also one stopped after it sealed the digest,
+// before its call (handOverIfStopped, from mayStillSend and the batch
+// wait). The recipient policy applies item by item: a
 // job it would hold or skip now does not join; when the digest is due
 // (and on the carrier's later deliveries until an attempt may have
 // reached the recipient) items it would hold or skip alone leave, free to

@@ -422,6 +422,9 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 		if o.err != nil {
 			return nil, shared.RetryAfter(time.Second, o.err)
 		}
+		if err := r.handOverIfStopped(ctx, d); err != nil {
+			return nil, err
+		}
 		if done, err := r.obeyControl(ctx, d); done {
 			return nil, err
 		}
@@ -577,6 +580,9 @@ func (s *Service) sentNotStored(job *contract.Job, ev *contract.Event, cause err
 // skipped as suppressed or moved), with err for the consume loop.
 func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done bool, err error) {
 	job := &d.job
+	if err := r.handOverIfStopped(ctx, d); err != nil {
+		return true, err
+	}
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
 		ev := r.event(d, contract.EventExpired, d.attempt-1)
 		ev.Code, ev.Error = "expired", "expires_at "+job.ExpiresAt.Format(time.RFC3339)+" passed before the send"
