@@ -23,6 +23,7 @@ var (
 	scenarioFresh    = flag.Int("scenario.fresh", 2, "fresh seeds added to the fixed set in the default run")
 	scenarioMulti    = flag.Bool("scenario.multiprocess", false, "run every service as its own process, with kill -9 and nats-server restarts")
 	scenarioKnown    = flag.Bool("scenario.known", true, "fail on the known causes (all fixed; false tolerates them, to bisect an old commit)")
+	scenarioSlow     = flag.Bool("scenario.slow", false, "run the slow fixed seeds (slowSeeds) instead of the default set")
 	scenarioShrink   = flag.Duration("scenario.shrink", 2*time.Minute, "time allowed to shrink a failing scenario (0: no shrinking)")
 )
 
@@ -52,14 +53,20 @@ var (
 // (dispatch now reserves once the account's caps admit the send), seed
 // 475226773 a check too strict about the invalid addresses of a task
 // cancelled before it started, counted cancelled, not skipped (check.go's
-// policy), seed 715504403 a bound too short for a pool whose only
-// account there all along answers 429 above 3/s, 511 recipients needing
-// about 3 minutes (run.go's Bound no longer cuts below half again the
-// slowest account's time; the seed takes that long), seed 181224913
+// policy), seed 181224913
 // digest items lost when their carrier expired after sealing the digest,
 // while it waited for its turn (dispatch's handOverIfStopped in
 // digest.go hands the digest on first).
-var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 593585011, 841142931, 257236735, 257254433, 475226773, 715504403, 181224913}
+var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 593585011, 841142931, 257236735, 257254433, 475226773, 181224913}
+
+// slowSeeds run with -scenario.slow (a step of its own in CI): fixed
+// seeds that take minutes, kept out of the default go test run. Seed
+// 715504403 found a bound too short for a pool whose only account there
+// all along answers 429 above 3/s, 511 recipients needing about 3
+// minutes (run.go's Bound no longer cuts below half again the slowest
+// account's time; TestBoundCoversTheSlowestAccount checks it in the
+// default run).
+var slowSeeds = []uint64{715504403}
 
 // fixedMultiSeeds run with -scenario.multiprocess (CI's multi-process
 // step): each kills services or restarts nats-server mid-run. Seed
@@ -137,9 +144,12 @@ func seedsToRun(t *testing.T) []uint64 {
 		return out
 	}
 	var out []uint64
-	if *scenarioMulti {
+	switch {
+	case *scenarioSlow:
+		out = append(out, slowSeeds...)
+	case *scenarioMulti:
 		out = append(out, fixedMultiSeeds...)
-	} else {
+	default:
 		out = append(out, fixedSeeds...)
 		for seed := range knownFailing {
 			out = append(out, seed)
