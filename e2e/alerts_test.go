@@ -54,8 +54,12 @@ func TestAlerts(t *testing.T) {
 	cfg.Status.AlertURL, cfg.Status.AlertDeadThreshold, cfg.Status.CircuitWindow = rcv.URL, 3, 10
 	pipelinetest.StartPipeline(t, ts, cfg)
 	// One send at a time, so the breaker sees the partial task's failures
-	// spread out (3 in any 10) and trips only for the failing one.
-	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":500,"burst":10,"concurrency":1}`, gw.URL))
+	// spread out (3 in any 10) and trips only for the failing one; 20 a
+	// second, so the failing task's 30 sends take 1.5 s and the breaker,
+	// tripped after its first 10, pauses it well before they are done
+	// (at 500 a second all 30 failed in 51 ms once on a loaded machine,
+	// before status had folded the tenth).
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":1}`, gw.URL))
 	ts.PutAccount(t, "locked", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":50,"concurrency":1}`, locked.URL))
 
 	partial := contract.Task{ID: "al-partial", Channel: "webhook", Accounts: []string{"hook"}, Template: "Hi"}
