@@ -32,7 +32,8 @@
 // hour) and per minute (a day), per task and per account, in fixed rings
 // of at most SeriesLimit series of each kind (series.go); the dashboard
 // samples each account's effective rate, ceiling and queue depth into
-// them every second. A standby has none.
+// them every second and drops a deleted account's. A standby has none,
+// nor does a process without a dashboard (DASHBOARD_ADDR=off).
 //
 // Exactness: every event carries its recipient's index; the fold keeps one
 // outcome byte per recipient (none, retrying, sent, failed, skipped, expired,

@@ -169,6 +169,18 @@ func (st *seriesStore) sampleAccount(name string, a accountSample) {
 	}
 }
 
+// dropAccounts deletes the series of every account exists says is gone,
+// so a deleted account's 262 KB go with it rather than wait to be evicted.
+func (st *seriesStore) dropAccounts(exists func(name string) bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for name := range st.accounts {
+		if !exists(name) {
+			delete(st.accounts, name)
+		}
+	}
+}
+
 // size returns how many task and account series exist.
 func (st *seriesStore) size() (tasks, accounts int) {
 	st.mu.Lock()
@@ -301,7 +313,7 @@ func columns(ring []seriesBucket, from, to int64, step int, account bool) Series
 // recipient changes no count but is an attempt worth drawing). A task in
 // a final state has its series marked ended. Call with s.mu held.
 func (s *Service) chart(f *taskFold, ev *contract.Event, changed bool) {
-	if ev.Index < 0 {
+	if ev.Index < 0 || s.series == nil {
 		return
 	}
 	if changed || ev.Kind == contract.EventRetrying {
@@ -313,7 +325,9 @@ func (s *Service) chart(f *taskFold, ev *contract.Event, changed bool) {
 }
 
 // sampleSeries records every account's effective rate, ceiling, queue
-// depth and daily window in its series once a second until ctx ends.
+// depth and daily window in its series once a second until ctx ends, and
+// drops the series of accounts deleted from the bucket (one whose value
+// does not parse keeps its series).
 func (d *dashboard) sampleSeries(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -342,5 +356,8 @@ func (d *dashboard) sampleSeries(ctx context.Context) {
 			}
 			d.series.sampleAccount(a.Name, s)
 		}
+		d.series.dropAccounts(func(name string) bool {
+			return d.accounts.Get(name) != nil || d.accounts.Invalid(name) != nil
+		})
 	}
 }

@@ -138,6 +138,25 @@ func TestSeriesMemoryIsBounded(t *testing.T) {
 	require.Less(t, unsafe.Sizeof(series{}), uintptr(262_200), "the bound docs/dashboard.md states: 262 KB a series")
 }
 
+// TestSeriesOfDeletedAccountsAreDropped: a deleted account's series goes
+// with it; the other accounts' and the tasks' stay.
+func TestSeriesOfDeletedAccountsAreDropped(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	st := seriesAt(8, &now)
+	for _, a := range []string{"kept", "deleted"} {
+		st.record(&contract.Event{TaskID: "t-" + a, Account: a, Kind: contract.EventSent, At: now})
+	}
+	st.dropAccounts(func(name string) bool { return name == "kept" })
+	_, ok := st.view("kept", true, 10)
+	require.True(t, ok)
+	_, ok = st.view("deleted", true, 10)
+	require.False(t, ok, "the deleted account's series is dropped")
+	tasks, accounts := st.size()
+	require.Equal(t, 2, tasks, "task series stay")
+	require.Equal(t, 1, accounts)
+}
+
 // BenchmarkSeriesRecord is the cost the charts add to folding one event.
 func BenchmarkSeriesRecord(b *testing.B) {
 	st := newSeriesStore(64)

@@ -56,7 +56,7 @@ type Service struct {
 	// alerts calls the operator's webhook (alerts.go); nil without one.
 	alerts *alert.Notifier
 	// series feeds the dashboard's charts from the events folded here
-	// (series.go).
+	// (series.go); nil without a dashboard.
 	series *seriesStore
 	// indexer publishes the recipient index (lookup.go), under mu;
 	// pendingIndex are the entries folded since it last published.
@@ -99,8 +99,14 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
-		changed: make(chan string, 1024), hurry: make(chan struct{}, 1), alerts: alerts, scores: newScoreBook(), series: newSeriesStore(cfg.SeriesLimit)}, nil
+	svc := &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
+		changed: make(chan string, 1024), hurry: make(chan struct{}, 1), alerts: alerts, scores: newScoreBook()}
+	if cfg.DashboardAddr != "" {
+		// Only the dashboard draws them: without it they would be memory
+		// (up to 34 MB) and work nobody reads.
+		svc.series = newSeriesStore(cfg.SeriesLimit)
+	}
+	return svc, nil
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
