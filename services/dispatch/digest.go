@@ -45,9 +45,16 @@ import (
 //     would hold or skip, hands the duty to the next item: its job is
 //     re-published as a scheduled carrier copy before the entry names it.
 //
+//   - Before each call the carrier names the attempt in the entry
+//     (SendKey, its job id, and SendBody), and forgets it after an answer
+//     that says the call did not reach the recipient. While one is named,
+//     whoever carries the digest sends that text under that key, taking
+//     no item out; a stopped carrier stays an item; a carrier giving up
+//     hands the digest on rather than release the items.
+//
 // So a crash between any two steps loses no item and sends none twice,
 // except that a kill during the provider call repeats it with the same
-// Idempotency-Key, as for any job.
+// Idempotency-Key and text, as for any job.
 
 const (
 	digestOpen   = "open"
@@ -81,6 +88,17 @@ type digestEntry struct {
 	// publishes them again (deduplicated) and none is lost or published
 	// twice.
 	Out []contract.Job `json:"out,omitempty"`
+	// SendKey and SendBody are the Idempotency-Key (the job id of the
+	// carrier that made it) and the text of the digest's attempt in
+	// progress, or of its last attempt that may have reached the
+	// recipient (a timeout, or a process killed during the call): the
+	// carrier records them before its call and forgets them after an
+	// answer that says the call did not reach the recipient. While they
+	// are set, every carrier sends them as they are, taking no item out:
+	// the provider's idempotency then stores the message once, whoever
+	// carries it.
+	SendKey  string `json:"send_key,omitempty"`
+	SendBody string `json:"send_body,omitempty"`
 	// Set once the provider accepted the digest.
 	Account    string    `json:"account,omitempty"`
 	Attempt    int       `json:"attempt,omitempty"`
@@ -257,7 +275,7 @@ func (r *accountRunner) scheduleCarrier(ctx context.Context, d *delivery, wait t
 func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64) (done, retry bool, err error) {
 	s, job := r.svc, &d.job
 	if r.carrierStopped(job) {
-		return r.handOverDigest(ctx, d, key, e, rev, true)
+		return r.handOverDigest(ctx, d, key, e, rev, true, e.SendKey != "")
 	}
 	sealing := e.State == digestOpen
 	if sealing {
@@ -270,7 +288,7 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 	// is before each send; but not once an attempt of the digest may have
 	// reached the recipient, as taking items out then could send them
 	// twice: it is sent again as it is.
-	checkPolicy := sealing || d.digestChecked || !d.entry.mayHaveReached() && !job.MaybeSent
+	checkPolicy := e.SendKey == "" && (sealing || d.digestChecked || !d.entry.mayHaveReached() && !job.MaybeSent)
 	n := len(e.Items)
 	if checkPolicy {
 		d.digestChecked = true
@@ -290,7 +308,7 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 				}
 				rev = nrev
 			}
-			return r.handOverDigest(ctx, d, key, e, rev, false)
+			return r.handOverDigest(ctx, d, key, e, rev, false, false)
 		}
 	}
 	if sealing || len(e.Items) != n {
@@ -315,14 +333,29 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 	if done, retry, err := r.reserveDigest(ctx, d, e, checkPolicy); done || retry {
 		return done, retry, err
 	}
-	body, err := contract.RenderDigest(e.Template, digestItems(e), job.To)
-	if err != nil {
-		// Checked at intake; a limit hit on a large digest falls back to
-		// the plain list rather than losing every item.
-		d.log.Warn("digest template failed; sending the items one a line", "err", err)
-		body, _ = contract.RenderDigest("", digestItems(e), job.To)
+	if e.SendKey == "" {
+		body, err := contract.RenderDigest(e.Template, digestItems(e), job.To)
+		if err != nil {
+			// Checked at intake; a limit hit on a large digest falls back
+			// to the plain list rather than losing every item.
+			d.log.Warn("digest template failed; sending the items one a line", "err", err)
+			body, _ = contract.RenderDigest("", digestItems(e), job.To)
+		}
+		// Named before the call: a call that may reach the recipient
+		// (even one cut by a crash) is repeated as it is, by whoever
+		// carries the digest next.
+		e.SendKey, e.SendBody = job.ID, body
+		nrev, err := s.updateDigest(ctx, key, e, rev)
+		if isConflict(err) {
+			return false, true, nil
+		} else if err != nil {
+			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("record the digest's attempt: %w", err))
+		}
+		rev, d.digestNamed = nrev, true
+	} else if e.SendKey != job.ID {
+		d.log.Debug("sending a digest again as an earlier carrier sent it", "idempotency_key", e.SendKey)
 	}
-	job.Body = body
+	job.Body, d.sendKey = e.SendBody, e.SendKey
 	d.digest = &sealedDigest{key: key, entry: e, rev: rev}
 	return false, false, nil
 }
@@ -453,10 +486,19 @@ func (r *accountRunner) carrierStopped(job *contract.Job) bool {
 // carrier publishes); with no item left, it publishes those and deletes
 // the entry. The carrier then goes its own way (done false): out of
 // digests when alone (its task stopped it), else free to merge again once
-// the policy, which it meets next, lets it.
-func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64, alone bool) (done, retry bool, err error) {
+// the policy, which it meets next, lets it. With stay (a stopped carrier
+// of a digest an attempt of which may have reached the recipient, which
+// names the text the carrier's item is in), the carrier stays an item of
+// the digest, whose outcome is its own, and its job is done (done true):
+// sent alone, or given its own outcome and later resumed, its text could
+// reach the recipient a second time under its own key.
+func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key string, e *digestEntry, rev uint64, alone, stay bool) (done, retry bool, err error) {
 	s, job := r.svc, &d.job
 	rest := slices.DeleteFunc(slices.Clone(e.Items), func(j contract.Job) bool { return j.ID == job.ID })
+	if e.SendKey != "" {
+		// Its text may have reached the recipient in the digest.
+		job.MaybeSent = true
+	}
 	if len(rest) == 0 {
 		if len(e.Out) > 0 {
 			nrev, err := s.publishOut(ctx, key, e, rev)
@@ -485,13 +527,19 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 			fmt.Sprintf("%s:digest-carrier:%d", next.MsgID(), e.Seqs[next.ID]), at, contract.JobSubject(next.Account, next.Priority)); err != nil {
 			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("hand digest over: %w", err))
 		}
-		e.Carrier, e.Items = next.ID, rest
+		e.Carrier = next.ID
+		if !stay {
+			e.Items = rest
+		}
 		if _, err := s.updateDigest(ctx, key, e, rev); isConflict(err) {
 			return false, true, nil
 		} else if err != nil {
 			return true, false, shared.RetryAfter(time.Second, fmt.Errorf("hand digest over: %w", err))
 		}
-		d.log.Debug("digest handed over", "carrier", next.ID)
+		d.log.Debug("digest handed over", "carrier", next.ID, "stays_an_item", stay)
+		if stay {
+			return true, false, nil
+		}
 	}
 	if r.svc.policy.For(job.Channel) != nil && !d.entry.mayHaveReached() && !job.MaybeSent {
 		// A reservation it made for the digest counts for no message now;
@@ -510,25 +558,55 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 // its turn, or for a batch call): its own outcome then comes from
 // mayStillSend or obeyControl, and the digest must not end with it, or
 // the other items are never sent. The carrier goes on alone with its own
-// text. A lost compare-and-set brings the job back to try again.
-func (r *accountRunner) handOverIfStopped(ctx context.Context, d *delivery) error {
+// text. A lost compare-and-set brings the job back to try again. Once an
+// attempt of the digest may have reached the recipient (SendKey), the
+// carrier stays an item of the digest instead and is done (done true,
+// with err for the consume loop).
+func (r *accountRunner) handOverIfStopped(ctx context.Context, d *delivery) (done bool, err error) {
 	sd := d.digest
 	if sd == nil || !r.carrierStopped(&d.job) {
-		return nil
+		return false, nil
+	}
+	if d.digestNamed {
+		// Named by this delivery, whose call has not been made: no
+		// attempt of the digest may have reached the recipient.
+		sd.entry.SendKey, sd.entry.SendBody, d.digestNamed = "", "", false
 	}
 	body := d.job.Body
 	if i := slices.IndexFunc(sd.entry.Items, func(it contract.Job) bool { return it.ID == d.job.ID }); i >= 0 {
 		body = sd.entry.Items[i].Body
 	}
-	done, retry, err := r.handOverDigest(ctx, d, sd.key, sd.entry, sd.rev, true)
+	done, retry, err := r.handOverDigest(ctx, d, sd.key, sd.entry, sd.rev, true, sd.entry.SendKey != "")
 	switch {
 	case done:
-		return err
+		d.digest = nil
+		return true, err
 	case retry:
-		return shared.RetryAfter(time.Second, errors.New("digest entry changed while handing it over"))
+		return true, shared.RetryAfter(time.Second, errors.New("digest entry changed while handing it over"))
 	}
-	d.job.Body, d.digest = body, nil
-	return nil
+	d.job.Body, d.digest, d.sendKey = body, nil, ""
+	return false, nil
+}
+
+// forgetDigestAttempt has the entry forget the attempt d just made
+// (SendKey) after an answer that says it did not reach the recipient, so
+// the next carrier checks the items again and may take some out. Not
+// recorded, the next carrier sends the digest again as it is.
+func (r *accountRunner) forgetDigestAttempt(ctx context.Context, d *delivery) {
+	sd := d.digest
+	if sd == nil || sd.entry.SendKey == "" {
+		return
+	}
+	e := sd.entry
+	k, b := e.SendKey, e.SendBody
+	e.SendKey, e.SendBody = "", ""
+	rev, err := r.svc.updateDigest(ctx, sd.key, e, sd.rev)
+	if err != nil {
+		e.SendKey, e.SendBody = k, b
+		d.log.Warn("could not forget a digest's attempt that did not reach the recipient; it is sent again as it is", "err", err)
+		return
+	}
+	sd.rev = rev
 }
 
 // settleDigest records an accepted digest in its entry, then publishes
@@ -573,15 +651,24 @@ func (s *Service) finishDigest(ctx context.Context, key string, e *digestEntry, 
 	return nil
 }
 
-// publishDigestSent stores item's sent event, naming the carrier. Unlike
+// publishDigestSent stores item's sent event, naming the carrier: the job
+// whose id was the message's Idempotency-Key (SendKey; the carrier that
+// sent it first, when a later one sent it again as it was). Unlike
 // other sent events it has a Nats-Msg-Id: a digest finished again after a
 // crash publishes its events again.
 func (s *Service) publishDigestSent(ctx context.Context, e *digestEntry, item *contract.Job) error {
+	by := e.Carrier
+	if e.SendKey != "" {
+		by = e.SendKey
+	}
 	ev := &contract.Event{TaskID: item.TaskID, JobID: item.ID, To: item.To, Account: e.Account, Kind: contract.EventSent,
 		Attempt: max(e.Attempt, 1), Index: item.Index, Generation: item.Generation, ProviderID: e.ProviderID,
-		CarriedBy: e.Carrier, At: e.SentAt}
+		CarriedBy: by, At: e.SentAt}
 	if item.ID == e.Carrier {
-		ev.Attempt, ev.DigestSize, ev.LatencyMS = e.Attempt, len(e.Items), e.LatencyMS
+		ev.Attempt, ev.LatencyMS = e.Attempt, e.LatencyMS
+	}
+	if item.ID == by {
+		ev.DigestSize = len(e.Items)
 	}
 	data, err := contract.EncodeEvent(ev)
 	if err != nil {
@@ -705,6 +792,20 @@ func (r *accountRunner) releaseDigest(ctx context.Context, d *delivery) error {
 		return nil
 	}
 	e := sd.entry
+	if e.SendKey != "" {
+		// An attempt may have reached the recipient: released, the items
+		// would be sent again under their own keys. The next item carries
+		// the digest as it is instead, with its own attempts.
+		done, retry, err := r.handOverDigest(ctx, d, sd.key, e, sd.rev, true, false)
+		switch {
+		case done:
+			return err
+		case retry:
+			return shared.RetryAfter(time.Second, errors.New("digest entry changed while handing it over"))
+		}
+		d.digest = nil
+		return nil
+	}
 	for _, it := range e.Items {
 		if it.ID != d.job.ID {
 			it.NoDigest = true

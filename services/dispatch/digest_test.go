@@ -377,3 +377,58 @@ func TestDigestCarrierExpiringAfterSealingHandsItOver(t *testing.T) {
 	require.Zero(t, sentOf(t, js, "x"), "the expired carrier is not sent")
 	require.Equal(t, item.ID, lastSent(t, js, "y").CarriedBy, "the item carried the digest handed to it")
 }
+
+// TestDigestMaybeSentIsSentAgainUnderItsKey: a digest whose carrier's
+// attempt may have reached the recipient (a timeout), the carrier then
+// expiring (scenario seed 27832683), is handed to the next item, which
+// sends it again as it is, under the first carrier's Idempotency-Key (the
+// sandbox's provider id names it), not under its own: the recipient gets
+// it once. The expired carrier stays an item, sent with the digest.
+func TestDigestMaybeSentIsSentAgainUnderItsKey(t *testing.T) {
+	t.Parallel()
+	js := topologyJS(t)
+	ctx := t.Context()
+	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
+	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
+	require.NoError(t, err)
+
+	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
+	key := digestKey(&carrier)
+	e := digestEntry{State: digestSealed, Carrier: carrier.ID, ClosesAt: time.Now().UTC(),
+		Items: []contract.Job{digestItem(&carrier), digestItem(&item)}}
+	// Staged as JSON: the attempt that may have reached the recipient, sent
+	// under the carrier's job id.
+	data, err := json.Marshal(&e)
+	require.NoError(t, err)
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(data, &raw))
+	raw["send_key"], raw["send_body"] = carrier.ID, "2 updates: from x, from y"
+	data, err = json.Marshal(raw)
+	require.NoError(t, err)
+	_, err = ledger.Put(ctx, key, data)
+	require.NoError(t, err)
+
+	control, err := js.KeyValue(ctx, contract.BucketControl)
+	require.NoError(t, err)
+	for _, task := range []string{"x", "y"} {
+		data, _ := json.Marshal(contract.Control{State: contract.StateProcessing, At: time.Now().UTC()})
+		_, err = control.Put(ctx, task, data)
+		require.NoError(t, err)
+	}
+	runService(t, js, Config{Logger: logtest.Logger()})
+	time.Sleep(time.Second) // the service's view of the run states
+	// The carrier's retry, its answer lost, comes after its task expired.
+	carrier.DigestCarrier, carrier.Recheck, carrier.MaybeSent = true, true, true
+	carrier.Attempts = 1
+	carrier.ExpiresAt = time.Now().Add(-time.Second).UTC()
+	data, err = json.Marshal(&carrier)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
+
+	natstest.Eventually(t, 20*time.Second, func() bool { return sentOf(t, js, "y") == 1 }, "the other task's item sent")
+	ev := lastSent(t, js, "y")
+	require.Equal(t, carrier.ID, ev.CarriedBy, "carried by the job whose id was the key")
+	require.Equal(t, "sbx-"+carrier.ID, ev.ProviderID, "sent again under the first attempt's Idempotency-Key")
+	natstest.Eventually(t, 5*time.Second, func() bool { return sentOf(t, js, "x") == 1 }, "the expired carrier, maybe sent, is sent with the digest")
+}

@@ -199,7 +199,15 @@
 // reached the recipient) items it would hold or skip alone leave, free to
 // merge again once back, a carrier it would hold hands the digest on, and
 // the digest reserves one send under the frequency caps, by the carrier's
-// job id, for every category its items carry.
+// job id, for every category its items carry. Before its call the carrier
+// names the attempt in the entry (SendKey: its job id, the call's
+// Idempotency-Key, and SendBody: the text), forgotten after an answer that
+// says the call did not reach the recipient. While an attempt is named,
+// every later carrier sends that text under that key, taking no item out
+// (delivery.sendKey), a stopped carrier stays an item instead of going
+// alone, and a carrier that gives up hands the digest on instead of
+// releasing the items under their own keys: the recipient never gets it
+// under two keys. Items' sent events name the key's job (carried_by).
 //
 // Publishes: broadcast.events.<task>.<kind> for every outcome (sent,
 // retrying, failed, expired, cancelled), and broadcast.dead.<task> for every

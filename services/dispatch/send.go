@@ -145,6 +145,13 @@ type delivery struct {
 	// against the policy (no attempt of it made since).
 	digest        *sealedDigest
 	digestChecked bool
+	// sendKey, when set, is the Idempotency-Key of the call instead of
+	// the job's id: that of the digest's first carrier whose attempt may
+	// have reached the recipient (digestEntry.SendKey).
+	sendKey string
+	// digestNamed says this delivery named the digest's attempt in its
+	// entry (SendKey) and has not made the call yet.
+	digestNamed bool
 	// frequencyReserved says the job holds a reservation under the
 	// policy's frequency caps (policy.go).
 	frequencyReserved bool
@@ -163,7 +170,11 @@ func (d *delivery) mayFollowLostAnswer() bool {
 
 // message is the job as the channel adapter sends it.
 func (d *delivery) message() channels.Message {
-	return channels.Message{ID: d.job.ID, TaskID: d.job.TaskID, To: d.job.To, Body: d.job.Body,
+	id := d.job.ID
+	if d.sendKey != "" {
+		id = d.sendKey
+	}
+	return channels.Message{ID: id, TaskID: d.job.TaskID, To: d.job.To, Body: d.job.Body,
 		Account: d.acct.Name, Attempt: d.attempt, Vars: d.job.Vars}
 }
 
@@ -359,7 +370,10 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 		return nil, err
 	}
 	// A pause or cancel that came while this job waited for a token wins:
-	// no new send starts after it.
+	// no new send starts after it (a carrier hands its digest on first).
+	if done, err := r.handOverIfStopped(ctx, d); done {
+		return nil, err
+	}
 	if done, err := r.obeyControl(ctx, d); done {
 		return nil, err
 	}
@@ -422,7 +436,7 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 		if o.err != nil {
 			return nil, shared.RetryAfter(time.Second, o.err)
 		}
-		if err := r.handOverIfStopped(ctx, d); err != nil {
+		if done, err := r.handOverIfStopped(ctx, d); done {
 			return nil, err
 		}
 		if done, err := r.obeyControl(ctx, d); done {
@@ -460,6 +474,9 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 	ev.Kind, ev.MaybeSent = contract.EventRetrying, d.job.MaybeSent
 	ev.JobSeq, ev.Delivery = d.seq, d.delivered // built as a sent event, which names none
 	log := &jobLogger{l: d.log.get().With(shared.KeyClass, res.Class, "code", res.Code)}
+	if !o.mayHaveReached() {
+		r.forgetDigestAttempt(ctx, d)
+	}
 	d.entry.addAttempt(contract.AttemptError{Attempt: d.attempt, Account: d.acct.Name, Class: res.Class, Code: res.Code, Error: res.Err, At: time.Now().UTC()}, d.seq, d.delivered, d.job.MaybeSent)
 	if d.batch == nil {
 		r.noteFailure(res, log)
@@ -580,7 +597,7 @@ func (s *Service) sentNotStored(job *contract.Job, ev *contract.Event, cause err
 // skipped as suppressed or moved), with err for the consume loop.
 func (r *accountRunner) mayStillSend(ctx context.Context, d *delivery) (done bool, err error) {
 	job := &d.job
-	if err := r.handOverIfStopped(ctx, d); err != nil {
+	if done, err := r.handOverIfStopped(ctx, d); done {
 		return true, err
 	}
 	if !job.ExpiresAt.IsZero() && time.Now().After(job.ExpiresAt) {
