@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -345,30 +346,13 @@ func TestDigestCarrierExpiringAfterSealingHandsItOver(t *testing.T) {
 	// An empty bucket at the session's start and one token every 2 s: the
 	// carrier waits for its turn past its expiry.
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":0.5,"burst":1,"concurrency":2}`})
-	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
-	require.NoError(t, err)
-
 	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
-	key := digestKey(&carrier)
-	e := digestEntry{State: digestSealed, Carrier: carrier.ID, ClosesAt: time.Now().UTC(),
-		Items: []contract.Job{digestItem(&carrier), digestItem(&item)}}
-	data, err := json.Marshal(&e)
-	require.NoError(t, err)
-	_, err = ledger.Put(ctx, key, data)
-	require.NoError(t, err)
-
-	control, err := js.KeyValue(ctx, contract.BucketControl)
-	require.NoError(t, err)
-	for _, task := range []string{"x", "y"} {
-		data, _ := json.Marshal(contract.Control{State: contract.StateProcessing, At: time.Now().UTC()})
-		_, err = control.Put(ctx, task, data)
-		require.NoError(t, err)
-	}
+	stageSealedDigest(t, js, &carrier, &item, nil)
 	runService(t, js, Config{Logger: logtest.Logger()})
 	time.Sleep(time.Second) // the service's view of the run states
 	carrier.DigestCarrier, carrier.Recheck = true, true
 	carrier.ExpiresAt = time.Now().Add(1200 * time.Millisecond).UTC()
-	data, err = json.Marshal(&carrier)
+	data, err := json.Marshal(&carrier)
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
 	require.NoError(t, err)
@@ -389,39 +373,17 @@ func TestDigestMaybeSentIsSentAgainUnderItsKey(t *testing.T) {
 	js := topologyJS(t)
 	ctx := t.Context()
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
-	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
-	require.NoError(t, err)
-
 	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
-	key := digestKey(&carrier)
-	e := digestEntry{State: digestSealed, Carrier: carrier.ID, ClosesAt: time.Now().UTC(),
-		Items: []contract.Job{digestItem(&carrier), digestItem(&item)}}
-	// Staged as JSON: the attempt that may have reached the recipient, sent
-	// under the carrier's job id.
-	data, err := json.Marshal(&e)
-	require.NoError(t, err)
-	var raw map[string]any
-	require.NoError(t, json.Unmarshal(data, &raw))
-	raw["send_key"], raw["send_body"] = carrier.ID, "2 updates: from x, from y"
-	data, err = json.Marshal(raw)
-	require.NoError(t, err)
-	_, err = ledger.Put(ctx, key, data)
-	require.NoError(t, err)
-
-	control, err := js.KeyValue(ctx, contract.BucketControl)
-	require.NoError(t, err)
-	for _, task := range []string{"x", "y"} {
-		data, _ := json.Marshal(contract.Control{State: contract.StateProcessing, At: time.Now().UTC()})
-		_, err = control.Put(ctx, task, data)
-		require.NoError(t, err)
-	}
+	// The attempt that may have reached the recipient, sent under the
+	// carrier's job id.
+	stageSealedDigest(t, js, &carrier, &item, map[string]any{"send_key": carrier.ID, "send_body": "2 updates: from x, from y"})
 	runService(t, js, Config{Logger: logtest.Logger()})
 	time.Sleep(time.Second) // the service's view of the run states
 	// The carrier's retry, its answer lost, comes after its task expired.
 	carrier.DigestCarrier, carrier.Recheck, carrier.MaybeSent = true, true, true
 	carrier.Attempts = 1
 	carrier.ExpiresAt = time.Now().Add(-time.Second).UTC()
-	data, err = json.Marshal(&carrier)
+	data, err := json.Marshal(&carrier)
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
 	require.NoError(t, err)
@@ -431,4 +393,32 @@ func TestDigestMaybeSentIsSentAgainUnderItsKey(t *testing.T) {
 	require.Equal(t, carrier.ID, ev.CarriedBy, "carried by the job whose id was the key")
 	require.Equal(t, "sbx-"+carrier.ID, ev.ProviderID, "sent again under the first attempt's Idempotency-Key")
 	natstest.Eventually(t, 5*time.Second, func() bool { return sentOf(t, js, "x") == 1 }, "the expired carrier, maybe sent, is sent with the digest")
+}
+
+// stageSealedDigest stores a sealed digest of carrier and item in the
+// ledger, with extra fields set in its JSON, and marks both tasks
+// processing, as a dispatch killed after sealing it would leave them.
+func stageSealedDigest(t *testing.T, js jetstream.JetStream, carrier, item *contract.Job, extra map[string]any) {
+	t.Helper()
+	ctx := t.Context()
+	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
+	require.NoError(t, err)
+	e := digestEntry{State: digestSealed, Carrier: carrier.ID, ClosesAt: time.Now().UTC(),
+		Items: []contract.Job{digestItem(carrier), digestItem(item)}}
+	data, err := json.Marshal(&e)
+	require.NoError(t, err)
+	raw := map[string]any{}
+	require.NoError(t, json.Unmarshal(data, &raw))
+	maps.Copy(raw, extra)
+	data, err = json.Marshal(raw)
+	require.NoError(t, err)
+	_, err = ledger.Put(ctx, digestKey(carrier), data)
+	require.NoError(t, err)
+	control, err := js.KeyValue(ctx, contract.BucketControl)
+	require.NoError(t, err)
+	for _, task := range []string{carrier.TaskID, item.TaskID} {
+		data, _ := json.Marshal(contract.Control{State: contract.StateProcessing, At: time.Now().UTC()})
+		_, err = control.Put(ctx, task, data)
+		require.NoError(t, err)
+	}
 }
