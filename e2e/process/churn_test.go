@@ -33,9 +33,8 @@ import (
 // it prints each process's resident memory and each service's live heap
 // (after a collection it asks for over PPROF_ADDR) and goroutines, and
 // asserts the live heap's trend is flat and the goroutines stay so (a
-// leak), the
-// resident memory within a looser bound (it also follows the collector's
-// timing), and that nothing piles up in KV. Opt-in, as a soak:
+// leak), the resident memory within a looser bound (it also follows the
+// collector's timing), and that nothing piles up in KV. Opt-in, as a soak:
 // BROADCAST_SOAK=1 (.ci/run runs it).
 func TestChurnMemoryIsFlat(t *testing.T) {
 	if os.Getenv("BROADCAST_SOAK") == "" {
@@ -182,7 +181,7 @@ func TestChurnMemoryIsFlat(t *testing.T) {
 		// The live heap after a collection barely moves without a leak
 		// (status: 19.4-20.6 MB through 24 waves), so its trend over the
 		// last two thirds catches even a slow one (a deleted account's
-		// chart kept, 262 KB a wave, grew it 3 MB).
+		// chart kept, 262 KB a wave, grew it 4 MB).
 		thirds("live heap", " MB", p.Name, heap[p.Name])
 		rest := heap[p.Name][third:]
 		growth := trend(rest) * float64(len(rest)-1)

@@ -169,8 +169,9 @@ func (st *seriesStore) sampleAccount(name string, a accountSample) {
 	}
 }
 
-// dropAccounts deletes the series of every account exists says is gone,
-// so a deleted account's 262 KB go with it rather than wait to be evicted.
+// dropAccounts deletes the series of every account that exists says is
+// gone, so a deleted account's 262 KB go with it rather than wait to be
+// evicted.
 func (st *seriesStore) dropAccounts(exists func(name string) bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
