@@ -54,12 +54,42 @@ func runLane(ctx context.Context, s *scheduler, lane, n, k int, hold time.Durati
 	return &wg
 }
 
+// TestDispatchSchedulerStrictPriority: high work takes every token while
+// it has some, normal waits meanwhile, low waits for normal, and the
+// lanes together keep the rate. The orderings and the rate ceiling must
+// hold in every run; the timings (high's first grant soon, its rate near
+// the whole rate) in one of up to three runs, as a starved CPU delays
+// the scheduler's wake-ups (a scheduler slow by design fails all three).
 func TestDispatchSchedulerStrictPriority(t *testing.T) {
 	t.Parallel()
 	const rate, burst = 500, 2
+	var timely bool
+	for run := 1; run <= 3 && !timely; run++ {
+		r := runStrictPriority(t, rate, burst)
+		t.Logf("run %d: first high grant %s after its arrival; high %.0f/s; normal grants during high %d; low grants before the last normal %d; max %d grants in any second (rate %d, burst %d)",
+			run, r.firstHighAfter.Round(time.Microsecond), r.highRate, r.normalDuringHigh, r.lowBeforeNormalDone, r.maxInSecond, rate, burst)
+		require.Zero(t, r.normalDuringHigh, "normal waits while high has work")
+		require.Zero(t, r.lowBeforeNormalDone, "low waits while normal has work")
+		require.LessOrEqual(t, r.maxInSecond, rate+burst, "the lanes together keep rate+burst")
+		timely = r.firstHighAfter < 50*time.Millisecond && r.highRate >= 0.9*rate
+	}
+	require.True(t, timely, "in one run of three, a high job gets one of the next tokens (< 50 ms) and high takes the whole rate (at least 90 percent)")
+}
+
+// strictPriorityRun is what one run of the strict-priority scenario saw.
+type strictPriorityRun struct {
+	firstHighAfter                        time.Duration
+	highRate                              float64
+	normalDuringHigh, lowBeforeNormalDone int
+	maxInSecond                           int
+}
+
+// runStrictPriority runs 300 normal jobs, then 100 low, then 200 high,
+// four workers a lane, through one scheduler.
+func runStrictPriority(t *testing.T, rate, burst int) strictPriorityRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := newScheduler(newPacer(rate, rate, burst), 4)
+	s := newScheduler(newPacer(float64(rate), float64(rate), burst), 4)
 	go func() { _ = s.run(ctx, func() bool { return true }) }()
 
 	var mu sync.Mutex
@@ -98,25 +128,20 @@ func TestDispatchSchedulerStrictPriority(t *testing.T) {
 			lastNormalSeq = max(lastNormalSeq, g.seq)
 		}
 	}
-	normalDuringHigh, lowBeforeNormalDone := 0, 0
+	var r strictPriorityRun
 	for _, g := range grants {
 		if g.lane == laneNormal && g.seq > firstHighSeq && g.seq < lastHighSeq {
-			normalDuringHigh++
+			r.normalDuringHigh++
 		}
 		if g.lane == laneLow && g.seq < lastNormalSeq {
-			lowBeforeNormalDone++
+			r.lowBeforeNormalDone++
 		}
 	}
 	sort.Slice(grants, func(i, j int) bool { return grants[i].at.Before(grants[j].at) })
-	highRate := 199 / lastHigh.Sub(firstHigh).Seconds()
-	f := maxInSecond(grants)
-	t.Logf("first high grant %s after its arrival; high %.0f/s; normal grants during high %d; low grants before the last normal %d; max %d grants in any second (rate %d, burst %d)",
-		firstHigh.Sub(highAt).Round(time.Microsecond), highRate, normalDuringHigh, lowBeforeNormalDone, f, rate, burst)
-	require.Less(t, firstHigh.Sub(highAt), 50*time.Millisecond, "a high job gets one of the next tokens")
-	require.Zero(t, normalDuringHigh, "normal waits while high has work")
-	require.Zero(t, lowBeforeNormalDone, "low waits while normal has work")
-	require.GreaterOrEqual(t, highRate, 0.9*rate, "high takes the whole rate")
-	require.LessOrEqual(t, f, rate+burst, "the lanes together keep rate+burst")
+	r.firstHighAfter = firstHigh.Sub(highAt)
+	r.highRate = 199 / lastHigh.Sub(firstHigh).Seconds()
+	r.maxInSecond = maxInSecond(grants)
+	return r
 }
 
 // maxInSecond returns the most grants in any one-second window.
