@@ -541,9 +541,10 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 			return true, false, nil
 		}
 	}
-	if r.svc.policy.For(job.Channel) != nil && !d.entry.mayHaveReached() && !job.MaybeSent {
-		// A reservation it made for the digest counts for no message now;
-		// alone, it reserves again.
+	if r.svc.policy.For(job.Channel) != nil {
+		// A reservation it made for the digest counts for no message now
+		// (unless an earlier send may have reached the recipient:
+		// releaseFrequency keeps it then); alone, it reserves again.
 		r.releaseFrequency(ctx, d, nil)
 	}
 	// Like an item taken out.

@@ -94,8 +94,10 @@
 // cap or a per-recipient interval only once admitCaps admits it, so a job
 // waiting for those holds no reservation) and released by send when the
 // call did not reach the recipient, or by mayStillSend when a redelivered
-// job ends unsent (expired, cancelled, suppressed). Config.Now is the
-// policy's clock.
+// job ends unsent (expired, cancelled, suppressed), unless an earlier send
+// of the job may have reached the recipient (it timed out, or its answer
+// was lost: maybe_sent): that reservation counts until its window passes.
+// Config.Now is the policy's clock.
 // Successes are known from the task's stored sent events (sentindex.go:
 // each is stored before its job is acknowledged, so it costs nothing per
 // send; a task's events are read by one forward-only ephemeral consumer,
