@@ -195,7 +195,9 @@
 // due leave as jobs of their own; a carrier that cannot send hands the
 // digest to the next item, also one stopped after it sealed the digest,
 // before its call (handOverIfStopped, from mayStillSend and the batch
-// wait). The recipient policy applies item by item: a
+// wait), and one to be held on its account with no account of its pool
+// to move to (handOverIfHeld, from reroute and capReached: the items'
+// pools may have one). The recipient policy applies item by item: a
 // job it would hold or skip now does not join; when the digest is due
 // (and on the carrier's later deliveries until an attempt may have
 // reached the recipient) items it would hold or skip alone leave, free to
