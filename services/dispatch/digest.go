@@ -44,6 +44,9 @@ import (
 //   - A carrier whose own task cannot send when due, or that the policy
 //     would hold or skip, hands the duty to the next item: its job is
 //     re-published as a scheduled carrier copy before the entry names it.
+//     So does a carrier about to be held on its account (unhealthy, or
+//     at its daily cap, with no account of its pool to move to): the
+//     next item's pool may have one.
 //
 //   - Before each call the carrier names the attempt in the entry
 //     (SendKey, its job id, and SendBody), and forgets it after an answer
@@ -541,9 +544,10 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 			return true, false, nil
 		}
 	}
-	if r.svc.policy.For(job.Channel) != nil && !d.entry.mayHaveReached() && !job.MaybeSent {
-		// A reservation it made for the digest counts for no message now;
-		// alone, it reserves again.
+	if r.svc.policy.For(job.Channel) != nil {
+		// A reservation it made for the digest counts for no message now
+		// (unless an earlier send may have reached the recipient:
+		// releaseFrequency keeps it then); alone, it reserves again.
 		r.releaseFrequency(ctx, d, nil)
 	}
 	// Like an item taken out.
@@ -563,10 +567,29 @@ func (r *accountRunner) handOverDigest(ctx context.Context, d *delivery, key str
 // carrier stays an item of the digest instead and is done (done true,
 // with err for the consume loop).
 func (r *accountRunner) handOverIfStopped(ctx context.Context, d *delivery) (done bool, err error) {
-	sd := d.digest
-	if sd == nil || !r.carrierStopped(&d.job) {
+	if d.digest == nil || !r.carrierStopped(&d.job) {
 		return false, nil
 	}
+	return r.handOverSealed(ctx, d, true)
+}
+
+// handOverIfHeld hands the sealed digest d carries to its next item when
+// d's job is about to be held on its account (reroute, capReached: no
+// account of its pool to move to), which the items, of other tasks whose
+// pools may have a healthy account, need not wait for. The carrier is
+// held with its own text, free to merge again when it comes back. done
+// and err as for handOverIfStopped.
+func (r *accountRunner) handOverIfHeld(ctx context.Context, d *delivery) (done bool, err error) {
+	if d.digest == nil {
+		return false, nil
+	}
+	return r.handOverSealed(ctx, d, false)
+}
+
+// handOverSealed hands the sealed digest d carries to its next item
+// (handOverDigest; alone as there) and restores d's own text.
+func (r *accountRunner) handOverSealed(ctx context.Context, d *delivery, alone bool) (done bool, err error) {
+	sd := d.digest
 	if d.digestNamed {
 		// Named by this delivery, whose call has not been made: no
 		// attempt of the digest may have reached the recipient.
@@ -576,7 +599,7 @@ func (r *accountRunner) handOverIfStopped(ctx context.Context, d *delivery) (don
 	if i := slices.IndexFunc(sd.entry.Items, func(it contract.Job) bool { return it.ID == d.job.ID }); i >= 0 {
 		body = sd.entry.Items[i].Body
 	}
-	done, retry, err := r.handOverDigest(ctx, d, sd.key, sd.entry, sd.rev, true, sd.entry.SendKey != "")
+	done, retry, err := r.handOverDigest(ctx, d, sd.key, sd.entry, sd.rev, alone, sd.entry.SendKey != "")
 	switch {
 	case done:
 		d.digest = nil

@@ -422,3 +422,34 @@ func stageSealedDigest(t *testing.T, js jetstream.JetStream, carrier, item *cont
 		require.NoError(t, err)
 	}
 }
+
+// TestDigestCarrierHeldOnItsAccountHandsItOver: a carrier whose account
+// must not send (here disabled; in scenario seed 605087273 paused after
+// 401s) and whose task names no other account is held there; the item of
+// another task, whose pool has a healthy account, must not wait with it:
+// the digest goes to the item, which moves to that account and sends it.
+func TestDigestCarrierHeldOnItsAccountHandsItOver(t *testing.T) {
+	t.Parallel()
+	js := topologyJS(t)
+	ctx := t.Context()
+	putAccounts(t, js, map[string]string{
+		"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4,"enabled":false}`,
+		"b": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`,
+	})
+	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
+	carrier.Pool, item.Pool = []string{"a"}, []string{"a", "b"}
+	stageSealedDigest(t, js, &carrier, &item, nil)
+	runService(t, js, Config{Logger: logtest.Logger()})
+	time.Sleep(time.Second) // the service's view of the run states
+	carrier.DigestCarrier, carrier.Recheck = true, true
+	data, err := json.Marshal(&carrier)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
+
+	natstest.Eventually(t, 20*time.Second, func() bool { return sentOf(t, js, "y") == 1 }, "the other task's item sent")
+	require.Zero(t, sentOf(t, js, "x"), "the held carrier is not sent")
+	ev := lastSent(t, js, "y")
+	require.Equal(t, item.ID, ev.CarriedBy, "the item carried the digest handed to it")
+	require.Equal(t, "b", ev.Account, "through its pool's healthy account")
+}

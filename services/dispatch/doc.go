@@ -94,8 +94,10 @@
 // cap or a per-recipient interval only once admitCaps admits it, so a job
 // waiting for those holds no reservation) and released by send when the
 // call did not reach the recipient, or by mayStillSend when a redelivered
-// job ends unsent (expired, cancelled, suppressed). Config.Now is the
-// policy's clock.
+// job ends unsent (expired, cancelled, suppressed), unless an earlier send
+// of the job may have reached the recipient (it timed out, or its answer
+// was lost: maybe_sent): that reservation counts until its window passes.
+// Config.Now is the policy's clock.
 // Successes are known from the task's stored sent events (sentindex.go:
 // each is stored before its job is acknowledged, so it costs nothing per
 // send; a task's events are read by one forward-only ephemeral consumer,
@@ -193,7 +195,9 @@
 // due leave as jobs of their own; a carrier that cannot send hands the
 // digest to the next item, also one stopped after it sealed the digest,
 // before its call (handOverIfStopped, from mayStillSend and the batch
-// wait). The recipient policy applies item by item: a
+// wait), and one to be held on its account with no account of its pool
+// to move to (handOverIfHeld, from reroute and capReached: the items'
+// pools may have one). The recipient policy applies item by item: a
 // job it would hold or skip now does not join; when the digest is due
 // (and on the carrier's later deliveries until an attempt may have
 // reached the recipient) items it would hold or skip alone leave, free to

@@ -177,8 +177,9 @@ func anyCapApplies(caps []contract.FrequencyCap, cat contract.Category) bool {
 // send (expired, cancelled, suppressed): a job reserves before the
 // account's caps, and one that then waited (a per-recipient interval, a
 // daily cap, a pause, a move) keeps its reservation for when it comes
-// back (docs/policy.md, rule 2). A reservation of this delivery's own is
-// send's to release.
+// back (docs/policy.md, rule 2). One whose earlier send may have reached
+// the recipient keeps it (releaseFrequency). A reservation of this
+// delivery's own is send's to release.
 func (r *accountRunner) releaseEarlierFrequency(d *delivery) {
 	job := &d.job
 	if d.frequencyReserved || job.Test || !(job.Recheck || d.redelivered || d.recheck) {
@@ -195,11 +196,14 @@ func (r *accountRunner) releaseEarlierFrequency(d *delivery) {
 // reservation to the job's next delivery, which reuses it).
 const frequencyReleaseTimeout = 5 * time.Second
 
-// releaseFrequency drops d's frequency reservation unless its send may
-// have reached the recipient (accepted or unanswered): a retry reserves
-// again, and a job cancelled or expired while it waited stops counting.
+// releaseFrequency drops d's frequency reservation unless a send of its
+// job may have reached the recipient: this one (accepted or unanswered),
+// an earlier attempt that timed out (its ledger entry, read by sentBefore)
+// or one whose answer a dead process lost (Job.MaybeSent). A retry
+// reserves again, and a job cancelled or expired while it waited stops
+// counting; one whose message may be out counts until its window passes.
 func (r *accountRunner) releaseFrequency(_ context.Context, d *delivery, o *sendOutcome) {
-	if o != nil && o.mayHaveReached() {
+	if o != nil && o.mayHaveReached() || d.job.MaybeSent || d.entry.mayHaveReached() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), frequencyReleaseTimeout)

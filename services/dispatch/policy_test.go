@@ -13,13 +13,45 @@ import (
 	"github.com/broadcastd/broadcast/internal/policy"
 )
 
-// TestExpiredJobReleasesAnEarlierReservation plays a dispatch killed
-// after a job reserved its send under a frequency cap and before the call:
-// the job's next delivery finds it expired, sends nothing, and releases
-// the reservation, so the recipient's slot is free again
-// (releaseEarlierFrequency; docs/policy.md, rule 4).
+// TestExpiredJobReleasesAnEarlierReservation plays a job that reserved
+// its send under a frequency cap and was handed off before the call (its
+// task paused, the job parked): back, it finds itself expired, sends
+// nothing, and releases the reservation, so the recipient's slot is free
+// again (releaseEarlierFrequency; docs/policy.md, rule 2).
 func TestExpiredJobReleasesAnEarlierReservation(t *testing.T) {
 	t.Parallel()
+	sends := expireReservedJob(t, contract.Job{}, nil)
+	require.Empty(t, sends, "the expired job's reservation is released")
+}
+
+// TestExpiredJobKeepsAReservationItsSendMayHaveUsed plays a job whose
+// earlier send may have reached the recipient and which is then found
+// expired (or its task cancelled, the same path): the reservation stays,
+// or another capped task could reach the recipient over the cap
+// (scenario seed 403378376; releaseFrequency; docs/policy.md, rule 4).
+func TestExpiredJobKeepsAReservationItsSendMayHaveUsed(t *testing.T) {
+	t.Parallel()
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		sends := expireReservedJob(t, contract.Job{Attempts: 1}, &ledgerEntry{State: "retrying", History: []contract.AttemptError{
+			{Attempt: 1, Account: "a", Class: contract.ClassRetryable, Code: "timeout", Error: "context deadline exceeded"}}})
+		require.Len(t, sends, 1, "the reservation of a send that timed out is kept")
+	})
+	t.Run("lost answer", func(t *testing.T) {
+		t.Parallel()
+		sends := expireReservedJob(t, contract.Job{MaybeSent: true}, nil)
+		require.Len(t, sends, 1, "the reservation of a send whose answer a dead process lost is kept")
+	})
+}
+
+// expireReservedJob reserves a marketing job's send under a frequency cap,
+// stores entry (when not nil) as its ledger entry, delivers the job
+// expired, with base's Attempts and MaybeSent, on a lane whose consumer
+// exists already (so its delivery is not taken for one that may follow a
+// lost answer), waits for its expired event and returns its recipient's
+// reserved sends.
+func expireReservedJob(t *testing.T, base contract.Job, entry *ledgerEntry) []contract.FrequencySend {
+	t.Helper()
 	js := topologyJS(t)
 	ctx := t.Context()
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
@@ -33,12 +65,20 @@ func TestExpiredJobReleasesAnEarlierReservation(t *testing.T) {
 
 	job := contract.Job{ID: contract.JobID("x", 0, false), TaskID: "x", To: "user-0", Body: "offer",
 		Channel: "sandbox", Account: "a", Priority: contract.PriorityNormal, MaxAttempts: 3,
-		Recheck: true, ExpiresAt: time.Now().Add(-time.Second).UTC()}
+		Recheck: true, ExpiresAt: time.Now().Add(-time.Second).UTC(), Attempts: base.Attempts, MaybeSent: base.MaybeSent}
 	counter, err := policy.OpenCounter(ctx, js)
 	require.NoError(t, err)
 	over, err := counter.Reserve(ctx, job.Channel, job.To, job.ID, contract.CategoryMarketing, p.FrequencyCaps, time.Now())
 	require.NoError(t, err)
 	require.Nil(t, over)
+	if entry != nil {
+		ledger, err := js.KeyValue(ctx, contract.BucketLedger)
+		require.NoError(t, err)
+		data, err := json.Marshal(entry)
+		require.NoError(t, err)
+		_, err = ledger.Put(ctx, job.LedgerKey(), data)
+		require.NoError(t, err)
+	}
 
 	svc := runService(t, js, Config{Logger: logtest.Logger()})
 	select { // started: the policy view holds the bucket's values
@@ -46,6 +86,10 @@ func TestExpiredJobReleasesAnEarlierReservation(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("dispatch did not start")
 	}
+	require.Eventually(t, func() bool {
+		_, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("a", contract.PriorityNormal))
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the lane's consumer")
 	data, err := json.Marshal(&job)
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
@@ -60,8 +104,8 @@ func TestExpiredJobReleasesAnEarlierReservation(t *testing.T) {
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter(expired))
 		return err == nil && info.State.Subjects[expired] == 1
 	}, 10*time.Second, 50*time.Millisecond, "the job's expired event")
+	require.Zero(t, sentOf(t, js, "x"))
 	sends, err := counter.Sends(ctx, job.Channel, job.To)
 	require.NoError(t, err)
-	require.Empty(t, sends, "the expired job's reservation is released")
-	require.Zero(t, sentOf(t, js, "x"))
+	return sends
 }

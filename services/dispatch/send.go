@@ -648,7 +648,8 @@ func (r *accountRunner) event(d *delivery, kind contract.EventKind, attempt int)
 // reroute moves a job off an account that must not send it: to a healthy
 // account of its pool whose quality lets it send the job's category, or,
 // when there is none, back onto this account after a wait, with a retrying
-// event saying why (code).
+// event saying why (code); a digest's carrier hands the digest on first
+// (handOverIfHeld).
 func (r *accountRunner) reroute(ctx context.Context, d *delivery, why, code string) error {
 	s, job, attempts := r.svc, &d.job, d.attempt-1
 	var candidates []*contract.Account
@@ -660,6 +661,9 @@ func (r *accountRunner) reroute(ctx context.Context, d *delivery, why, code stri
 	if to := shared.PickAccount(candidates, job.To, s.health); to != nil {
 		r.log.Debug("job moved to a healthy account", shared.KeyJobID, job.ID, "to", to.Name, "why", why)
 		return r.moveJob(ctx, d, to.Name, attempts)
+	}
+	if done, err := r.handOverIfHeld(ctx, d); done {
+		return err
 	}
 	ev := r.event(d, contract.EventRetrying, attempts)
 	ev.Code, ev.Class = code, contract.ClassAccountFatal
@@ -673,7 +677,8 @@ func (r *accountRunner) reroute(ctx context.Context, d *delivery, why, code stri
 // capReached handles a job whose account reached its daily cap: it moves
 // to an account of its pool that still has capacity (by the accounts'
 // health values), or is held, with a retrying event saying why, until the
-// window frees a slot or an account edit adds capacity (wake.go). When the
+// window frees a slot or an account edit adds capacity (wake.go), a
+// digest's carrier handing the digest on first (handOverIfHeld). When the
 // cap that is full is fullPortfolio's, the portfolio's other accounts are
 // no way out.
 func (r *accountRunner) capReached(ctx context.Context, d *delivery, adm admission, fullPortfolio string) error {
@@ -690,6 +695,9 @@ func (r *accountRunner) capReached(ctx context.Context, d *delivery, adm admissi
 	if to := shared.PickAccount(candidates, job.To, s.health); to != nil {
 		r.log.Debug("job moved to an account with daily capacity left", shared.KeyJobID, job.ID, "to", to.Name)
 		return r.moveJob(ctx, d, to.Name, attempts)
+	}
+	if done, err := r.handOverIfHeld(ctx, d); done {
+		return err
 	}
 	ev := r.event(d, contract.EventRetrying, attempts)
 	ev.Code, ev.Error = adm.code, adm.reason
