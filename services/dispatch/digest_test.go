@@ -342,20 +342,14 @@ func TestDigestItemHeldByPolicyIsNotLost(t *testing.T) {
 func TestDigestCarrierExpiringAfterSealingHandsItOver(t *testing.T) {
 	t.Parallel()
 	js := topologyJS(t)
-	ctx := t.Context()
 	// An empty bucket at the session's start and one token every 2 s: the
 	// carrier waits for its turn past its expiry.
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":0.5,"burst":1,"concurrency":2}`})
 	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
 	stageSealedDigest(t, js, &carrier, &item, nil)
-	runService(t, js, Config{Logger: logtest.Logger()})
-	time.Sleep(time.Second) // the service's view of the run states
-	carrier.DigestCarrier, carrier.Recheck = true, true
-	carrier.ExpiresAt = time.Now().Add(1200 * time.Millisecond).UTC()
-	data, err := json.Marshal(&carrier)
-	require.NoError(t, err)
-	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
-	require.NoError(t, err)
+	redeliverCarrier(t, js, &carrier, func(j *contract.Job) {
+		j.ExpiresAt = time.Now().Add(1200 * time.Millisecond).UTC()
+	})
 
 	natstest.Eventually(t, 20*time.Second, func() bool { return sentOf(t, js, "y") == 1 }, "the other task's item sent")
 	require.Zero(t, sentOf(t, js, "x"), "the expired carrier is not sent")
@@ -371,22 +365,16 @@ func TestDigestCarrierExpiringAfterSealingHandsItOver(t *testing.T) {
 func TestDigestMaybeSentIsSentAgainUnderItsKey(t *testing.T) {
 	t.Parallel()
 	js := topologyJS(t)
-	ctx := t.Context()
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
 	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
 	// The attempt that may have reached the recipient, sent under the
 	// carrier's job id.
 	stageSealedDigest(t, js, &carrier, &item, map[string]any{"send_key": carrier.ID, "send_body": "2 updates: from x, from y"})
-	runService(t, js, Config{Logger: logtest.Logger()})
-	time.Sleep(time.Second) // the service's view of the run states
 	// The carrier's retry, its answer lost, comes after its task expired.
-	carrier.DigestCarrier, carrier.Recheck, carrier.MaybeSent = true, true, true
-	carrier.Attempts = 1
-	carrier.ExpiresAt = time.Now().Add(-time.Second).UTC()
-	data, err := json.Marshal(&carrier)
-	require.NoError(t, err)
-	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
-	require.NoError(t, err)
+	redeliverCarrier(t, js, &carrier, func(j *contract.Job) {
+		j.MaybeSent, j.Attempts = true, 1
+		j.ExpiresAt = time.Now().Add(-time.Second).UTC()
+	})
 
 	natstest.Eventually(t, 20*time.Second, func() bool { return sentOf(t, js, "y") == 1 }, "the other task's item sent")
 	ev := lastSent(t, js, "y")
@@ -431,7 +419,6 @@ func stageSealedDigest(t *testing.T, js jetstream.JetStream, carrier, item *cont
 func TestDigestCarrierHeldOnItsAccountHandsItOver(t *testing.T) {
 	t.Parallel()
 	js := topologyJS(t)
-	ctx := t.Context()
 	putAccounts(t, js, map[string]string{
 		"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4,"enabled":false}`,
 		"b": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`,
@@ -439,17 +426,29 @@ func TestDigestCarrierHeldOnItsAccountHandsItOver(t *testing.T) {
 	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
 	carrier.Pool, item.Pool = []string{"a"}, []string{"a", "b"}
 	stageSealedDigest(t, js, &carrier, &item, nil)
-	runService(t, js, Config{Logger: logtest.Logger()})
-	time.Sleep(time.Second) // the service's view of the run states
-	carrier.DigestCarrier, carrier.Recheck = true, true
-	data, err := json.Marshal(&carrier)
-	require.NoError(t, err)
-	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
-	require.NoError(t, err)
+	redeliverCarrier(t, js, &carrier, nil)
 
 	natstest.Eventually(t, 20*time.Second, func() bool { return sentOf(t, js, "y") == 1 }, "the other task's item sent")
 	require.Zero(t, sentOf(t, js, "x"), "the held carrier is not sent")
 	ev := lastSent(t, js, "y")
 	require.Equal(t, item.ID, ev.CarriedBy, "the item carried the digest handed to it")
 	require.Equal(t, "b", ev.Account, "through its pool's healthy account")
+}
+
+// redeliverCarrier starts the service on js, waits for its view of the run
+// states, and publishes carrier again on account "a" as the carrier copy
+// of its sealed digest (a redelivery after a crash), adjust (optional)
+// changing it first.
+func redeliverCarrier(t *testing.T, js jetstream.JetStream, carrier *contract.Job, adjust func(*contract.Job)) {
+	t.Helper()
+	runService(t, js, Config{Logger: logtest.Logger()})
+	time.Sleep(time.Second) // the service's view of the run states
+	carrier.DigestCarrier, carrier.Recheck = true, true
+	if adjust != nil {
+		adjust(carrier)
+	}
+	data, err := json.Marshal(carrier)
+	require.NoError(t, err)
+	_, err = js.Publish(t.Context(), contract.JobSubject("a", contract.PriorityNormal), data)
+	require.NoError(t, err)
 }
