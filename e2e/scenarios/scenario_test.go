@@ -41,7 +41,11 @@ var (
 // account disabled for a moment rejected (ingest's validate.go: it now
 // waits for the account, render's noaccount.go), seed 841142931 an account
 // whose pinned rate floor was above the provider's capacity, which no
-// pacing can meet (the generator no longer draws one), seed 5 (on a
+// pacing can meet (the generator no longer draws one), and later (one
+// run in three) an account held above a one-deep capacity at a send a
+// second for a minute: the sends a Retry-After held all started when it
+// ended, and a noise finding kept the rate up (dispatch's pacer.go and
+// adapt.go; TestDispatchPacerSimOneDeepCapacity), seed 5 (on a
 // loaded machine only) WxPusher recipients accepted twice, most likely
 // their jobs redelivered while their first deliveries were still being
 // handled (progress acks came late) and sent again (dispatch's live.go now

@@ -38,7 +38,15 @@ import (
 //     and for noiseMemory a window refused within twice that share (plus
 //     two refusals of slack) changes nothing and the rate keeps rising;
 //     such windows well below a limit also forget the limit. A capacity
-//     shows the other way: refusals vanish just below it.
+//     shows the other way: refusals vanish just below it. A run of
+//     refused windows refused more often than any noise the law tolerates
+//     (twice maxNoise, plus two refusals over the run) is never noise: a
+//     Retry-After pause after every refusal leaves windows of two or three
+//     answers, where two refusals of slack a window excuse anything, and
+//     a rate above a one-deep capacity was found to be noise and stayed
+//     there, a send a second, for the minute the noise was remembered
+//     (seed 841142931). Such a run refutes a noise found, and the test
+//     that found it is not run again for noiseMemory.
 //   - Storms. A window of four answers or more, mostly refused, cuts by
 //     half its refused share (DCTCP's α/2). stormRefusals refusals with
 //     nothing accepted for stormTime drop the rate to the floor and forget
@@ -58,8 +66,12 @@ type rateControl struct {
 	winStart time.Time
 	n, k     int
 
-	// noise is the moving average of the refused share per window.
+	// noise is the moving average of the refused share per window, at
+	// most maxNoise.
 	noise float64
+	// runN and runK are the answers and refusals of the refused windows
+	// in a row up to the current one (runBeyondNoise).
+	runN, runK int
 	// limit is the rate at the last capacity-like window (0: none known
 	// since the last storm, the last noise finding, or since the ceiling was
 	// reached unrefused), and limitAt when it was set.
@@ -79,6 +91,9 @@ type rateControl struct {
 	// noiseUntil is when the noise share found by the last rate-independence
 	// test is forgotten (zero: none found).
 	noiseUntil time.Time
+	// refutedUntil: a noise share found was refuted (runBeyondNoise), and
+	// until then the rate-independence test is not run again.
+	refutedUntil time.Time
 	// refusedAt is the end of the last window with a refusal.
 	refusedAt time.Time
 	// levels are the rates of the current episode of refusals, with their
@@ -133,6 +148,8 @@ const (
 	// noiseMemory is how long a noise share found by the rate-independence
 	// test is tolerated before it is tested again.
 	noiseMemory = time.Minute
+	// maxNoise is the largest refused share told from a capacity as noise.
+	maxNoise = 0.15
 )
 
 func newRateControl(ceiling, floor float64) rateControl {
@@ -195,6 +212,9 @@ func (c *rateControl) decide(now time.Time, n, k int) {
 	share := float64(k) / float64(n)
 	if k > 0 {
 		c.refusedAt = now
+		c.runN, c.runK = c.runN+n, c.runK+k
+	} else {
+		c.runN, c.runK = 0, 0
 	}
 	if !c.noiseUntil.IsZero() && now.After(c.noiseUntil) {
 		c.noise, c.noiseUntil = 0, time.Time{}
@@ -213,21 +233,29 @@ func (c *rateControl) decide(now time.Time, n, k int) {
 	case 2*k > n && n >= 4:
 		// Mostly refused: a storm beginning, or far too fast.
 		c.rate = max(c.floor, c.rate*(1-share/2))
-	case c.noise > 0 && share <= c.noiseTolerance(n):
+	case c.withinNoise(n, k):
 		// As often refused as the noise explains. Refusals well below the
 		// limit at that share say the limit was noise too: forget it.
-		c.noise += noiseGain * (share - c.noise)
+		c.noise = min(maxNoise, c.noise+noiseGain*(share-c.noise))
 		if c.limit > 0 && c.rate < nearLimit*c.limit {
 			c.limit = 0
 		}
 		c.rise(now)
 	default:
-		if p, ok := c.rateIndependent(); ok {
+		if c.noise > 0 && c.runBeyondNoise() {
+			// No noise explains these refusals: they come from a capacity
+			// after all, and the test that found the noise is not trusted
+			// again for a while.
+			c.noise, c.noiseUntil, c.refutedUntil = 0, time.Time{}, now.Add(noiseMemory)
+		}
+		if p, ok := c.rateIndependent(now); ok {
 			// Cutting did not make refusals rarer: noise. Go back to where
-			// the episode began and tolerate that share from now on.
+			// the episode began and tolerate that share from now on; the
+			// refusals from here on must be explained by it.
 			c.noise, c.noiseUntil = p, now.Add(noiseMemory)
 			c.rate = min(c.ceiling, c.levels[0].rate)
 			c.limit, c.levels = 0, c.levels[:0]
+			c.runN, c.runK = 0, 0
 			return
 		}
 		// Capacity: remember where, and cut. Near the previous limit, or
@@ -253,7 +281,7 @@ func (c *rateControl) decide(now time.Time, n, k int) {
 // An episode begins with a window refused beyond the noise and ends after
 // episodeQuiet without refusals.
 func (c *rateControl) note(n, k int) {
-	if len(c.levels) == 0 && (k == 0 || (c.noise > 0 && float64(k)/float64(n) <= c.noiseTolerance(n))) {
+	if len(c.levels) == 0 && (k == 0 || c.withinNoise(n, k)) {
 		return
 	}
 	if l := len(c.levels); l > 0 && c.levels[l-1].rate == c.rate {
@@ -265,14 +293,16 @@ func (c *rateControl) note(n, k int) {
 }
 
 // rateIndependent reports whether the episode's refusals look independent
-// of the rate, and their share: it spans at least three rates, the lowest
+// of the rate, and their share: no noise found was refuted within
+// noiseMemory before now, the run of refused windows is not beyond any
+// noise, and the episode spans at least three rates, the lowest
 // at most 0.7 of the highest, with four refusals or more, at most 15 %
 // refused overall, and the answers at the lower rates (half of them)
 // refused at least 0.6 times as often as those at the higher rates. A
 // capacity makes refusals rarer as the rate comes down to it; noise does
 // not. Noise of more than 15 % is not told from a capacity far below.
-func (c *rateControl) rateIndependent() (float64, bool) {
-	if len(c.levels) < 3 {
+func (c *rateControl) rateIndependent(now time.Time) (float64, bool) {
+	if len(c.levels) < 3 || now.Before(c.refutedUntil) || c.runBeyondNoise() {
 		return 0, false
 	}
 	lo, hi := c.levels[0].rate, c.levels[0].rate
@@ -282,7 +312,7 @@ func (c *rateControl) rateIndependent() (float64, bool) {
 		n, k = n+l.n, k+l.k
 	}
 	share := float64(k) / float64(n)
-	if lo > 0.7*hi || k < 4 || share > 0.15 {
+	if lo > 0.7*hi || k < 4 || share > maxNoise {
 		return 0, false
 	}
 	// Split at half the answers, the higher rates first: the levels are
@@ -311,6 +341,19 @@ func (c *rateControl) cleanRate() float64 {
 		n, span = n+w.n, span+w.span
 	}
 	return float64(n) / span.Seconds()
+}
+
+// withinNoise reports whether the noise explains a window of n answers, k
+// of them refused, and the run of refused windows it ends.
+func (c *rateControl) withinNoise(n, k int) bool {
+	return c.noise > 0 && float64(k)/float64(n) <= c.noiseTolerance(n) && !c.runBeyondNoise()
+}
+
+// runBeyondNoise reports whether the refused windows in a row up to the
+// current one (runN, runK) were refused more often than any noise the law
+// tolerates: twice maxNoise, plus two refusals over the run.
+func (c *rateControl) runBeyondNoise() bool {
+	return c.runN > 0 && float64(c.runK) > 2*maxNoise*float64(c.runN)+2
 }
 
 // noiseTolerance is the refused share of a window of n answers that the

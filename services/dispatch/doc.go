@@ -148,7 +148,9 @@
 // that the account is too fast, so the law (adapt.go) decides once per
 // second from the share of answers refused: refusals as frequent at a
 // lower rate as at a higher one are noise and, within twice their usual
-// share, leave the rate alone; refusals beyond the noise with most answers
+// share (plus two refusals over a run of refused windows), leave the rate
+// alone; a run the noise does not explain refutes it, and the test is not
+// trusted for a minute; refusals beyond the noise with most answers
 // accepted are a capacity, remembered as a limit, held just below (95 % of
 // the rate the provider took) for 20 s and then probed slowly; four
 // refusals with nothing accepted for 3 s are a storm (the floor, then back
@@ -156,7 +158,8 @@
 // capacity with few refusals and ride out noise, hence the distinction.
 // Retry-After pauses the whole account wherever a send starts (pacer.go:
 // tokens and admit both wait, so a job granted its token before the 429
-// does not start during the pause), and the bucket is empty afterwards.
+// does not start during the pause, and takes a new one after it), and the
+// bucket is empty afterwards: the sends the pause held leave at the rate.
 // daily_cap and per_recipient_interval are enforced over KV
 // broadcast_sends (caps.go). A job whose account reached its daily cap
 // moves to an account of its pool with capacity left (by the accounts'

@@ -158,28 +158,39 @@ func (p *pacer) tickLocked(now time.Time) {
 // second at 100/s burst 5. This makes the bound hold for the moments sends
 // actually start, and it is where every send (granted job or batch call)
 // checks the pause last: a job granted before a 429 arrived does not start
-// during the pause. It returns the start it recorded, which the caller
+// during the pause. A send that waited out a pause takes a new token
+// before it starts: its own is from before the pause, whose end emptied
+// the bucket, and the sends the pause held would otherwise all start the
+// moment it ends (two 0.3-2.8 ms apart, the second refused by a provider
+// whose bucket is one deep, pausing the account again, a send a second:
+// seed 841142931). It returns the start it recorded, which the caller
 // uses as its send's start time so both agree.
 func (p *pacer) admit(ctx context.Context) (time.Time, error) {
 	for {
 		now := p.now()
-		ok, d := p.admitAt(now)
+		ok, d, paused := p.admitAt(now)
 		if ok {
 			return now, nil
 		}
 		if err := sleep(ctx, d); err != nil {
 			return time.Time{}, err
 		}
+		if paused {
+			if err := p.token(ctx); err != nil {
+				return time.Time{}, err
+			}
+		}
 	}
 }
 
 // admitAt records a send starting at now if no pause holds and the window
-// has room; otherwise it says how long to wait.
-func (p *pacer) admitAt(now time.Time) (bool, time.Duration) {
+// has room; otherwise it says how long to wait, and whether for a pause
+// (the send then needs a new token: see admit).
+func (p *pacer) admitAt(now time.Time) (ok bool, wait time.Duration, paused bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if d := p.pausedLocked(now); d > 0 {
-		return false, d
+		return false, d, true
 	}
 	n := p.limiter.Burst() + int(math.Ceil(p.ctl.rate))
 	i := 0
@@ -189,9 +200,9 @@ func (p *pacer) admitAt(now time.Time) (bool, time.Duration) {
 	p.recent = p.recent[i:]
 	if len(p.recent) < n {
 		p.recent = append(p.recent, now)
-		return true, 0
+		return true, 0, false
 	}
-	return false, p.recent[len(p.recent)-n].Add(admitWindow).Sub(now)
+	return false, p.recent[len(p.recent)-n].Add(admitWindow).Sub(now), false
 }
 
 // admitWindow is the second admit keeps its bound over, plus a margin for

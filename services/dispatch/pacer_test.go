@@ -3,11 +3,13 @@ package dispatch
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -88,22 +90,68 @@ func TestDispatchPacerPauseHoldsEveryPath(t *testing.T) {
 		ok, wait := p.tokenAt(clk.t)
 		require.False(t, ok)
 		require.Equal(t, 3*time.Second-at, wait)
-		ok, wait = p.admitAt(clk.t)
+		ok, wait, paused := p.admitAt(clk.t)
 		require.False(t, ok, "the granted job is not admitted %s into the pause", at)
+		require.True(t, paused, "held by the pause: it needs a new token")
 		require.Equal(t, 3*time.Second-at, wait)
 	}
 	clk.t = start.Add(3 * time.Second)
-	ok, _ := p.admitAt(clk.t)
-	require.True(t, ok, "admitted once the pause is over")
 	require.False(t, p.tryToken(), "the bucket starts empty after the pause: no burst")
 	clk.add(time.Duration(float64(time.Second) / limit(p)))
-	require.True(t, p.tryToken(), "one token per 1/rate")
+	require.True(t, p.tryToken(), "one token per 1/rate: the held job's new one")
+	ok, _, _ := p.admitAt(clk.t)
+	require.True(t, ok, "admitted once the pause is over")
 
 	// A shorter Retry-After does not cut a longer pause short.
 	p.rateLimited(3 * time.Second)
 	p.rateLimited(time.Second)
 	clk.add(2 * time.Second)
 	require.False(t, p.tryToken())
+}
+
+// TestDispatchPacerPauseReleasesSendsAtTheRate: sends granted their
+// tokens before a refusal, held by its Retry-After, leave at the rate
+// after it, not together when it ends. Together, a provider whose bucket
+// is one deep refused the second of each pair and paused the account
+// again: one send a second for a minute (seed 841142931).
+func TestDispatchPacerPauseReleasesSendsAtTheRate(t *testing.T) {
+	t.Parallel()
+	const held = 4
+	p := newPacer(50, 5, held) // the held sends' tokens, taken before the refusal
+	for range held {
+		require.True(t, p.tryToken())
+	}
+	p.limiter.SetBurst(1) // a bucket one deep from then on
+	const retryAfter = 200 * time.Millisecond
+	p.rateLimited(retryAfter)
+	pauseEnd := time.Now().Add(retryAfter)
+	starts := make(chan time.Time, held)
+	var wg sync.WaitGroup
+	for range held {
+		wg.Go(func() {
+			start, err := p.admit(context.Background())
+			assert.NoError(t, err)
+			starts <- start
+		})
+	}
+	wg.Wait()
+	close(starts)
+	var got []time.Time
+	for s := range starts {
+		got = append(got, s)
+	}
+	slices.SortFunc(got, func(a, b time.Time) int { return a.Compare(b) })
+	r, _ := p.effective()
+	var gaps []string
+	for i := range got {
+		gaps = append(gaps, got[i].Sub(pauseEnd).Round(time.Millisecond).String())
+	}
+	t.Logf("rate %.0f/s; the %d held sends started %v after the pause", r, held, gaps)
+	require.False(t, got[0].Before(pauseEnd), "none during the pause")
+	// The bucket is empty when the pause ends and one deep: the k-th send
+	// has waited k tokens' worth at least.
+	require.GreaterOrEqual(t, got[held-1].Sub(pauseEnd), time.Duration(0.95*held/r*float64(time.Second)),
+		"the held sends leave one per 1/rate")
 }
 
 func TestDispatchPacerHonoursRetryAfter(t *testing.T) {
