@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"encoding/json"
 	"testing"
 	"time"
@@ -44,6 +45,23 @@ func TestExpiredJobKeepsAReservationItsSendMayHaveUsed(t *testing.T) {
 	})
 }
 
+// TestFailedRetryKeepsTheReservationOfATimeout plays a job whose first
+// send timed out (the provider may have taken it) and whose retry is
+// refused for good: the job fails, and the reservation stays, for the
+// timed-out send may have reached the recipient (releaseFrequency reads
+// the ledger entry's history; docs/policy.md, rule 4).
+func TestFailedRetryKeepsTheReservationOfATimeout(t *testing.T) {
+	t.Parallel()
+	timedOut := &ledgerEntry{State: "retrying", History: []contract.AttemptError{
+		{Attempt: 1, Account: "a", Class: contract.ClassRetryable, Code: "timeout", Error: "context deadline exceeded"}}}
+	sends := reservedJobOutcome(t, contract.Job{To: "bad-0", Attempts: 1}, timedOut, contract.EventFailed)
+	require.Len(t, sends, 1, "the reservation of a send that timed out is kept when its retry fails")
+
+	// Without the timeout the failed job's reservation is released.
+	sends = reservedJobOutcome(t, contract.Job{To: "bad-0"}, nil, contract.EventFailed)
+	require.Empty(t, sends, "a job refused without ever reaching the recipient frees its slot")
+}
+
 // expireReservedJob reserves a marketing job's send under a frequency cap,
 // stores entry (when not nil) as its ledger entry, delivers the job
 // expired, with base's Attempts and MaybeSent, on a lane whose consumer
@@ -52,9 +70,20 @@ func TestExpiredJobKeepsAReservationItsSendMayHaveUsed(t *testing.T) {
 // reserved sends.
 func expireReservedJob(t *testing.T, base contract.Job, entry *ledgerEntry) []contract.FrequencySend {
 	t.Helper()
+	return reservedJobOutcome(t, base, entry, contract.EventExpired)
+}
+
+// reservedJobOutcome publishes a job (to base.To, default user-0, its
+// Attempts and MaybeSent from base; expired when want is the expired
+// event) whose send was reserved under a cap of 1 and whose ledger entry
+// is entry (none when nil), waits for its event want, and returns the
+// recipient's reservations left. Recipients starting with bad- are refused
+// for good by the sandbox account.
+func reservedJobOutcome(t *testing.T, base contract.Job, entry *ledgerEntry, want contract.EventKind) []contract.FrequencySend {
+	t.Helper()
 	js := topologyJS(t)
 	ctx := t.Context()
-	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
+	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4,"permanent_prefix":"bad-"}`})
 	const caps = `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}]}`
 	kv, err := js.KeyValue(ctx, contract.BucketPolicy)
 	require.NoError(t, err)
@@ -63,9 +92,12 @@ func expireReservedJob(t *testing.T, base contract.Job, entry *ledgerEntry) []co
 	p, err := contract.DecodePolicy([]byte(caps))
 	require.NoError(t, err)
 
-	job := contract.Job{ID: contract.JobID("x", 0, false), TaskID: "x", To: "user-0", Body: "offer",
+	job := contract.Job{ID: contract.JobID("x", 0, false), TaskID: "x", To: cmp.Or(base.To, "user-0"), Body: "offer",
 		Channel: "sandbox", Account: "a", Priority: contract.PriorityNormal, MaxAttempts: 3,
-		Recheck: true, ExpiresAt: time.Now().Add(-time.Second).UTC(), Attempts: base.Attempts, MaybeSent: base.MaybeSent}
+		Recheck: true, Attempts: base.Attempts, MaybeSent: base.MaybeSent}
+	if want == contract.EventExpired {
+		job.ExpiresAt = time.Now().Add(-time.Second).UTC()
+	}
 	counter, err := policy.OpenCounter(ctx, js)
 	require.NoError(t, err)
 	over, err := counter.Reserve(ctx, job.Channel, job.To, job.ID, contract.CategoryMarketing, p.FrequencyCaps, time.Now())
@@ -95,15 +127,15 @@ func expireReservedJob(t *testing.T, base contract.Job, entry *ledgerEntry) []co
 	_, err = js.Publish(ctx, contract.JobSubject("a", contract.PriorityNormal), data)
 	require.NoError(t, err)
 
-	expired := contract.EventSubject("x", contract.EventExpired)
+	subject := contract.EventSubject("x", want)
 	require.Eventually(t, func() bool {
 		st, err := js.Stream(ctx, contract.StreamEvents)
 		if err != nil {
 			return false
 		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(expired))
-		return err == nil && info.State.Subjects[expired] == 1
-	}, 10*time.Second, 50*time.Millisecond, "the job's expired event")
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+		return err == nil && info.State.Subjects[subject] == 1
+	}, 10*time.Second, 50*time.Millisecond, "the job's %s event", want)
 	require.Zero(t, sentOf(t, js, "x"))
 	sends, err := counter.Sends(ctx, job.Channel, job.To)
 	require.NoError(t, err)
