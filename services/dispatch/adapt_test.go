@@ -255,13 +255,12 @@ func TestDispatchPacerSimCapacity(t *testing.T) {
 
 // TestDispatchPacerSimOneDeepCapacity: a provider whose bucket is one
 // deep at 308/s, below the configured 430/s, with requests arriving up to
-// 0-3 ms late and 0.1 % refused at random: pairs sent 1/rate apart
-// arrive closer, so refusals go on at rates below the capacity and the
-// episode can look like noise. A
-// noise finding the next refusals contradict must not hold the account at
-// 430/s, a send a second between Retry-After pauses (seed 841142931:
-// 180-310 accepted in 60 s before the fix). Over 60 s each run accepts at
-// least a fifth of the capacity.
+// 0-3 ms late and 0.1 % refused at random: pairs sent 1/rate apart arrive
+// closer, so refusals go on at rates below the capacity and the episode
+// can look like noise. No noise finding may hold the account at 430/s, a
+// send a second between Retry-After pauses (seed 841142931; the old law
+// accepted 5/s in one of these runs). Over 60 s each run accepts at least
+// a fifth of the capacity.
 func TestDispatchPacerSimOneDeepCapacity(t *testing.T) {
 	t.Parallel()
 	const capacity, d = 308.0, 60 * time.Second
