@@ -40,13 +40,12 @@ import (
 //     such windows well below a limit also forget the limit. A capacity
 //     shows the other way: refusals vanish just below it. A run of
 //     refused windows refused more often than any noise the law tolerates
-//     (twice maxNoise, plus two refusals over the run) is never noise: a
-//     Retry-After pause after every refusal leaves windows of two or three
-//     answers, where two refusals of slack a window excuse anything, and
-//     a rate above a one-deep capacity was found to be noise and stayed
-//     there, a send a second, for the minute the noise was remembered
-//     (seed 841142931). Such a run refutes a noise found, and the test
-//     that found it is not run again for noiseMemory.
+//     (twice maxNoise, plus two refusals over the run) is never noise,
+//     refutes a noise found, and keeps the test off for noiseMemory: with
+//     a Retry-After pause after every refusal, windows hold two or three
+//     answers, which two refusals of slack a window would always excuse
+//     (a rate above a one-deep capacity then stays there, a send a
+//     second: seed 841142931).
 //   - Storms. A window of four answers or more, mostly refused, cuts by
 //     half its refused share (DCTCP's α/2). stormRefusals refusals with
 //     nothing accepted for stormTime drop the rate to the floor and forget

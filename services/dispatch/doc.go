@@ -148,9 +148,10 @@
 // that the account is too fast, so the law (adapt.go) decides once per
 // second from the share of answers refused: refusals as frequent at a
 // lower rate as at a higher one are noise and, within twice their usual
-// share (plus two refusals over a run of refused windows), leave the rate
-// alone; a run the noise does not explain refutes it, and the test is not
-// trusted for a minute; refusals beyond the noise with most answers
+// share, leave the rate alone, but a run of refused windows with more
+// than 30 % refused (plus two refusals over the run) is never noise, and
+// after one the noise is not assumed for a minute; refusals beyond the
+// noise with most answers
 // accepted are a capacity, remembered as a limit, held just below (95 % of
 // the rate the provider took) for 20 s and then probed slowly; four
 // refusals with nothing accepted for 3 s are a storm (the floor, then back

@@ -21,7 +21,7 @@ import (
 // again (releaseEarlierFrequency; docs/policy.md, rule 2).
 func TestExpiredJobReleasesAnEarlierReservation(t *testing.T) {
 	t.Parallel()
-	sends := expireReservedJob(t, contract.Job{}, nil)
+	sends := reservedJobOutcome(t, contract.Job{}, nil, contract.EventExpired)
 	require.Empty(t, sends, "the expired job's reservation is released")
 }
 
@@ -34,13 +34,13 @@ func TestExpiredJobKeepsAReservationItsSendMayHaveUsed(t *testing.T) {
 	t.Parallel()
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
-		sends := expireReservedJob(t, contract.Job{Attempts: 1}, &ledgerEntry{State: "retrying", History: []contract.AttemptError{
-			{Attempt: 1, Account: "a", Class: contract.ClassRetryable, Code: "timeout", Error: "context deadline exceeded"}}})
+		sends := reservedJobOutcome(t, contract.Job{Attempts: 1}, &ledgerEntry{State: "retrying", History: []contract.AttemptError{
+			{Attempt: 1, Account: "a", Class: contract.ClassRetryable, Code: "timeout", Error: "context deadline exceeded"}}}, contract.EventExpired)
 		require.Len(t, sends, 1, "the reservation of a send that timed out is kept")
 	})
 	t.Run("lost answer", func(t *testing.T) {
 		t.Parallel()
-		sends := expireReservedJob(t, contract.Job{MaybeSent: true}, nil)
+		sends := reservedJobOutcome(t, contract.Job{MaybeSent: true}, nil, contract.EventExpired)
 		require.Len(t, sends, 1, "the reservation of a send whose answer a dead process lost is kept")
 	})
 }
@@ -62,23 +62,14 @@ func TestFailedRetryKeepsTheReservationOfATimeout(t *testing.T) {
 	require.Empty(t, sends, "a job refused without ever reaching the recipient frees its slot")
 }
 
-// expireReservedJob reserves a marketing job's send under a frequency cap,
-// stores entry (when not nil) as its ledger entry, delivers the job
-// expired, with base's Attempts and MaybeSent, on a lane whose consumer
-// exists already (so its delivery is not taken for one that may follow a
-// lost answer), waits for its expired event and returns its recipient's
-// reserved sends.
-func expireReservedJob(t *testing.T, base contract.Job, entry *ledgerEntry) []contract.FrequencySend {
-	t.Helper()
-	return reservedJobOutcome(t, base, entry, contract.EventExpired)
-}
-
-// reservedJobOutcome publishes a job (to base.To, default user-0, its
-// Attempts and MaybeSent from base; expired when want is the expired
-// event) whose send was reserved under a cap of 1 and whose ledger entry
-// is entry (none when nil), waits for its event want, and returns the
-// recipient's reservations left. Recipients starting with bad- are refused
-// for good by the sandbox account.
+// reservedJobOutcome reserves a marketing job's send under a frequency
+// cap of 1, stores entry (when not nil) as its ledger entry, and delivers
+// the job (to base.To, default user-0, with base's Attempts and
+// MaybeSent; already expired when want is the expired event) on a lane
+// whose consumer exists already, so its delivery is not taken for one
+// that may follow a lost answer. It waits for the job's event want and
+// returns its recipient's reserved sends. The sandbox account refuses
+// recipients starting with bad- for good.
 func reservedJobOutcome(t *testing.T, base contract.Job, entry *ledgerEntry, want contract.EventKind) []contract.FrequencySend {
 	t.Helper()
 	js := topologyJS(t)
