@@ -46,8 +46,9 @@ func runBench(ctx context.Context, args []string) error {
 	floorBatch := fs.String("floor-batch", "", "comma-separated recipients per job message, e.g. 1,4,16,64: one floor run each, jobs decoded and events encoded")
 	floorConsumers := fs.String("floor-consumers", "", "comma-separated account counts, e.g. 1,3,30,300,1000: one floor run each, jobs spread over one filtered consumer per account")
 	floorGroups := fs.String("floor-groups", "", "comma-separated group counts, e.g. 8,16: two floor runs each, -floor-accounts spread over that many consumers listing their subjects, then filtering one wildcard per group")
-	floorAccounts := fs.Int("floor-accounts", 1000, "accounts the -floor-groups runs spread their jobs over")
-	floorAccountBatch := fs.Int("floor-accounts-batch", 0, "recipients per job message in the -floor-consumers and -floor-groups runs (0: one job, opaque, as -floor)")
+	floorShards := fs.String("floor-shards", "", "comma-separated shard counts, e.g. 4,16: one floor run each, -floor-accounts (one consumer each) spread over that many work-queue streams")
+	floorAccounts := fs.Int("floor-accounts", 1000, "accounts the -floor-groups and -floor-shards runs spread their jobs over")
+	floorAccountBatch := fs.Int("floor-accounts-batch", 0, "recipients per job message in the -floor-consumers, -floor-groups and -floor-shards runs (0: one job, opaque, as -floor)")
 	pipeline := fs.Bool("pipeline", true, "run the pipeline; with false, only the raw baseline and the floor runs asked for")
 	accounts := fs.Int("accounts", 1, "sandbox accounts the task is spread over (they share -rate)")
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
@@ -68,7 +69,7 @@ func runBench(ctx context.Context, args []string) error {
 	if *raw == 0 {
 		*raw = *n
 	}
-	shapes, err := floorShapes(*floorBatch, *floorConsumers, *floorGroups, *floorAccounts, *floorAccountBatch)
+	shapes, err := floorShapes(*floorBatch, *floorConsumers, *floorGroups, *floorShards, *floorAccounts, *floorAccountBatch)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,11 @@ type floorShape struct {
 	// accounts' subjects lie.
 	groups   int
 	wildcard bool
+	// shards splits the jobs stream into that many work-queue streams,
+	// each holding the subjects (bench.floor.jobs.s<shard>.<i>) and the
+	// consumers of every shards-th account, so an ack is checked against
+	// the consumers of its own shard only.
+	shards int
 }
 
 // label names the shape in the machine-readable line of its run.
@@ -45,6 +50,8 @@ func (s floorShape) label() string {
 			filter = "wildcard"
 		}
 		l = append(l, fmt.Sprintf("floor_groups=%d floor_accounts=%d floor_filter=%s", s.groups, s.accounts, filter))
+	case s.shards > 0:
+		l = append(l, fmt.Sprintf("floor_shards=%d floor_accounts=%d", s.shards, s.accounts))
 	case s.accounts > 0:
 		l = append(l, fmt.Sprintf("floor_consumers=%d", s.accounts))
 	}
@@ -64,22 +71,47 @@ func (s floorShape) subject(a int) string {
 		return "bench.floor.jobs"
 	case s.groups > 0 && s.wildcard:
 		return fmt.Sprintf("bench.floor.jobs.g%d.%d", a%s.groups, a)
+	case s.shards > 0:
+		return fmt.Sprintf("bench.floor.jobs.s%d.%d", a%s.shards, a)
 	}
 	return "bench.floor.jobs." + strconv.Itoa(a)
 }
 
-// consumers are the jobs stream's consumers, each with MaxAckPending
-// slots.
-func (s floorShape) consumers(slots int) []jetstream.ConsumerConfig {
+// streams are the jobs streams: one, or one per shard.
+func (s floorShape) streams() []string {
+	if s.shards == 0 {
+		return []string{floorJobsStream}
+	}
+	names := make([]string, s.shards)
+	for k := range names {
+		names[k] = floorJobsStream + "_" + strconv.Itoa(k)
+	}
+	return names
+}
+
+// streamOf is the jobs stream holding account a's subject and consumer.
+func (s floorShape) streamOf(a int) string {
+	if s.shards == 0 {
+		return floorJobsStream
+	}
+	return floorJobsStream + "_" + strconv.Itoa(a%s.shards)
+}
+
+const floorJobsStream = "BENCH_FLOOR_JOBS"
+
+// consumers are the jobs streams' consumers, each with MaxAckPending
+// slots, and the stream each belongs to.
+func (s floorShape) consumers(slots int) ([]jetstream.ConsumerConfig, []string) {
 	if s.accounts == 0 {
-		return []jetstream.ConsumerConfig{{Durable: "dispatch", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: slots}}
+		return []jetstream.ConsumerConfig{{Durable: "dispatch", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: slots}}, []string{floorJobsStream}
 	}
 	n := s.accounts
 	if s.groups > 0 {
 		n = s.groups
 	}
-	cs := make([]jetstream.ConsumerConfig, n)
+	cs, streams := make([]jetstream.ConsumerConfig, n), make([]string, n)
 	for i := range cs {
+		streams[i] = s.streamOf(i)
 		cs[i] = jetstream.ConsumerConfig{Durable: "dispatch-" + strconv.Itoa(i), AckPolicy: jetstream.AckExplicitPolicy,
 			MaxAckPending: slots, MemoryStorage: true}
 	}
@@ -93,7 +125,7 @@ func (s floorShape) consumers(slots int) []jetstream.ConsumerConfig {
 			cs[a%s.groups].FilterSubjects = append(cs[a%s.groups].FilterSubjects, s.subject(a))
 		}
 	}
-	return cs
+	return cs, streams
 }
 
 // benchFloor runs the bare per-recipient JetStream work of the pipeline,
@@ -110,14 +142,19 @@ func (s floorShape) consumers(slots int) []jetstream.ConsumerConfig {
 // Every consumer feeds one pool of that many workers, so the sends in
 // flight across accounts are bounded as by dispatch's scheduler.
 func benchFloor(ctx context.Context, js jetstream.JetStream, n, concurrency int, shape floorShape) (rate float64, cpuPer time.Duration, err error) {
-	const jobsStream, eventsStream = "BENCH_FLOOR_JOBS", "BENCH_FLOOR_EVENTS"
+	const eventsStream = "BENCH_FLOOR_EVENTS"
 	// The server allows 1,000 consumers per stream unless the stream sets
 	// a limit of its own (-1 counts as unset); JOBS allows 100,000.
-	for _, sc := range []jetstream.StreamConfig{
-		{Name: jobsStream, Subjects: []string{"bench.floor.jobs", "bench.floor.jobs.>"}, Retention: jetstream.WorkQueuePolicy,
-			Storage: jetstream.FileStorage, MaxConsumers: 100_000},
-		{Name: eventsStream, Subjects: []string{"bench.floor.events"}, Storage: jetstream.FileStorage},
-	} {
+	configs := []jetstream.StreamConfig{{Name: eventsStream, Subjects: []string{"bench.floor.events"}, Storage: jetstream.FileStorage}}
+	for k, name := range shape.streams() {
+		subjects := []string{"bench.floor.jobs", "bench.floor.jobs.>"}
+		if shape.shards > 0 {
+			subjects = []string{fmt.Sprintf("bench.floor.jobs.s%d.>", k)}
+		}
+		configs = append(configs, jetstream.StreamConfig{Name: name, Subjects: subjects, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, MaxConsumers: 100_000})
+	}
+	for _, sc := range configs {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return 0, 0, err
 		}
@@ -129,8 +166,9 @@ func benchFloor(ctx context.Context, js jetstream.JetStream, n, concurrency int,
 		slots, msgs = max(1, (concurrency+perMsg-1)/perMsg), (n+perMsg-1)/perMsg
 	}
 	var jobs []jetstream.Consumer
-	for _, cc := range shape.consumers(slots) {
-		c, err := js.CreateOrUpdateConsumer(ctx, jobsStream, cc)
+	consumers, streams := shape.consumers(slots)
+	for i, cc := range consumers {
+		c, err := js.CreateOrUpdateConsumer(ctx, streams[i], cc)
 		if err != nil {
 			return 0, 0, fmt.Errorf("floor: consumer %s: %w", cc.Durable, err)
 		}
@@ -335,10 +373,10 @@ func (r floorRun) print(rawRate float64, res *benchResult) {
 	fmt.Printf("floor_recipients_per_sec=%.0f floor_ratio=%.3f\n", r.rate, r.rate/rawRate)
 }
 
-// floorShapes are the floor runs that -floor-batch, -floor-consumers and
-// -floor-groups (over accounts) ask for, in that order; the runs with
-// consumers carry accountBatch recipients per job message.
-func floorShapes(batch, consumers, groups string, accounts, accountBatch int) ([]floorShape, error) {
+// floorShapes are the floor runs that -floor-batch, -floor-consumers,
+// -floor-groups and -floor-shards (over accounts) ask for, in that order;
+// the runs with consumers carry accountBatch recipients per job message.
+func floorShapes(batch, consumers, groups, shards string, accounts, accountBatch int) ([]floorShape, error) {
 	var shapes []floorShape
 	for _, f := range []struct {
 		name, list string
@@ -350,6 +388,7 @@ func floorShapes(batch, consumers, groups string, accounts, accountBatch int) ([
 			shapes = append(shapes, floorShape{accounts: accounts, groups: g, batch: accountBatch},
 				floorShape{accounts: accounts, groups: g, wildcard: true, batch: accountBatch})
 		}},
+		{"floor-shards", shards, func(k int) { shapes = append(shapes, floorShape{accounts: accounts, shards: k, batch: accountBatch}) }},
 	} {
 		if f.list == "" {
 			continue
@@ -359,8 +398,8 @@ func floorShapes(batch, consumers, groups string, accounts, accountBatch int) ([
 			if err != nil || k < 1 {
 				return nil, fmt.Errorf("bench: -%s: %q is not a positive number", f.name, v)
 			}
-			if f.name == "floor-groups" && k > accounts {
-				return nil, fmt.Errorf("bench: -floor-groups: %d groups for %d accounts", k, accounts)
+			if (f.name == "floor-groups" || f.name == "floor-shards") && k > accounts {
+				return nil, fmt.Errorf("bench: -%s: %d for %d accounts", f.name, k, accounts)
 			}
 			f.add(k)
 		}
