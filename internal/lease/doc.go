@@ -11,4 +11,6 @@
 //     killed holder's lease before its TTL.
 //   - conn.go: whether this process's connection has stayed up since the
 //     lease was last confirmed.
+//   - share.go: how many leases of a kind each replica takes
+//     (FairShare), so the work spreads over the replicas.
 package lease

@@ -173,7 +173,7 @@ func (r *accountRunner) run() {
 	}
 	go shared.Supervise(ctx, r.log, "account health reporter", r.reportHealth)
 	l := lease.New(r.svc.leases, r.name, r.svc.leaseTTL)
-	l.Owner = lease.OwnerID(r.svc.share.replica) // groups this replica's leases (share.go)
+	l.Owner = lease.OwnerID(r.svc.share.Replica) // groups this replica's leases (lease.FairShare)
 	l.HolderGone, l.Conn = r.svc.presence.Gone, r.svc.conn.State
 	// Without its normal lane's consumer the account has one session
 	// anyway, which creates it: jobs that come later are then fresh to it.
@@ -280,7 +280,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				if r.svc.share.shouldGiveBack() {
+				if r.svc.share.ShouldGiveBack() {
 					gaveBack = true
 					end(errGiveBack)
 					return
@@ -305,7 +305,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 	stopKeeping()
 	bg.Wait()
 	if !gaveBack {
-		r.svc.share.released()
+		r.svc.share.Released()
 	}
 	if errors.Is(context.Cause(sctx), lease.ErrLost) {
 		l.Drop()

@@ -45,7 +45,7 @@ type Config struct {
 	// all its accounts: a replica's own capacity (connections, CPU), where
 	// an account's concurrency is the provider's limit. 0, the default,
 	// means no cap beyond the accounts'. With it, replicas add capacity:
-	// accounts spread evenly over them (share.go). Set it above the sum of
+	// accounts spread evenly over them (lease.FairShare). Set it above the sum of
 	// the concurrency of slow-paced accounts, whose jobs hold a slot while
 	// they wait for their turn.
 	MaxInFlight int

@@ -42,7 +42,7 @@ type Service struct {
 	laneJobs [numLanes]atomic.Pointer[laneLook]
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
-	share    *fairShare         // how many accounts this replica takes (share.go)
+	share    *lease.FairShare   // how many accounts this replica takes
 	presence *lease.Presence    // whether a lease holder's connection is gone
 	conn     *lease.ConnWatch   // whether the connection stayed up since a lease was confirmed
 	inFlight chan struct{}      // Config.MaxInFlight slots; nil when unlimited
@@ -121,7 +121,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.share = s.newShare()
 	s.presence = lease.NewPresence(s.js.Conn(), "dispatch")
 	s.conn = lease.WatchConn(s.js.Conn())
-	stopAnswering, err := s.presence.Answer(s.share.replica, s.log)
+	stopAnswering, err := s.presence.Answer(s.share.Replica, s.log)
 	if err != nil {
 		return fmt.Errorf("dispatch: alive subject: %w", err)
 	}
@@ -158,7 +158,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	go shared.Supervise(ctx, s.log, "fair share", s.share.run) // after the accounts are known: it counts them
+	go shared.Supervise(ctx, s.log, "fair share", s.share.Run) // after the accounts are known: it counts them
 	// Held jobs wait for capacity; an edit that adds some wakes them, and so
 	// does a start, for edits made while no dispatch ran.
 	go shared.Supervise(ctx, s.log, "held-job waker", s.runWaker)
@@ -182,10 +182,15 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
+// dispatchReplicaPrefix starts the keys dispatch replicas announce
+// themselves under in KV broadcast_leases (account names cannot contain a
+// dot, so these never clash with an account's lease).
+const dispatchReplicaPrefix = "replica."
+
 // newShare is this process's fair share of the accounts. It counts them
 // without s.mu, so it may be asked while s.mu is held (see numRunners).
-func (s *Service) newShare() *fairShare {
-	return newFairShare(s.leases, func() int { return int(s.numRunners.Load()) })
+func (s *Service) newShare() *lease.FairShare {
+	return lease.NewFairShare(s.leases, dispatchReplicaPrefix, func() int { return int(s.numRunners.Load()) })
 }
 
 // accountChanged applies an edit of broadcast_accounts: pacing and adapter

@@ -38,7 +38,7 @@ func (r *accountRunner) acquire(ctx context.Context, l *lease.Lease, changed <-c
 		}
 		var ok bool
 		var err error
-		if r.svc.share.mayTake(ctx) {
+		if r.svc.share.MayTake(ctx) {
 			if ok, err = l.TryAcquire(ctx); ok {
 				if l.TookFrom != "" {
 					r.log.Info("this process now sends for the account; the previous holder's connection is gone", "previous", l.TookFrom)
@@ -47,7 +47,7 @@ func (r *accountRunner) acquire(ctx context.Context, l *lease.Lease, changed <-c
 				}
 				return true
 			}
-			r.svc.share.released()
+			r.svc.share.Released()
 		}
 		if err != nil && ctx.Err() == nil && err.Error() != lastErr {
 			r.log.Warn("cannot take the account's lease; retrying", "err", err)

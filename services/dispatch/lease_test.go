@@ -32,7 +32,7 @@ func TestDispatchRunnerCountWithoutServiceLock(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	got := make(chan int, 1)
-	go func() { got <- share.total() }()
+	go func() { got <- share.Total() }()
 	select {
 	case n := <-got:
 		require.Equal(t, 2, n)

@@ -1,0 +1,184 @@
+package lease
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FairShare spreads the leases of one kind of work (dispatch's accounts,
+// status's fold partitions) over the replicas of a service. Each replica
+// announces itself in KV broadcast_leases under "<prefix><id>" every
+// Refresh (a prefix no lease key of the bucket begins with). A worker
+// takes its lease only while its process holds fewer than its share,
+// ceil(leases / live replicas), and a process holding more (a replica
+// joined) hands the surplus back, so the work spreads evenly. Without
+// other replicas nothing changes: the share is every lease.
+type FairShare struct {
+	kv jetstream.KeyValue
+	// Replica names this service instance; its workers' lease values
+	// start with it (OwnerID).
+	Replica string
+	prefix  string
+	// self is its announcement key.
+	self  string
+	total func() int // the leases this process may take
+
+	mu    sync.Mutex
+	seen  map[string]time.Time // replica key -> when its announcement arrived
+	owned int
+	// roundStart and roundLeft pace hand-backs (shouldGiveBack).
+	roundStart   time.Time
+	roundLeft    int
+	announced    chan struct{} // closed once the replicas present at start are known (announce)
+	announceOnce sync.Once
+}
+
+// replicaStale is how long a replica counts as live after its last
+// announcement.
+const replicaStale = 3 * Refresh
+
+// giveBackEvery spaces hand-backs, so the others can take the accounts
+// before the share is looked at again.
+const giveBackEvery = 2 * Refresh
+
+// NewFairShare is a share of the leases counted by total among the
+// replicas announcing themselves in kv under prefix (ending in a dot).
+func NewFairShare(kv jetstream.KeyValue, prefix string, total func() int) *FairShare {
+	replica := NewReplicaID()
+	return &FairShare{kv: kv, Replica: replica, prefix: prefix, self: prefix + strings.NewReplacer("/", "-", ".", "-").Replace(replica),
+		total: total, seen: map[string]time.Time{}, announced: make(chan struct{})}
+}
+
+// Run announces this replica and follows the others until ctx ends.
+func (f *FairShare) Run(ctx context.Context) {
+	w, err := f.kv.Watch(ctx, f.prefix+">")
+	if err != nil {
+		f.markAnnounced()
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	// A replica without work it may take (dispatch: no account whose
+	// channel it can send on) does not count.
+	present := false
+	announce := func() {
+		actx, cancel := context.WithTimeout(ctx, OpTimeout)
+		defer cancel()
+		if f.total() == 0 {
+			if present && f.kv.Delete(actx, f.self) == nil {
+				present = false
+			}
+			return
+		}
+		if _, err := f.kv.Put(actx, f.self, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err == nil {
+			present = true
+		}
+	}
+	announce()
+	t := time.NewTicker(Refresh)
+	defer t.Stop()
+	// Replicas starting together see each other after one round of
+	// announcements; until then none takes a lease.
+	startup := time.After(Refresh + Refresh/2)
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), OpTimeout)
+			_ = f.kv.Delete(dctx, f.self)
+			cancel()
+			return
+		case <-startup:
+			f.markAnnounced()
+			startup = nil
+		case <-t.C:
+			announce()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				continue
+			}
+			f.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				f.seen[e.Key()] = time.Now()
+			} else {
+				delete(f.seen, e.Key())
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// markAnnounced closes announced, once even when Run runs again after a
+// panic.
+func (f *FairShare) markAnnounced() { f.announceOnce.Do(func() { close(f.announced) }) }
+
+// Total is how many leases this process may take (the count NewFairShare
+// was given).
+func (f *FairShare) Total() int { return f.total() }
+
+// share is how many leases this process should hold. Call with f.mu held.
+func (f *FairShare) share() int {
+	live := 0
+	now := time.Now()
+	for k, at := range f.seen {
+		if now.Sub(at) < replicaStale {
+			live++
+		} else {
+			delete(f.seen, k)
+		}
+	}
+	live = max(live, 1)
+	return (f.total() + live - 1) / live
+}
+
+// MayTake reports whether this process may take one more lease; when it
+// may, the lease counts as owned until Released.
+func (f *FairShare) MayTake(ctx context.Context) bool {
+	select {
+	case <-f.announced:
+	case <-ctx.Done():
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.owned >= f.share() {
+		return false
+	}
+	f.owned++
+	return true
+}
+
+// Released is called when a worker gave its lease up (or failed to take
+// it after MayTake).
+func (f *FairShare) Released() {
+	f.mu.Lock()
+	f.owned--
+	f.mu.Unlock()
+}
+
+// ShouldGiveBack reports whether the calling worker should hand its lease
+// to another replica, because this process holds more than its share; if
+// so the lease no longer counts as owned. Each round (one per
+// giveBackEvery) hands back at most the surplus seen at its start.
+func (f *FairShare) ShouldGiveBack() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	surplus := f.owned - f.share()
+	if surplus <= 0 {
+		return false
+	}
+	if now := time.Now(); now.Sub(f.roundStart) >= giveBackEvery {
+		f.roundStart, f.roundLeft = now, surplus
+	}
+	if f.roundLeft == 0 {
+		return false
+	}
+	f.roundLeft--
+	f.owned--
+	return true
+}
