@@ -23,6 +23,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -52,7 +53,8 @@ func runBench(ctx context.Context, args []string) error {
 	pipeline := fs.Bool("pipeline", true, "run the pipeline; with false, only the raw baseline and the floor runs asked for")
 	accounts := fs.Int("accounts", 1, "sandbox accounts the task is spread over (they share -rate)")
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
-	statusReplicas := fs.Int("status-replicas", 1, "status processes (one folds, the others stand by)")
+	statusReplicas := fs.Int("status-replicas", 1, "status processes (each folds its share of the partitions, the others stand by)")
+	statusPartitions := fs.Int("status-partitions", 1, "partitions of the fold of the tasks (STATUS_PARTITIONS), spread over -status-replicas")
 	idle := fs.Duration("idle", 0, "before the task, measure the CPU the idle pipeline spends with its accounts for this long")
 	suppressions := fs.Int("suppressions", 0, "entries in the suppression list (scope all) during the run; every 100th recipient of the task is one of them, the rest are other people")
 	policyValue := fs.String("policy", "", `a recipient policy (KV broadcast_policy key default) in force during the run, e.g. '{"frequency_caps":[{"max":6,"window":"168h"}]}'`)
@@ -137,7 +139,7 @@ func runBench(ctx context.Context, args []string) error {
 			burst = max(1, int(perAccount/10))
 		}
 		res, err = benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
-			*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas}, *idle)
+			*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas, statusPartitions: *statusPartitions}, *idle)
 		if err != nil {
 			return err
 		}
@@ -358,7 +360,11 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	// every account's normal lane (in each account's first session; an
 	// account without work then sleeps until the task wakes it) and a
 	// status process folds.
-	if err := waitLeases(ctx, js, []string{contract.StatusFoldLease}, 15*time.Second); err != nil {
+	folds := make([]string, max(o.statusPartitions, 1))
+	for k := range folds {
+		folds[k] = status.FoldLeaseKey(k, len(folds))
+	}
+	if err := waitLeases(ctx, js, folds, 15*time.Second); err != nil {
 		return nil, err
 	}
 	if err := waitConsumers(ctx, js, contract.StreamJobs, len(pool), time.Minute+time.Duration(accounts)*20*time.Millisecond); err != nil {

@@ -29,8 +29,9 @@ type serviceOverrides struct {
 	dispatch func(*dispatch.Config)
 	status   func(*status.Config)
 	feedback func(*feedback.Config)
-	// statusReplicas is how many status services bench runs (0: one).
-	statusReplicas int
+	// statusReplicas is how many status services bench runs (0: one),
+	// statusPartitions the partitions of their fold (0: STATUS_PARTITIONS).
+	statusReplicas, statusPartitions int
 }
 
 func newLogger() (*slog.Logger, error) {
@@ -108,6 +109,9 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 				c.Logger, c.Metrics = log, reg
 				if o.status != nil {
 					o.status(&c)
+				}
+				if o.statusPartitions > 0 {
+					c.Partitions = o.statusPartitions
 				}
 				if statuses++; statuses > 1 {
 					// Standbys of the first (bench -status-replicas): one

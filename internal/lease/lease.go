@@ -85,6 +85,9 @@ func New(kv jetstream.KeyValue, key string, ttl time.Duration) *Lease {
 	return &Lease{kv: kv, key: key, Owner: OwnerID(NewReplicaID()), ttl: ttl}
 }
 
+// Key is the lease's key in its bucket.
+func (l *Lease) Key() string { return l.key }
+
 // TryAcquire takes the lease if nobody holds it, or if its holder's
 // connection is gone (HolderGone). It reports whether this holder has it
 // now.

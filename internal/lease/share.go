@@ -153,6 +153,15 @@ func (f *FairShare) MayTake(ctx context.Context) bool {
 	return true
 }
 
+// TakeBeyond counts a lease taken beyond the share: one whose holder is
+// gone must not wait until the holder's announcement is stale;
+// ShouldGiveBack hands the surplus on later.
+func (f *FairShare) TakeBeyond() {
+	f.mu.Lock()
+	f.owned++
+	f.mu.Unlock()
+}
+
 // Released is called when a worker gave its lease up (or failed to take
 // it after MayTake).
 func (f *FairShare) Released() {

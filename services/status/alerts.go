@@ -61,7 +61,7 @@ func (s *Service) watchAccountPauses(ctx context.Context) error {
 		was := paused[name]
 		paused[name] = now
 		mu.Unlock()
-		if now && !was && s.holds.Load() != nil {
+		if now && !was && s.parts[0].holds.Load() != nil {
 			s.alerts.Alert("account."+name+".paused", fmt.Sprintf("Broadcast: account %s paused: %s", name, h.Reason))
 		}
 	}
@@ -117,7 +117,7 @@ func (q *qualityAlerts) changed(name string) {
 	was := q.seen[name]
 	q.seen[name] = now
 	q.mu.Unlock()
-	if qualityRank(now) > qualityRank(was) && q.s.alerts != nil && q.s.holds.Load() != nil {
+	if qualityRank(now) > qualityRank(was) && q.s.alerts != nil && q.s.parts[0].holds.Load() != nil {
 		effect := "rate ceiling halved"
 		if sig.HoldsMarketing() {
 			effect = "marketing sends held, others at half rate"

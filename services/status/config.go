@@ -72,6 +72,12 @@ type Config struct {
 	// one task make an alert. ConfigFromEnv reads ALERT_DEAD_THRESHOLD.
 	// Defaults to 100.
 	AlertDeadThreshold int
+	// Partitions is how many partitions the fold of the tasks is split
+	// into (partition.go): each folded by one status process, the
+	// partitions spread evenly over the processes running. Every status
+	// process must have the same. ConfigFromEnv reads STATUS_PARTITIONS.
+	// Defaults to 1 (one process folds every task).
+	Partitions int
 	// SeriesLimit is how many task series, and as many account series, the
 	// dashboard's charts keep in memory (series.go, 262 KB each); a new
 	// one beyond it evicts the ended task, else the series, idle longest.
@@ -94,7 +100,8 @@ const DefaultDashboardAddr = "127.0.0.1:8080"
 // ConfigFromEnv reads STATUS_FLUSH_INTERVAL (a Go duration),
 // STATUS_CIRCUIT_WINDOW, STATUS_CIRCUIT_THRESHOLD, DASHBOARD_ADDR
 // (host:port, default 127.0.0.1:8080, "off" for no dashboard),
-// DASHBOARD_TOKEN and DASHBOARD_HOSTS.
+// DASHBOARD_TOKEN, DASHBOARD_HOSTS, STATUS_PARTITIONS and the others named
+// on the fields.
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	switch v := os.Getenv("DASHBOARD_ADDR"); v {
@@ -145,6 +152,13 @@ func ConfigFromEnv() (Config, error) {
 		}
 		c.AlertDeadThreshold = n
 	}
+	if v := os.Getenv("STATUS_PARTITIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPartitions {
+			return c, fmt.Errorf("STATUS_PARTITIONS: %q is not a whole number from 1 to %d", v, maxPartitions)
+		}
+		c.Partitions = n
+	}
 	if v := os.Getenv("STATUS_FLUSH_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -185,6 +199,9 @@ func (c *Config) validate() error {
 	if c.PollInterval < 0 {
 		return fmt.Errorf("PollInterval: must not be negative")
 	}
+	if c.Partitions < 0 || c.Partitions > maxPartitions {
+		return fmt.Errorf("Partitions: must be from 1 to %d, got %d", maxPartitions, c.Partitions)
+	}
 	if c.SeriesLimit < 0 {
 		return fmt.Errorf("SeriesLimit: must not be negative")
 	}
@@ -221,6 +238,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.SeriesLimit == 0 {
 		c.SeriesLimit = 64
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -1,7 +1,8 @@
 // Package status folds outcome events into one progress value per task.
 //
 // Consumes: stream EVENTS (broadcast.events.>) with the durable consumer
-// "status", in stream order, acknowledging each event only after the flush
+// "status" (one per partition, "status-<k>-of-<n>", with STATUS_PARTITIONS
+// above 1), in stream order, acknowledging each event only after the flush
 // that wrote its effect. Not AckAll (one ack per flush): a delivery lost in
 // transit (a client reconnect, a consumer leader moving to another node)
 // comes back only after the ack wait, and a later event's ack would have
@@ -12,11 +13,20 @@
 // for the circuit breaker), so a busy fold costs a read per pull, not
 // per event.
 //
-// One folder: any number of status processes may run, but only the holder
-// of the lease contract.StatusFoldLease in KV broadcast_leases consumes and
-// writes (foldlease.go); the others stand by and serve the dashboard. It
-// answers on broadcast.alive.status.<replica> so that a standby takes a
-// killed holder's lease at once (package lease).
+// One folder per partition: any number of status processes may run, but
+// only the holder of a partition's lease in KV broadcast_leases
+// (contract.StatusFoldLease with one partition, status.fold.<k>-of-<n>
+// with more) consumes and writes its tasks (foldlease.go); the others stand
+// by and serve the dashboard. Config.Partitions (STATUS_PARTITIONS, default
+// 1) splits the fold by task id (partition.go): each partition has its own
+// consumer, delivered every event, and folds only its tasks, and the
+// processes take the partitions in equal shares (lease.FairShare, under
+// status-replica.<id>), so the fold's writes spread over them. Partition 0
+// also counts every event into the accounts' health scores, and does the
+// work that is not by task (retention, scores, alerts of account pauses).
+// A process answers on broadcast.alive.status.<replica> so that a standby
+// takes a killed holder's lease at once, beyond its share if need be
+// (package lease).
 //
 // Publishes: KV broadcast_progress (key = task id, value = contract.Progress),
 // written at most every flush interval (not once per event), a
@@ -68,8 +78,9 @@
 // client, and forward a retry of selected dead letters as a retry-dead
 // control request with their sequences.
 //
-// Where to edit what: status.go (the consume and flush loop), foldlease.go
-// (taking, keeping and checking the fold lease), fold.go (how
+// Where to edit what: status.go (the consume and flush loop), partition.go
+// (the partitions: names, which tasks, where a new consumer starts),
+// foldlease.go (taking, keeping and checking a partition's lease), fold.go (how
 // an event changes a task's progress, receipts included), checkpoint.go (saving and loading
 // fold state), rate.go (smoothed rate and ETA), dashboard.go (what the
 // dashboard shows, queue polling), retention.go (removing old finished

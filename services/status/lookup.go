@@ -20,7 +20,7 @@ import (
 // fold does not wait for it (indexWriter); a loss is repaired when the
 // event is folded again after a crash, and the message id drops what the
 // stream has already. Call with s.mu held.
-func (s *Service) index(ev *contract.Event, changed bool) {
+func (s *Service) index(p *partition, ev *contract.Event, changed bool) {
 	if !changed || ev.Index < 0 || ev.To == "" {
 		return
 	}
@@ -42,9 +42,9 @@ func (s *Service) index(ev *contract.Event, changed bool) {
 	id := ev.TaskID + ":" + strconv.Itoa(ev.Index) + ":" + string(ev.Kind) + ":" + strconv.Itoa(ev.Generation)
 	m := &nats.Msg{Subject: contract.LookupSubject(contract.RecipientHash(to)), Data: data,
 		Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
-	s.pendingIndex = append(s.pendingIndex, m)
-	if len(s.pendingIndex) >= indexBatch {
-		s.publishIndex()
+	p.pendingIndex = append(p.pendingIndex, m)
+	if len(p.pendingIndex) >= indexBatch {
+		s.publishIndex(p)
 	}
 }
 
@@ -58,20 +58,20 @@ const indexBatch = 1024
 // publishIndex publishes the entries waiting since the last call. The
 // fold loop calls it before each flush, so entries are no later than the
 // progress they belong to. Call with s.mu held.
-func (s *Service) publishIndex() {
-	if len(s.pendingIndex) == 0 {
+func (s *Service) publishIndex(p *partition) {
+	if len(p.pendingIndex) == 0 {
 		return
 	}
 	if s.indexer == nil {
 		s.indexer = newIndexWriter(s.js)
 	}
-	for i, m := range s.pendingIndex {
+	for i, m := range p.pendingIndex {
 		if err := s.indexer.publish(m); err != nil {
 			s.log.Debug("recipient index entry not published", shared.KeySubject, m.Subject, "err", err)
 		}
-		s.pendingIndex[i] = nil
+		p.pendingIndex[i] = nil
 	}
-	s.pendingIndex = s.pendingIndex[:0]
+	p.pendingIndex = p.pendingIndex[:0]
 }
 
 // indexWriter publishes index entries as plain NATS messages, which the

@@ -18,7 +18,7 @@ import (
 func (s *Service) forget(ctx context.Context) {
 	every := min(time.Hour, s.cfg.Retention/4)
 	shared.Every(ctx, every, func(ctx context.Context) {
-		if !s.mayWrite() {
+		if !s.mayWriteShared() {
 			return // the folding process removes them
 		}
 		n, err := s.forgetFinished(ctx, time.Now())
@@ -58,7 +58,7 @@ func (s *Service) forgetFinished(ctx context.Context, now time.Time) (int, error
 	}
 	for i, id := range old {
 		s.mu.Lock()
-		live := s.folds[id] != nil // reopened meanwhile (retry-dead)
+		live := s.partFor(id).folds[id] != nil // reopened meanwhile (retry-dead)
 		s.mu.Unlock()
 		if live {
 			continue

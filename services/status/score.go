@@ -187,7 +187,7 @@ func (s *Service) writeScores(ctx context.Context) {
 				lastAll = now
 			}
 			for name, c := range s.scores.takeDirty(now, all) {
-				if !s.mayWrite() {
+				if !s.mayWriteShared() {
 					return
 				}
 				v := scoreOf(c, s.signals.Get(name).QualityOrUnknown(), now)

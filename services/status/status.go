@@ -65,16 +65,17 @@ type Service struct {
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
-	// holds is the fold lease while this process folds, nil while it
-	// stands by; nothing is written without it valid (foldlease.go).
-	holds atomic.Pointer[lease.Lease]
+	// parts are the fold's partitions (partition.go); share spreads them
+	// over the status processes (nil with one partition: whoever takes
+	// it folds everything).
+	parts []*partition
+	share *lease.FairShare
+	// presence tells a killed holder of a lease (foldlease.go).
+	presence *lease.Presence
 
-	// hurry cuts receive's wait short after a failed attempt was folded,
-	// so a failing task's breaker reacts as fast as events arrive.
-	hurry chan struct{}
-
-	mu    sync.Mutex
-	folds map[string]*taskFold
+	// mu guards the partitions' fold states and index entries, indexer,
+	// and the counts below.
+	mu sync.Mutex
 	// Folded counts events folded since start (for metrics and tests).
 	Folded int64
 	// Checkpoints counts fold states saved since start (for tests).
@@ -99,8 +100,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc := &Service{js: js, cfg: cfg, log: log, folds: map[string]*taskFold{},
-		changed: make(chan string, 1024), hurry: make(chan struct{}, 1), alerts: alerts, scores: newScoreBook()}
+	svc := &Service{js: js, cfg: cfg, log: log, parts: newPartitions(cfg.Partitions), alerts: alerts, scores: newScoreBook()}
 	if cfg.DashboardAddr != "" {
 		// Only the dashboard draws them: without it they would be memory
 		// (up to 34 MB) and work nobody reads.
@@ -122,7 +122,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// A pause, resume or approval changes the state without any event.
 	s.controls, err = shared.WatchControl(ctx, s.js, s.log, func(taskID string) {
 		select {
-		case s.changed <- taskID:
+		case s.partFor(taskID).changed <- taskID:
 		default: // the loop is behind; the once-a-second refresh catches up
 		}
 	})
@@ -143,25 +143,47 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	defer stopDashboard()
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamEvents, consumerConfig())
-	if err != nil {
-		return fmt.Errorf("status: consumer: %w", err)
+	cons := make([]jetstream.Consumer, len(s.parts))
+	for i, p := range s.parts {
+		if cons[i], err = s.openConsumer(ctx, p); err != nil {
+			return fmt.Errorf("status: consumer %s: %w", p.consumer, err)
+		}
 	}
-	l, stopAnswering, err := s.foldLease(ctx)
+	newLease, stopAnswering, err := s.foldLease(ctx)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
 	defer stopAnswering()
-	s.log.Info("status started")
-	released := s.watchFoldLease(ctx)
-	for s.acquireFold(ctx, l, released) {
-		err := s.foldWhileHeld(ctx, cons, l)
-		if ctx.Err() != nil {
-			return nil
-		}
-		s.log.Warn("stopped folding; another status process may fold now", "err", err)
+	if s.share != nil {
+		go shared.Supervise(ctx, s.log, "fair share", s.share.Run)
 	}
+	s.log.Info("status started", "partitions", len(s.parts))
+	var wg sync.WaitGroup
+	for i, p := range s.parts {
+		wg.Go(func() { s.runPartition(ctx, p, cons[i], newLease(p.leaseKey)) })
+	}
+	wg.Wait()
 	return nil
+}
+
+// runPartition folds p's events whenever this process holds its lease,
+// until ctx ends.
+func (s *Service) runPartition(ctx context.Context, p *partition, cons jetstream.Consumer, l *lease.Lease) {
+	log := s.log
+	if p.n > 1 {
+		log = log.With("partition", p.label())
+	}
+	released := s.watchFoldLease(ctx, p, log)
+	for s.acquireFold(ctx, p, l, released, log) {
+		err := s.foldWhileHeld(ctx, p, cons, l)
+		if s.share != nil && !errors.Is(err, errGiveBack) {
+			s.share.Released()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("stopped folding; another status process may fold now", "err", err)
+	}
 }
 
 // foldWhileHeld folds events while this process holds the fold lease: it
@@ -169,20 +191,28 @@ func (s *Service) Run(ctx context.Context) error {
 // lease), or why it lost the lease. Then the events it folded but did not
 // flush are handed back unacknowledged and its fold states dropped: the
 // next holder folds them again onto the checkpoints.
-func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l *lease.Lease) error {
+func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstream.Consumer, l *lease.Lease) error {
 	sctx, end := context.WithCancelCause(ctx)
 	defer end(nil)
-	s.holds.Store(l)
-	defer s.holds.Store(nil)
+	p.holds.Store(l)
+	defer p.holds.Store(nil)
 	go s.keepFoldLease(sctx, l, end)
-	go s.writeScores(sctx)
+	if p.k == 0 {
+		go s.writeScores(sctx)
+	}
+	var shareCheckC <-chan time.Time
+	if s.share != nil {
+		t := time.NewTicker(shareCheck)
+		defer t.Stop()
+		shareCheckC = t.C
+	}
 
 	msgs := make(chan jetstream.Msg, 4096)
 	rctx, stopReceiving := context.WithCancel(sctx)
 	received := make(chan struct{})
 	go func() {
 		defer close(received)
-		s.receive(rctx, cons, msgs)
+		s.receive(rctx, p, cons, msgs)
 	}()
 	// Stops the pulls and waits for them, so nothing more is handed over.
 	stop := func() { stopReceiving(); <-received }
@@ -193,9 +223,9 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
 		s.mu.Lock()
-		s.publishIndex()
+		s.publishIndex(p)
 		s.mu.Unlock()
-		if err := s.flush(ctx); err != nil {
+		if err := s.flush(ctx, p); err != nil {
 			if errors.Is(err, errNotConfirmed) {
 				return // kept until the lease is confirmed again (keepFoldLease)
 			}
@@ -210,24 +240,35 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 		}
 		folded = folded[:0]
 	}
+	// leave flushes, acknowledges and releases the lease, for a stop or a
+	// hand-back; what it could not flush is handed back unacknowledged.
+	leave := func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		flush(fctx)
+		cancel()
+		stop()
+		s.handBack(p, append(folded, drain(msgs)...))
+		if err := l.Release(context.Background()); err != nil {
+			s.log.Warn("could not release the fold lease; a standby takes over when it expires", "err", err)
+		}
+	}
 	for {
 		select {
 		case <-sctx.Done():
 			if ctx.Err() != nil {
-				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				flush(fctx)
-				cancel()
-				stop()
-				if err := l.Release(context.Background()); err != nil {
-					s.log.Warn("could not release the fold lease; a standby takes over when it expires", "err", err)
-				}
+				leave()
 				return nil
 			}
 			stop()
-			s.handBack(append(folded, drain(msgs)...))
+			s.handBack(p, append(folded, drain(msgs)...))
 			return context.Cause(sctx)
+		case <-shareCheckC:
+			if s.share.ShouldGiveBack() {
+				leave() // ShouldGiveBack counted the partition as released
+				return errGiveBack
+			}
 		case m := <-msgs:
-			if err := s.fold(ctx, m); err != nil {
+			if err := s.fold(ctx, p, m); err != nil {
 				// Only a checkpoint read can fail here; without its state the
 				// event cannot be folded exactly, so stop and retry later.
 				s.log.Warn("cannot fold event; will retry", "err", err)
@@ -240,8 +281,8 @@ func (s *Service) foldWhileHeld(ctx context.Context, cons jetstream.Consumer, l 
 			}
 		case <-ticker.C:
 			flush(ctx)
-		case taskID := <-s.changed:
-			if err := s.touch(ctx, taskID); err != nil {
+		case taskID := <-p.changed:
+			if err := s.touch(ctx, p, taskID); err != nil {
 				s.log.Warn("cannot load task state", shared.KeyTaskID, taskID, "err", err)
 			}
 		}
@@ -270,7 +311,7 @@ const (
 // receivePace (at once while a pull comes back full or a failed attempt
 // was folded), until a pull comes back empty. An event it could not
 // hand over when ctx ended is handed back unacknowledged.
-func (s *Service) receive(ctx context.Context, cons jetstream.Consumer, msgs chan<- jetstream.Msg) {
+func (s *Service) receive(ctx context.Context, p *partition, cons jetstream.Consumer, msgs chan<- jetstream.Msg) {
 	// pull hands over one batch's events and says how many there were.
 	pull := func(b jetstream.MessageBatch, err error) int {
 		if err != nil {
@@ -299,7 +340,7 @@ func (s *Service) receive(ctx context.Context, cons jetstream.Consumer, msgs cha
 			return false
 		case <-t.C:
 			return true
-		case <-s.hurry:
+		case <-p.hurry:
 			return true
 		}
 	}
@@ -325,14 +366,14 @@ func (s *Service) receive(ctx context.Context, cons jetstream.Consumer, msgs cha
 	}
 }
 
-// handBack drops every fold state and returns the events folded into them
-// unacknowledged, for the next holder.
-func (s *Service) handBack(msgs []jetstream.Msg) {
+// handBack drops every fold state of p and returns the events folded into
+// them unacknowledged, for the next holder.
+func (s *Service) handBack(p *partition, msgs []jetstream.Msg) {
 	s.mu.Lock()
-	s.folds = map[string]*taskFold{}
+	p.folds = map[string]*taskFold{}
 	// The next holder folds these events again and indexes them then.
-	clear(s.pendingIndex)
-	s.pendingIndex = s.pendingIndex[:0]
+	clear(p.pendingIndex)
+	p.pendingIndex = p.pendingIndex[:0]
 	s.mu.Unlock()
 	for _, m := range msgs {
 		_ = m.Nak()
@@ -352,16 +393,27 @@ func drain(msgs chan jetstream.Msg) []jetstream.Msg {
 	}
 }
 
-// fold applies one event to its task's state.
-func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
+// fold applies one event to its task's state, when the task is p's;
+// partition 0 counts every event into the accounts' scores.
+func (s *Service) fold(ctx context.Context, p *partition, m jetstream.Msg) error {
 	var ev contract.Event
 	if err := contract.DecodeEvent(m.Data(), &ev); err != nil || !contract.ValidID(ev.TaskID) {
-		s.log.Warn("event does not decode; skipped", shared.KeySubject, m.Subject(), "err", err)
+		if p.k == 0 {
+			s.log.Warn("event does not decode; skipped", shared.KeySubject, m.Subject(), "err", err)
+		}
+		return nil
+	}
+	if !p.owns(ev.TaskID) {
+		if p.k == 0 {
+			// Another partition dedups it; a redelivery after a crash
+			// may count twice in a score, which is an estimate.
+			s.scores.note(&ev, true, time.Now())
+		}
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := s.foldFor(ctx, ev.TaskID)
+	f, err := s.foldFor(ctx, p, ev.TaskID)
 	if err != nil {
 		return err
 	}
@@ -370,11 +422,13 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	if f.breaker.fails > failsBefore && !f.breaker.tripped {
 		// A failed attempt: the breaker should see the next ones at once.
 		select {
-		case s.hurry <- struct{}{}:
+		case p.hurry <- struct{}{}:
 		default:
 		}
 	}
-	s.scores.note(&ev, applied, time.Now())
+	if p.k == 0 {
+		s.scores.note(&ev, applied, time.Now())
+	}
 	if applied {
 		f.dirty, f.unsaved = true, true
 		if ev.Kind.ReceiptKind() {
@@ -382,7 +436,7 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 		}
 	}
 	s.chart(f, &ev, applied)
-	s.index(&ev, applied)
+	s.index(p, &ev, applied)
 	s.noteFold(f, wasFinal, failedBefore)
 	if reason, trip := f.breaker.check(s.cfg.CircuitThreshold); trip {
 		s.alertTripped(ev.TaskID, reason)
@@ -393,10 +447,10 @@ func (s *Service) fold(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
-// foldFor returns a task's fold state, loading its checkpoint or starting
-// fresh. Call with s.mu held.
-func (s *Service) foldFor(ctx context.Context, taskID string) (*taskFold, error) {
-	if f := s.folds[taskID]; f != nil {
+// foldFor returns a task's fold state in p, loading its checkpoint or
+// starting fresh. Call with s.mu held.
+func (s *Service) foldFor(ctx context.Context, p *partition, taskID string) (*taskFold, error) {
+	if f := p.folds[taskID]; f != nil {
 		return f, nil
 	}
 	f, err := s.loadCheckpoint(ctx, taskID)
@@ -407,15 +461,15 @@ func (s *Service) foldFor(ctx context.Context, taskID string) (*taskFold, error)
 		f = newFold(taskID)
 	}
 	f.breaker.reset(s.cfg.CircuitWindow)
-	s.folds[taskID] = f
+	p.folds[taskID] = f
 	return f, nil
 }
 
-// touch marks a task for rewrite after its run state changed.
-func (s *Service) touch(ctx context.Context, taskID string) error {
+// touch marks a task of p for rewrite after its run state changed.
+func (s *Service) touch(ctx context.Context, p *partition, taskID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := s.foldFor(ctx, taskID)
+	f, err := s.foldFor(ctx, p, taskID)
 	if err != nil {
 		return err
 	}
@@ -445,16 +499,16 @@ func (s *Service) pauseTask(taskID, reason string) {
 // its last receipt.
 const keepReceiving = time.Minute
 
-// flush writes every changed task: checkpoint first, then progress. A
-// running task is written at least once a second so its rate and ETA stay
-// live even while it only waits.
-func (s *Service) flush(ctx context.Context) error {
+// flush writes every changed task of p: checkpoint first, then progress.
+// A running task is written at least once a second so its rate and ETA
+// stay live even while it only waits.
+func (s *Service) flush(ctx context.Context, p *partition) error {
 	now := time.Now().UTC()
 	s.mu.Lock()
 	var todo []*taskFold
-	for id, f := range s.folds {
+	for id, f := range p.folds {
 		if !f.dirty && f.P.State.Final() && now.Sub(f.lastReceipt) >= keepReceiving {
-			delete(s.folds, id) // written; receipts stopped coming
+			delete(p.folds, id) // written; receipts stopped coming
 			continue
 		}
 		if !f.dirty && !f.P.State.Final() && now.Sub(f.lastWrite) >= time.Second {
@@ -483,7 +537,7 @@ func (s *Service) flush(ctx context.Context) error {
 	s.mu.Unlock()
 
 	for _, w := range writes {
-		if !s.mayWrite() {
+		if !p.mayWrite() {
 			return errNotConfirmed
 		}
 		if w.save {
@@ -511,7 +565,7 @@ func (s *Service) flush(ctx context.Context) error {
 		// Finished tasks leave memory (once receipts stopped coming for
 		// keepReceiving); a late event reloads the checkpoint.
 		if w.f.P.State.Final() && now.Sub(w.f.lastReceipt) >= keepReceiving {
-			delete(s.folds, w.f.P.TaskID)
+			delete(p.folds, w.f.P.TaskID)
 		}
 	}
 	s.mu.Unlock()

@@ -1,0 +1,198 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/internal/proctest"
+	"github.com/broadcastd/broadcast/services/status"
+)
+
+// TestStatusPartitionsSpreadAndSurviveAKill runs two status processes with
+// STATUS_PARTITIONS=4 beside ingest, render and dispatch processes, and
+// four tasks, one in each partition. The partitions must spread two and
+// two over the processes; killing one (SIGKILL) mid-send must leave its
+// partitions to the other, with every task's progress moving again within
+// 3 s; the restarted process must get two partitions back; every progress
+// value must be monotonic and the final ones equal the gateway's ledger.
+func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the multi-process status partition test")
+	}
+	const (
+		parts = 4
+		n     = 800 // recipients per task
+		rate  = 40  // per task: each has an account of its own
+	)
+	ns := proctest.StartNATS(t, t.TempDir(), 0)
+	gw := proctest.StartGateway(t, "-latency", "2ms", "-seed", "11")
+	c := newChaosClient(t, ns.URL)
+	natsEnv := "NATS_URL=" + ns.URL
+	for _, name := range []string{"ingest", "render", "dispatch"} {
+		startService(t, name, natsEnv)
+	}
+	var replicas [2]*proctest.Proc
+	for i := range replicas {
+		replicas[i] = startService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=250ms", fmt.Sprintf("STATUS_PARTITIONS=%d", parts))
+	}
+	// holders counts the partitions each replica holds, by index in
+	// replicas (-1: a lease nobody holds).
+	holders := func() map[int]int {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		kv, err := c.js.KeyValue(ctx, contract.BucketLeases)
+		require.NoError(t, err)
+		count := map[int]int{}
+		for k := range parts {
+			i := -1
+			if _, err := kv.Get(ctx, status.FoldLeaseKey(k, parts)); err == nil {
+				h := leaseHolder(t, c, status.FoldLeaseKey(k, parts), replicas[:])
+				for j, r := range replicas {
+					if r == h {
+						i = j
+					}
+				}
+			}
+			count[i]++
+		}
+		return count
+	}
+	spread := func() bool { h := holders(); return h[0] == parts/2 && h[1] == parts/2 }
+	require.Eventually(t, spread, 30*time.Second, 100*time.Millisecond, "the partitions spread two and two")
+	for k := range parts {
+		c.putAccount(fmt.Sprintf("hook-%d", k), fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":8}`,
+			gw.URL, rate, rate))
+	}
+
+	// One task in each partition, each on an account of its own, so all
+	// four are being sent when the kill comes.
+	var tasks []contract.Task
+	for i := 0; len(tasks) < parts; i++ {
+		id := fmt.Sprintf("parts-%d", i)
+		if status.PartitionOf(id, parts) == len(tasks) {
+			tasks = append(tasks, contract.Task{ID: id, Channel: "webhook", Template: "Hello {{.to}}",
+				Accounts: []string{fmt.Sprintf("hook-%d", len(tasks))}, Recipients: pipelinetest.Recipients(id, n)})
+		}
+	}
+	// Every progress value written, per task, in order.
+	type seen struct {
+		at time.Time
+		p  contract.Progress
+	}
+	var mu sync.Mutex
+	values := map[string][]seen{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kv, err := c.js.KeyValue(ctx, contract.BucketProgress)
+	require.NoError(t, err)
+	w, err := kv.WatchAll(ctx)
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	go func() {
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var p contract.Progress
+			if json.Unmarshal(e.Value(), &p) == nil {
+				mu.Lock()
+				values[e.Key()] = append(values[e.Key()], seen{time.Now(), p})
+				mu.Unlock()
+			}
+		}
+	}()
+	last := func(id string) (seen, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		v := values[id]
+		if len(v) == 0 {
+			return seen{}, false
+		}
+		return v[len(v)-1], true
+	}
+	for _, task := range tasks {
+		c.submitTask(task)
+	}
+	require.Eventually(t, func() bool {
+		for _, task := range tasks {
+			if v, ok := last(task.ID); !ok || v.p.Sent < n/4 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "a quarter of every task sent")
+
+	victim := replicas[0]
+	atKill := map[string]int{}
+	for _, task := range tasks {
+		v, _ := last(task.ID)
+		require.False(t, v.p.State.Final(), "%s is still being sent at the kill", task.ID)
+		atKill[task.ID] = v.p.Sent
+	}
+	killedAt := time.Now()
+	victim.Kill()
+	gaps := map[string]time.Duration{}
+	for len(gaps) < len(tasks) {
+		for _, task := range tasks {
+			if _, done := gaps[task.ID]; done {
+				continue
+			}
+			if v, ok := last(task.ID); ok && v.at.After(killedAt) && v.p.Sent > atKill[task.ID] {
+				gaps[task.ID] = v.at.Sub(killedAt)
+			}
+		}
+		if time.Since(killedAt) > 30*time.Second { // what each task did, for the failure below
+			mu.Lock()
+			for _, task := range tasks {
+				vs := values[task.ID]
+				for _, v := range vs[max(0, len(vs)-3):] {
+					t.Logf("%s at %s: %s sent %d", task.ID, v.at.Sub(killedAt), v.p.State, v.p.Sent)
+				}
+			}
+			mu.Unlock()
+		}
+		require.Less(t, time.Since(killedAt), 30*time.Second, "progress of every task moves again after the kill (moved: %v)", gaps)
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("killed status pid %d: progress moving again after %v", victim.Pid(), gaps)
+	require.Eventually(t, func() bool { return holders()[1] == parts }, 15*time.Second, 100*time.Millisecond,
+		"the survivor folds every partition")
+	victim.Restart()
+	require.Eventually(t, spread, 30*time.Second, 100*time.Millisecond, "the restarted process gets its share back")
+
+	for _, task := range tasks {
+		p := c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+		require.Equal(t, contract.StateSucceeded, p.State, task.ID)
+		require.Equal(t, n, p.Sent, task.ID)
+	}
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel()
+	l, err := gateway.FetchLedger(lctx, gw.URL)
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond) // the watch's last values
+	mu.Lock()
+	defer mu.Unlock()
+	for _, task := range tasks {
+		vs := values[task.ID]
+		for i := 1; i < len(vs); i++ {
+			a, b := vs[i-1].p, vs[i].p
+			require.GreaterOrEqual(t, b.Sent, a.Sent, "%s: sent went back at value %d", task.ID, i)
+			require.GreaterOrEqual(t, b.Failed, a.Failed, "%s: failed went back at value %d", task.ID, i)
+		}
+	}
+	require.Equal(t, parts*n, l.AcceptedKeys(), "every recipient accepted")
+	require.Zero(t, l.Duplicates)
+	for id, g := range gaps {
+		require.Less(t, g, 3*time.Second, "progress of %s moves again within 3 s of the kill", id)
+	}
+}

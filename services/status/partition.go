@@ -1,0 +1,207 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
+)
+
+// The fold is split into Config.Partitions partitions by task: a task's
+// events are folded by the holder of its partition's lease, from that
+// partition's own consumer of EVENTS, so the fold's work (outcome
+// arrays, checkpoints, progress writes, the recipient index) spreads over
+// the status processes, each taking its fair share of the partitions
+// (lease.FairShare). Every partition's consumer is delivered every event
+// and skips the other partitions' tasks: EVENTS subjects name the task,
+// not a partition, and must not change. Partition 0 also counts every
+// event into the accounts' health scores (score.go), which need all of
+// them. With one partition (the default) the fold is what it always was:
+// consumer "status", lease contract.StatusFoldLease.
+//
+// All status processes must run with the same count: a process finding
+// another count's fold leases in KV broadcast_leases stands by until they
+// are gone (foreignLayout).
+type partition struct {
+	k, n int
+	// leaseKey and consumer are the partition's names in KV
+	// broadcast_leases and on stream EVENTS.
+	leaseKey, consumer string
+	// holds is the partition's lease while this process folds it, nil
+	// while it stands by; nothing of it is written without it valid.
+	holds atomic.Pointer[lease.Lease]
+	// changed carries tasks whose run state changed without an event (a
+	// pause, a resume); hurry cuts receive's wait short after a failed
+	// attempt was folded, so a failing task's breaker reacts as fast as
+	// events arrive.
+	changed chan string
+	hurry   chan struct{}
+
+	// Under Service.mu: the fold states of the partition's tasks, and the
+	// recipient index entries folded since it last published (lookup.go).
+	folds        map[string]*taskFold
+	pendingIndex []*nats.Msg
+}
+
+// maxPartitions bounds Config.Partitions: every partition's consumer is
+// delivered every event.
+const maxPartitions = 16
+
+func newPartitions(n int) []*partition {
+	parts := make([]*partition, n)
+	for k := range parts {
+		p := &partition{k: k, n: n, leaseKey: FoldLeaseKey(k, n), consumer: contract.ConsumerStatus,
+			changed: make(chan string, 1024), hurry: make(chan struct{}, 1), folds: map[string]*taskFold{}}
+		if n > 1 {
+			p.consumer = fmt.Sprintf("%s-%d-of-%d", contract.ConsumerStatus, k, n)
+		}
+		parts[k] = p
+	}
+	return parts
+}
+
+// FoldLeaseKey is the key in KV broadcast_leases of partition k of n:
+// contract.StatusFoldLease with one, status.fold.<k>-of-<n> with more.
+func FoldLeaseKey(k, n int) string {
+	if n <= 1 {
+		return contract.StatusFoldLease
+	}
+	return fmt.Sprintf("%s.%d-of-%d", contract.StatusFoldLease, k, n)
+}
+
+// PartitionOf is the partition of taskID among n: FNV-1a of the id,
+// modulo n.
+func PartitionOf(taskID string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(taskID))
+	return int(h.Sum32() % uint32(n))
+}
+
+// partFor is the partition folding taskID.
+func (s *Service) partFor(taskID string) *partition {
+	return s.parts[PartitionOf(taskID, len(s.parts))]
+}
+
+// owns reports whether taskID is this partition's.
+func (p *partition) owns(taskID string) bool { return PartitionOf(taskID, p.n) == p.k }
+
+// mayWrite reports whether this process may write the partition's
+// progress and checkpoints now: it holds a valid lease on it.
+func (p *partition) mayWrite() bool {
+	l := p.holds.Load()
+	return l != nil && l.Valid()
+}
+
+// label names the partition in logs ("" with one).
+func (p *partition) label() string {
+	if p.n == 1 {
+		return ""
+	}
+	return strconv.Itoa(p.k) + " of " + strconv.Itoa(p.n)
+}
+
+// consumerConfig is the partition's consumer of EVENTS, starting after
+// start when it is not 0 (see startAfter).
+func (p *partition) consumerConfig(start uint64) jetstream.ConsumerConfig {
+	cc := consumerConfig()
+	cc.Durable = p.consumer
+	if p.n > 1 {
+		cc.Description = fmt.Sprintf("status: folds the events of partition %d of %d of the tasks into progress", p.k, p.n)
+	}
+	if start > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start+1
+	}
+	return cc
+}
+
+// openConsumer returns the partition's consumer, creating it when it does
+// not exist. A new one starts where the fold of another partition count
+// left off (startAfter), not at the beginning of EVENTS: everything below
+// the lowest acknowledged sequence is in the checkpoints already.
+func (s *Service) openConsumer(ctx context.Context, p *partition) (jetstream.Consumer, error) {
+	stream, err := s.js.Stream(ctx, contract.StreamEvents)
+	if err != nil {
+		return nil, err
+	}
+	if c, err := stream.Consumer(ctx, p.consumer); err == nil {
+		// Update to today's settings, keeping where it started.
+		info := c.CachedInfo()
+		cc := p.consumerConfig(0)
+		cc.DeliverPolicy, cc.OptStartSeq = info.Config.DeliverPolicy, info.Config.OptStartSeq
+		return stream.CreateOrUpdateConsumer(ctx, cc)
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, err
+	}
+	start, err := startAfter(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return stream.CreateOrUpdateConsumer(ctx, p.consumerConfig(start))
+}
+
+// startAfter is the lowest acknowledged sequence over the fold consumers
+// of other partition counts on EVENTS, 0 when there are none.
+func startAfter(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+	var floor uint64
+	found := false
+	names := stream.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if name != contract.ConsumerStatus && !strings.HasPrefix(name, contract.ConsumerStatus+"-") {
+			continue
+		}
+		c, err := stream.Consumer(ctx, name)
+		if err != nil {
+			continue
+		}
+		if seq := c.CachedInfo().AckFloor.Stream; !found || seq < floor {
+			floor, found = seq, true
+		}
+	}
+	return floor, names.Err()
+}
+
+// foreignLayout names a fold lease of another partition count held now,
+// "" when there is none: two counts would fold one task twice.
+func (s *Service) foreignLayout(ctx context.Context) (string, error) {
+	lctx, cancel := context.WithTimeout(ctx, lease.OpTimeout)
+	defer cancel()
+	keys, err := s.leases.ListKeysFiltered(lctx, contract.StatusFoldLease, contract.StatusFoldLease+".>")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = keys.Stop() }()
+	mine := map[string]bool{}
+	for _, p := range s.parts {
+		mine[p.leaseKey] = true
+	}
+	for key := range keys.Keys() {
+		if !mine[key] {
+			return key, nil
+		}
+	}
+	return "", nil
+}
+
+// errGiveBack ends the fold of a partition this process hands to a
+// status process holding fewer.
+var errGiveBack = errors.New("handing the partition to a status process with fewer")
+
+// shareCheck is how often a folding partition asks whether this process
+// holds more than its share.
+const shareCheck = 2 * time.Second
