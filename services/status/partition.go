@@ -153,7 +153,9 @@ func (s *Service) openConsumer(ctx context.Context, p *partition) (jetstream.Con
 }
 
 // startAfter is the lowest acknowledged sequence over the fold consumers
-// of other partition counts on EVENTS, 0 when there are none.
+// on EVENTS (of another partition count, or this count's partitions made
+// just before: a consumer that started after a sequence reports it as
+// acknowledged), 0 when there are none.
 func startAfter(ctx context.Context, stream jetstream.Stream) (uint64, error) {
 	var floor uint64
 	found := false
