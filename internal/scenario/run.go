@@ -149,6 +149,9 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 	for k, v := range DispatchEnv {
 		env[k] = v
 	}
+	if sc.StatusPartitions > 1 {
+		env["STATUS_PARTITIONS"] = strconv.Itoa(sc.StatusPartitions)
+	}
 	for _, p := range sc.Pools {
 		for _, a := range p.Accounts {
 			env[SecretEnv(a.Name)] = Secret

@@ -36,6 +36,9 @@ type Scenario struct {
 	// Suppressions are suppression list entries put before the tasks
 	// (Early) or during the run.
 	Suppressions []Suppression `json:"suppressions,omitempty"`
+	// StatusPartitions, when above 1, splits status's fold into that many
+	// partitions by task (STATUS_PARTITIONS).
+	StatusPartitions int `json:"status_partitions,omitempty"`
 	// Shrunk notes what shrinking removed, when it did.
 	Shrunk string `json:"shrunk,omitempty"`
 }
@@ -256,6 +259,11 @@ func Generate(seed uint64, o Options) *Scenario {
 	// everything else: every seed keeps the accounts, tasks and actions
 	// it had before the policy was drawn, and some gain a policy on top.
 	genPolicy(rand.New(rand.NewPCG(seed^0x5bd1e995, seed+17)), s, o.Scale)
+	// So are status's partitions: a third of the scenarios fold in two or
+	// three.
+	if pr := rand.New(rand.NewPCG(seed^0x27d4eb2f, seed+29)); pr.Float64() < 1.0/3 {
+		s.StatusPartitions = 2 + pr.IntN(2)
+	}
 	if o.Multiprocess {
 		procs := []string{"dispatch", "dispatch", "dispatch", "ingest", "render", "status", "nats"}
 		for range 1 + r.IntN(3) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -120,7 +121,8 @@ func StartInProcess(ctx context.Context, env map[string]string) (Stack, error) {
 		case "dispatch":
 			r, err = dispatch.New(js, dcfg)
 		case "status":
-			r, err = status.New(js, status.Config{Logger: log})
+			partitions, _ := strconv.Atoi(getenv("STATUS_PARTITIONS")) // 0 without: one
+			r, err = status.New(js, status.Config{Logger: log, Partitions: partitions})
 		}
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", name, err))
