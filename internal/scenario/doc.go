@@ -1,6 +1,7 @@
 // Package scenario is the randomized scenario tester of issue 12: it draws
 // a scenario from a seed (accounts of every channel with a fake, tasks,
-// provider faults, operator actions, process kills), runs it against a
+// provider faults, operator actions, process kills, the recipient policy,
+// status's partitions), runs it against a
 // whole Broadcast and checks, from the fakes' own ledgers and from KV, the
 // promises of the contract:
 //
