@@ -13,6 +13,11 @@
 //   - dispatch_kill_test.go, status_replicas_test.go: the lease holder of
 //     two dispatch or two status replicas killed (how soon the other takes
 //     over; progress stays exact).
+//   - status_partitions_test.go: the fold in four partitions over two
+//     status processes, one killed and restarted (the share, the take-over,
+//     exact progress of a task in each partition).
+//   - progress_watch_test.go: every progress value written, per task, for
+//     how soon progress moves and whether it ever went back.
 //   - feedback_kill_test.go: feedback killed twice during a storm of
 //     receipts from posters that retry; progress equals what they had
 //     answered 200.

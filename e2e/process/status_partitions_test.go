@@ -2,13 +2,10 @@ package process
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -84,48 +81,17 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 				Accounts: []string{fmt.Sprintf("hook-%d", len(tasks))}, Recipients: pipelinetest.Recipients(id, n)})
 		}
 	}
-	// Every progress value written, per task, in order.
-	type seen struct {
-		at time.Time
-		p  contract.Progress
-	}
-	var mu sync.Mutex
-	values := map[string][]seen{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	kv, err := c.js.KeyValue(ctx, contract.BucketProgress)
-	require.NoError(t, err)
-	w, err := kv.WatchAll(ctx)
-	require.NoError(t, err)
-	defer func() { _ = w.Stop() }()
-	go func() {
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var p contract.Progress
-			if json.Unmarshal(e.Value(), &p) == nil {
-				mu.Lock()
-				values[e.Key()] = append(values[e.Key()], seen{time.Now(), p})
-				mu.Unlock()
-			}
-		}
-	}()
-	last := func(id string) (seen, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		v := values[id]
-		if len(v) == 0 {
-			return seen{}, false
-		}
-		return v[len(v)-1], true
+	pw := watchProgress(t, c)
+	var ids []string
+	for _, task := range tasks {
+		ids = append(ids, task.ID)
 	}
 	for _, task := range tasks {
 		c.submitTask(task)
 	}
 	require.Eventually(t, func() bool {
 		for _, task := range tasks {
-			if v, ok := last(task.ID); !ok || v.p.Sent < n/4 {
+			if v, ok := pw.last(task.ID); !ok || v.p.Sent < n/4 {
 				return false
 			}
 		}
@@ -135,7 +101,7 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 	victim := replicas[0]
 	atKill := map[string]int{}
 	for _, task := range tasks {
-		v, _ := last(task.ID)
+		v, _ := pw.last(task.ID)
 		require.False(t, v.p.State.Final(), "%s is still being sent at the kill", task.ID)
 		atKill[task.ID] = v.p.Sent
 	}
@@ -147,19 +113,13 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 			if _, done := gaps[task.ID]; done {
 				continue
 			}
-			if v, ok := last(task.ID); ok && v.at.After(killedAt) && v.p.Sent > atKill[task.ID] {
+			if pw.movedSince(task.ID, killedAt, atKill[task.ID]) {
+				v, _ := pw.last(task.ID)
 				gaps[task.ID] = v.at.Sub(killedAt)
 			}
 		}
 		if time.Since(killedAt) > 30*time.Second { // what each task did, for the failure below
-			mu.Lock()
-			for _, task := range tasks {
-				vs := values[task.ID]
-				for _, v := range vs[max(0, len(vs)-3):] {
-					t.Logf("%s at %s: %s sent %d", task.ID, v.at.Sub(killedAt), v.p.State, v.p.Sent)
-				}
-			}
-			mu.Unlock()
+			pw.logLast(t, killedAt, ids...)
 		}
 		require.Less(t, time.Since(killedAt), 30*time.Second, "progress of every task moves again after the kill (moved: %v)", gaps)
 		time.Sleep(20 * time.Millisecond)
@@ -180,15 +140,8 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 	l, err := gateway.FetchLedger(lctx, gw.URL)
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // the watch's last values
-	mu.Lock()
-	defer mu.Unlock()
 	for _, task := range tasks {
-		vs := values[task.ID]
-		for i := 1; i < len(vs); i++ {
-			a, b := vs[i-1].p, vs[i].p
-			require.GreaterOrEqual(t, b.Sent, a.Sent, "%s: sent went back at value %d", task.ID, i)
-			require.GreaterOrEqual(t, b.Failed, a.Failed, "%s: failed went back at value %d", task.ID, i)
-		}
+		pw.requireMonotonic(t, task.ID)
 	}
 	require.Equal(t, parts*n, l.AcceptedKeys(), "every recipient accepted")
 	require.Zero(t, l.Duplicates)

@@ -2,12 +2,9 @@ package process
 
 import (
 	"context"
-	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -46,49 +43,10 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 
 	task := contract.Task{ID: "status-replicas", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("s", n)}
 
-	// Every progress value written, in order.
-	type seen struct {
-		at time.Time
-		p  contract.Progress
-	}
-	var mu sync.Mutex
-	var values []seen
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	kv, err := c.js.KeyValue(ctx, contract.BucketProgress)
-	require.NoError(t, err)
-	w, err := kv.Watch(ctx, task.ID)
-	require.NoError(t, err)
-	defer func() { _ = w.Stop() }()
-	go func() {
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var p contract.Progress
-			if json.Unmarshal(e.Value(), &p) == nil {
-				mu.Lock()
-				values = append(values, seen{time.Now(), p})
-				mu.Unlock()
-			}
-		}
-	}()
-	// sentSince is the last value's sent count, if it was written after since.
-	sentSince := func(since time.Time) (int, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(values) == 0 || !values[len(values)-1].at.After(since) {
-			return 0, false
-		}
-		return values[len(values)-1].p.Sent, true
-	}
+	pw := watchProgress(t, c)
 	lastSent := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(values) == 0 {
-			return 0
-		}
-		return values[len(values)-1].p.Sent
+		v, _ := pw.last(task.ID)
+		return v.p.Sent
 	}
 
 	c.submitTask(task)
@@ -101,10 +59,7 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 		atKill := lastSent()
 		killedAt := time.Now()
 		holder.Kill()
-		for {
-			if s, ok := sentSince(killedAt); ok && s > atKill {
-				break
-			}
+		for !pw.movedSince(task.ID, killedAt, atKill) {
 			require.Less(t, time.Since(killedAt), 30*time.Second, "progress never moved after kill %d", k+1)
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -120,15 +75,9 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 	lcancel()
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // the watch's last values
-	mu.Lock()
-	defer mu.Unlock()
 	t.Logf("progress gaps %v; %d progress values; final %s sent=%d failed=%d; gateway accepted keys %d, duplicates %d",
-		gaps, len(values), p.State, p.Sent, p.Failed, l.AcceptedKeys(), l.Duplicates)
-	for i := 1; i < len(values); i++ {
-		a, b := values[i-1].p, values[i].p
-		require.GreaterOrEqual(t, b.Sent, a.Sent, "sent went back at value %d", i)
-		require.GreaterOrEqual(t, b.Failed, a.Failed, "failed went back at value %d", i)
-	}
+		gaps, pw.count(task.ID), p.State, p.Sent, p.Failed, l.AcceptedKeys(), l.Duplicates)
+	pw.requireMonotonic(t, task.ID)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Equal(t, n, l.AcceptedKeys(), "every recipient accepted")
