@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
@@ -123,26 +124,26 @@ func (e *dispatchEnv) sendsBy() map[int]int {
 
 // issuePacing measures the replicas' send starts (the dispatch side, before
 // any transport delay) against a limit.
-func (e *dispatchEnv) issuePacing(limit int) pacingFigures {
-	var hs []hit
+func (e *dispatchEnv) issuePacing(limit int) harness.PacingFigures {
+	var hs []harness.Hit
 	for _, s := range e.sendLog() {
-		hs = append(hs, hit{at: s.at, to: s.to})
+		hs = append(hs, harness.Hit{At: s.at, To: s.to})
 	}
-	return measurePacing(hs, limit)
+	return harness.MeasurePacing(hs, limit)
 }
 
 // transportDelays returns the median, 99th percentile and largest delay
 // from a replica starting a send to the provider's handler seeing it, for
 // recipients sent once.
-func (e *dispatchEnv) transportDelays(rec *recorder) (p50, p99, worst time.Duration) {
+func (e *dispatchEnv) transportDelays(rec *harness.Recorder) (p50, p99, worst time.Duration) {
 	starts := map[string][]time.Time{}
 	for _, s := range e.sendLog() {
 		starts[s.to] = append(starts[s.to], s.at)
 	}
 	var ds []time.Duration
-	for _, h := range rec.all() {
-		if st := starts[h.to]; len(st) == 1 {
-			ds = append(ds, h.at.Sub(st[0]))
+	for _, h := range rec.All() {
+		if st := starts[h.To]; len(st) == 1 {
+			ds = append(ds, h.At.Sub(st[0]))
 		}
 	}
 	if len(ds) == 0 {
@@ -182,7 +183,7 @@ func (s notingSender) Send(ctx context.Context, msgs []channels.Message) []chann
 // capWaits returns the distinct jobs of a task with a daily_cap retrying event.
 func capWaits(t *testing.T, ts *pipelinetest.Server, taskID string) map[string]contract.Event {
 	out := map[string]contract.Event{}
-	for _, e := range eventsOf(ts.Events(t, taskID), contract.EventRetrying) {
+	for _, e := range harness.EventsOf(ts.Events(t, taskID), contract.EventRetrying) {
 		if e.Code == "daily_cap" {
 			out[e.JobID] = e
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -54,14 +56,14 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	for i := range queued {
 		fmt.Fprintf(&b, `{"to":"n-%07d"}`+"\n", i)
 	}
-	putObject(t, e.ts, "lists/bulk.jsonl", b.String())
+	harness.PutObject(t, e.ts, "lists/bulk.jsonl", b.String())
 	bulkAt := time.Now()
-	submit(t, e.ts, `{"id":"bulk","channel":"sandbox","template":"bulk","recipients_object":"lists/bulk.jsonl"}`)
+	harness.Submit(t, e.ts, `{"id":"bulk","channel":"sandbox","template":"bulk","recipients_object":"lists/bulk.jsonl"}`)
 
 	// Wait until every normal job is in the queue (or sent) and the account
 	// is sending: the high task then arrives behind the whole backlog.
 	// Only normal jobs are sent so far.
-	waitCount(t, 3*time.Minute, queued, func() int {
+	harness.WaitCount(t, 3*time.Minute, queued, func() int {
 		time.Sleep(100 * time.Millisecond)
 		pending, inFlight := e.laneDepth("prio", contract.PriorityNormal)
 		return pending + inFlight + e.sendCount()
@@ -70,11 +72,11 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	t.Logf("%d normal jobs enqueued after %s; %d still queued, %d sent", queued, time.Since(bulkAt).Round(time.Millisecond), pendingAtSubmit, e.sendCount())
 	require.Greater(t, pendingAtSubmit, queued/2, "the normal queue is deep when the high task arrives")
 
-	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: recipients("l", nLow)}
-	submit(t, e.ts, low)
-	high := contract.Task{ID: "high", Channel: "sandbox", Template: "high", Priority: contract.PriorityHigh, Recipients: recipients("h", nHigh)}
+	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: pipelinetest.Recipients("l", nLow)}
+	harness.Submit(t, e.ts, low)
+	high := contract.Task{ID: "high", Channel: "sandbox", Template: "high", Priority: contract.PriorityHigh, Recipients: pipelinetest.Recipients("h", nHigh)}
 	submitAt := time.Now()
-	submit(t, e.ts, high)
+	harness.Submit(t, e.ts, high)
 	ph := e.ts.WaitFinal(t, high.ID, 30*time.Second)
 	require.Equal(t, contract.StateSucceeded, ph.State)
 	require.Equal(t, nHigh, ph.Sent)
@@ -122,8 +124,8 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	require.Greater(t, normalAfter, prioRate/2, "normal work resumes after the high task")
 	require.Positive(t, pendingAtEnd, "normal work was still queued")
 	require.Empty(t, lows, "low work yields while normal work is queued")
-	require.LessOrEqual(t, all.maxInSecond, prioRate+prioBurst, "send starts in any one-second window")
-	require.Zero(t, all.overLimitSecs)
+	require.LessOrEqual(t, all.MaxInSecond, prioRate+prioBurst, "send starts in any one-second window")
+	require.Zero(t, all.OverLimitSecs)
 }
 
 // TestDispatchPriorityLowLast sends a normal task and a low task submitted
@@ -135,11 +137,11 @@ func TestDispatchPriorityLowLast(t *testing.T) {
 	e.ts.PutAccount(t, "prio", prioAccount)
 	e.startReplica()
 
-	normal := contract.Task{ID: "normal", Channel: "sandbox", Template: "normal", Recipients: recipients("n", nNormal)}
-	submit(t, e.ts, normal)
-	waitCount(t, 20*time.Second, 1, func() int { return len(e.sendLog()) }, "normal sends")
-	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: recipients("l", nLow)}
-	submit(t, e.ts, low)
+	normal := contract.Task{ID: "normal", Channel: "sandbox", Template: "normal", Recipients: pipelinetest.Recipients("n", nNormal)}
+	harness.Submit(t, e.ts, normal)
+	harness.WaitCount(t, 20*time.Second, 1, func() int { return len(e.sendLog()) }, "normal sends")
+	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: pipelinetest.Recipients("l", nLow)}
+	harness.Submit(t, e.ts, low)
 	pl := e.ts.WaitFinal(t, low.ID, 30*time.Second)
 	pn := e.ts.WaitFinal(t, normal.ID, 5*time.Second)
 	require.Equal(t, contract.StateSucceeded, pl.State)
@@ -169,8 +171,8 @@ func TestDispatchPriorityLowLast(t *testing.T) {
 		lastNormal.Sub(log[0].at).Round(time.Millisecond), firstLow.Sub(log[0].at).Round(time.Millisecond), lowBefore, all)
 	require.Zero(t, lowBefore, "low sends before the last normal send")
 	require.Len(t, log, nNormal+nLow)
-	require.LessOrEqual(t, all.maxInSecond, prioRate+prioBurst)
-	require.GreaterOrEqual(t, all.rate, prioRateShare()*prioRate, "the account's rate, whatever the lane")
+	require.LessOrEqual(t, all.MaxInSecond, prioRate+prioBurst)
+	require.GreaterOrEqual(t, all.Rate, prioRateShare()*prioRate, "the account's rate, whatever the lane")
 }
 
 // prioRateShare is the share of the account's rate the priority tests

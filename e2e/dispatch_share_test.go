@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
@@ -32,8 +33,8 @@ func TestDispatchReplicasShareAccounts(t *testing.T) {
 		e.ts.PutAccount(t, name, `{"channel":"sandbox","rate_per_sec":10,"burst":1,"concurrency":8,"latency":"10ms"}`)
 	}
 	e.startReplica()
-	task := contract.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("s", n)}
-	submit(t, e.ts, task)
+	task := contract.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: pipelinetest.Recipients("s", n)}
+	harness.Submit(t, e.ts, task)
 	waitShares(t, e.ts, pool, []int{6}, 15*time.Second)
 	e.startReplica()
 	start := time.Now()
@@ -53,7 +54,7 @@ func TestDispatchReplicasShareAccounts(t *testing.T) {
 		require.Equal(t, 1, c, "recipient %s sent once", to)
 	}
 	perAccount := map[string]int{}
-	for _, ev := range eventsOf(e.ts.Events(t, task.ID), contract.EventSent) {
+	for _, ev := range harness.EventsOf(e.ts.Events(t, task.ID), contract.EventSent) {
 		perAccount[ev.Account]++
 	}
 	by := e.sendsBy()

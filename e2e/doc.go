@@ -8,13 +8,11 @@
 // each test binary stays well inside go test's ten minutes. See
 // docs/testing.md.
 //
-// Helpers shared by the tests, one file each:
-//   - helpers_test.go: the pipeline's test configs (fastRetries,
-//     withSecrets), accounts, recipients, submitting tasks and operator
-//     actions, reading KV, dead letters and events, waitCount.
-//   - providers_test.go: the provider stand-ins: a recorder of send
-//     requests (with an optional sliding-window limit and the pacing
-//     figures), the fault-injecting gateway behind it, and the SMTP fake.
+// Helpers: the pipeline's test configs, submitting tasks and operator
+// actions, reading KV, dead letters and events, and the provider stand-ins
+// (a recorder of send requests with the pacing figures, the
+// fault-injecting gateway behind it, the SMTP fake) are in package
+// e2e/harness. Those of some of the tests here, one file each:
 //   - dispatch_helpers_test.go: dispatch replicas started and stopped one
 //     by one (dispatchEnv), with a log of which replica sent what.
 //   - security_helpers_test.go: the users of nats.conf and .env, a server

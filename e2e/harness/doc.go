@@ -1,0 +1,20 @@
+// Package harness holds the helpers of the end-to-end tests, importable so
+// that more than one test package can share them: a plain library for
+// tests, whose functions take a *testing.T and fail it through testify's
+// require. It starts nothing
+// of its own beyond HTTP and SMTP stand-ins; the servers and services come
+// from internal/pipelinetest.
+//
+// Files:
+//   - helpers.go: the pipeline's test configs (FastRetries, WithSecrets),
+//     accounts (WebhookAccount), submitting tasks (Submit,
+//     SubmitWithMsgID, PutObject) and operator actions (Control), reading
+//     and writing KV (KVGet, AccountHealth, WaitAccountHealth, PutSignals),
+//     dead letters and events (DeadLetters, EventsOf, CountByKind), and
+//     WaitCount.
+//   - providers.go: the provider stand-ins: a Recorder of send requests
+//     (with an optional sliding-window limit) and the pacing figures of
+//     what it saw (MeasurePacing), the fault-injecting gateway behind it
+//     (StartGateway, StartRecordedGateway, GatewayOK), and the SMTP fake
+//     (StartSMTP).
+package harness
