@@ -1,7 +1,6 @@
-// Package harness holds the helpers of the end-to-end tests, importable so
-// that more than one test package can share them: a plain library for
-// tests, whose functions take a *testing.T and fail it through testify's
-// require. It starts nothing
+// Package harness holds the helpers the end-to-end test packages e2e and
+// e2e/dispatch share: a plain library for tests, whose functions take a
+// *testing.T and fail it through testify's require. It starts nothing
 // of its own beyond HTTP and SMTP stand-ins; the servers and services come
 // from internal/pipelinetest.
 //
