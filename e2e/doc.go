@@ -3,12 +3,12 @@
 // against an embedded nats-server or a three-node
 // cluster, with real HTTP and SMTP stand-ins for the providers, and two
 // that run the services as OS processes (`broadcast setup`, a nats-server
-// restart). The tests of what dispatch decides (pacing, pools, caps,
-// failover, priorities, digests, the recipient policy) are in
-// e2e/dispatch, the tests that kill processes in e2e/process, the
-// randomized scenario tester in e2e/scenarios: their own packages, so that
-// each test binary stays well inside go test's ten minutes. See
-// docs/testing.md.
+// restart). The tests of how dispatch sends (pacing, pools, caps,
+// failover, priorities) are in e2e/dispatch, those of digests and the
+// recipient policy in e2e/crosstask, the tests that kill processes in
+// e2e/process, the randomized scenario tester in e2e/scenarios: their own
+// packages, so that each test binary stays well inside go test's ten
+// minutes. See docs/testing.md.
 //
 // Helpers: the pipeline's test configs, submitting tasks and operator
 // actions, reading KV, dead letters and events, and the provider stand-ins

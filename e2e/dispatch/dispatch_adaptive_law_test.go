@@ -293,24 +293,24 @@ func TestDispatchAdaptiveRetryAfterPause(t *testing.T) {
 		}
 		gw.ServeHTTP(w, r)
 	})
-	e := newDispatchEnv(t, dispatch.Config{BackoffBase: 200 * time.Millisecond})
+	e := harness.NewDispatchEnv(t, dispatch.Config{BackoffBase: 200 * time.Millisecond})
 	rec := harness.StartRecorder(t, h, 0)
-	e.ts.PutAccount(t, "pause", harness.WebhookAccount(rec.URL, lawAccount))
-	e.startReplica()
-	harness.Submit(t, e.ts, contract.Task{ID: "pause", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("p", 300)})
-	harness.WaitCount(t, 30*time.Second, nth+40, func() int { return len(e.sendLog()) }, "sends after the 429")
+	e.TS.PutAccount(t, "pause", harness.WebhookAccount(rec.URL, lawAccount))
+	e.StartReplica()
+	harness.Submit(t, e.TS, contract.Task{ID: "pause", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("p", 300)})
+	harness.WaitCount(t, 30*time.Second, nth+40, func() int { return len(e.SendLog()) }, "sends after the 429")
 	answered := time.Unix(0, answeredAt.Load())
 	// A send that starts within race of the answer being written may have
 	// started before dispatch read it: in flight, not a breach.
 	const race = 50 * time.Millisecond
 	var next time.Time
 	raced := 0
-	for _, s := range e.sendLog() {
-		if s.at.After(answered) && !s.at.After(answered.Add(race)) {
+	for _, s := range e.SendLog() {
+		if s.At.After(answered) && !s.At.After(answered.Add(race)) {
 			raced++
 		}
-		if s.at.After(answered.Add(race)) {
-			next = s.at
+		if s.At.After(answered.Add(race)) {
+			next = s.At
 			break
 		}
 	}

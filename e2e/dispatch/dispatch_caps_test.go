@@ -24,6 +24,17 @@ func distinctAccepted(rec *harness.Recorder) map[string]bool {
 	return out
 }
 
+// capWaits returns the distinct jobs of a task with a daily_cap retrying event.
+func capWaits(t *testing.T, ts *pipelinetest.Server, taskID string) map[string]contract.Event {
+	out := map[string]contract.Event{}
+	for _, e := range harness.EventsOf(ts.Events(t, taskID), contract.EventRetrying) {
+		if e.Code == "daily_cap" {
+			out[e.JobID] = e
+		}
+	}
+	return out
+}
+
 // TestDispatchDailyCap: an account with daily_cap 30 sends to exactly 30
 // distinct recipients; the rest wait (retrying, code daily_cap), none fail.
 // Recipients already counted are still sent to. The count is shared: a new
@@ -31,21 +42,21 @@ func distinctAccepted(rec *harness.Recorder) map[string]bool {
 func TestDispatchDailyCap(t *testing.T) {
 	t.Parallel()
 	const dailyCap = 30
-	e := newDispatchEnv(t, dispatch.Config{})
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
 	_, rec := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	e.ts.PutAccount(t, "capped", harness.WebhookAccount(rec.URL, fmt.Sprintf(`"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":%d`, dailyCap)))
-	first := e.startReplica()
+	e.TS.PutAccount(t, "capped", harness.WebhookAccount(rec.URL, fmt.Sprintf(`"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":%d`, dailyCap)))
+	first := e.StartReplica()
 
 	// (a) 50 distinct recipients: 30 sent, 20 wait.
 	t1 := contract.Task{ID: "cap-1", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("c", 50)}
-	harness.Submit(t, e.ts, t1)
-	p1 := e.ts.WaitProgress(t, t1.ID, 20*time.Second, func(p *contract.Progress) bool {
-		return p.Sent+p.Retrying == 50 && len(capWaits(t, e.ts, t1.ID)) == 20
+	harness.Submit(t, e.TS, t1)
+	p1 := e.TS.WaitProgress(t, t1.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Sent+p.Retrying == 50 && len(capWaits(t, e.TS, t1.ID)) == 20
 	}, "30 sent and 20 waiting for the cap")
 	time.Sleep(500 * time.Millisecond) // a wrongly admitted send would show now
 	sent := distinctAccepted(rec)
-	waits := capWaits(t, e.ts, t1.ID)
-	p1 = e.ts.Progress(t, t1.ID)
+	waits := capWaits(t, e.TS, t1.ID)
+	p1 = e.TS.Progress(t, t1.ID)
 	var sample contract.Event
 	for _, ev := range waits {
 		sample = ev
@@ -58,7 +69,7 @@ func TestDispatchDailyCap(t *testing.T) {
 	require.Equal(t, dailyCap, p1.Sent)
 	require.Equal(t, 50-dailyCap, p1.Retrying)
 	require.Zero(t, p1.Failed)
-	require.Empty(t, harness.EventsOf(e.ts.Events(t, t1.ID), contract.EventFailed))
+	require.Empty(t, harness.EventsOf(e.TS.Events(t, t1.ID), contract.EventFailed))
 	require.Equal(t, contract.StateProcessing, p1.State, "a reached cap delays, never finishes the task")
 	require.Contains(t, sample.Error, "daily_cap 30 reached")
 	for _, ev := range waits {
@@ -73,8 +84,8 @@ func TestDispatchDailyCap(t *testing.T) {
 		}
 	}
 	t2 := contract.Task{ID: "cap-2", Channel: "webhook", Template: "again {{.to}}", Recipients: again}
-	harness.Submit(t, e.ts, t2)
-	p2 := e.ts.WaitFinal(t, t2.ID, 20*time.Second)
+	harness.Submit(t, e.TS, t2)
+	p2 := e.TS.WaitFinal(t, t2.ID, 20*time.Second)
 	t.Logf("(a') 10 already-counted recipients: state %s, sent %d; distinct accepted now %d", p2.State, p2.Sent, len(distinctAccepted(rec)))
 	require.Equal(t, contract.StateSucceeded, p2.State)
 	require.Equal(t, 10, p2.Sent)
@@ -82,17 +93,17 @@ func TestDispatchDailyCap(t *testing.T) {
 
 	// (b) The owning replica stops; a new one takes the account over and is
 	// still capped: 5 counted recipients go, 10 new ones wait.
-	first.stop()
-	e.startReplica()
+	first.Stop()
+	e.StartReplica()
 	var mixed []contract.Recipient
 	for _, r := range again[:5] {
 		mixed = append(mixed, r)
 	}
 	mixed = append(mixed, pipelinetest.Recipients("new", 10)...)
 	t3 := contract.Task{ID: "cap-3", Channel: "webhook", Template: "third {{.to}}", Recipients: mixed}
-	harness.Submit(t, e.ts, t3)
-	p3 := e.ts.WaitProgress(t, t3.ID, 20*time.Second, func(p *contract.Progress) bool {
-		return p.Sent == 5 && p.Retrying == 10 && len(capWaits(t, e.ts, t3.ID)) == 10
+	harness.Submit(t, e.TS, t3)
+	p3 := e.TS.WaitProgress(t, t3.ID, 20*time.Second, func(p *contract.Progress) bool {
+		return p.Sent == 5 && p.Retrying == 10 && len(capWaits(t, e.TS, t3.ID)) == 10
 	}, "after the handover: 5 counted recipients sent, 10 new ones waiting")
 	time.Sleep(500 * time.Millisecond)
 	newSent := 0
@@ -101,12 +112,12 @@ func TestDispatchDailyCap(t *testing.T) {
 			newSent++
 		}
 	}
-	h := harness.WaitAccountHealth(t, e.ts, "capped", nil)
+	h := harness.WaitAccountHealth(t, e.TS, "capped", nil)
 	t.Logf("(b) after the handover to replica 2: sends per replica %v; task 3 sent %d retrying %d; new recipients accepted %d; distinct accepted %d; health daily_used %d/%d",
-		e.sendsBy(), p3.Sent, p3.Retrying, newSent, len(distinctAccepted(rec)), h.DailyUsed, h.DailyCap)
+		e.SendsBy(), p3.Sent, p3.Retrying, newSent, len(distinctAccepted(rec)), h.DailyUsed, h.DailyCap)
 	require.Zero(t, newSent, "the new owner knows the cap is reached")
 	require.Len(t, distinctAccepted(rec), dailyCap, "never more than daily_cap distinct recipients")
-	require.Equal(t, 5, e.sendsBy()[2], "the new owner sent only to counted recipients")
+	require.Equal(t, 5, e.SendsBy()[2], "the new owner sent only to counted recipients")
 	require.Equal(t, dailyCap, h.DailyUsed)
 	require.Equal(t, dailyCap, h.DailyCap)
 }

@@ -22,38 +22,38 @@ import (
 // accepted exactly once.
 func TestDispatchFailover(t *testing.T) {
 	const rate, burst, n = 100, 5, 1000
-	e := newDispatchEnv(t, dispatch.Config{})
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
 	gw, rec := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, rate+burst)
-	e.ts.PutAccount(t, "pace", harness.WebhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":100`))
-	var rs []*replica
+	e.TS.PutAccount(t, "pace", harness.WebhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":100`))
+	var rs []*harness.Replica
 	for range 3 {
-		rs = append(rs, e.startReplica())
+		rs = append(rs, e.StartReplica())
 	}
 	task := contract.Task{ID: "failover", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("f", n)}
-	harness.Submit(t, e.ts, task)
+	harness.Submit(t, e.TS, task)
 
-	harness.WaitCount(t, 20*time.Second, 300, func() int { return len(e.sendLog()) }, "sends before the stop")
-	log := e.sendLog()
-	active := log[len(log)-1].replica
+	harness.WaitCount(t, 20*time.Second, 300, func() int { return len(e.SendLog()) }, "sends before the stop")
+	log := e.SendLog()
+	active := log[len(log)-1].Replica
 	stopAt := time.Now()
-	rs[active-1].stop()
+	rs[active-1].Stop()
 	t.Logf("stopped replica %d after %d sends (stop took %s)", active, len(log), time.Since(stopAt).Round(time.Millisecond))
 
-	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
+	p := e.TS.WaitFinal(t, task.ID, 40*time.Second)
 
 	// The gap: from the stopped replica's last call to the next replica's
 	// first call after it.
-	log = e.sendLog()
+	log = e.SendLog()
 	var lastOld, firstNew time.Time
 	next := 0
 	for _, s := range log {
-		if s.replica == active {
-			lastOld = s.at
+		if s.Replica == active {
+			lastOld = s.At
 		}
 	}
 	for _, s := range log {
-		if s.replica != active && s.at.After(lastOld) {
-			firstNew, next = s.at, s.replica
+		if s.Replica != active && s.At.After(lastOld) {
+			firstNew, next = s.At, s.Replica
 			break
 		}
 	}
@@ -67,9 +67,9 @@ func TestDispatchFailover(t *testing.T) {
 	}
 	l := gw.Ledger()
 	f := harness.MeasurePacing(rec.Accepted(), rate+burst)
-	issued := e.issuePacing(rate + burst)
+	issued := e.IssuePacing(rate + burst)
 	t.Logf("failover: replica %d -> %d, gap %s (largest pause at the gateway %s); sends per replica %v; accepted keys %d, duplicates %d; at the gateway %s; window refusals %d; send starts in dispatch: %s",
-		active, next, gap.Round(time.Millisecond), maxPause.Round(time.Millisecond), e.sendsBy(), l.AcceptedKeys(), l.Duplicates, f, rec.RefusedByWindow(), issued)
+		active, next, gap.Round(time.Millisecond), maxPause.Round(time.Millisecond), e.SendsBy(), l.AcceptedKeys(), l.Duplicates, f, rec.RefusedByWindow(), issued)
 
 	require.Less(t, gap, 5*time.Second, "traffic gap while another replica takes the account over")
 	require.Equal(t, contract.StateSucceeded, p.State)
@@ -92,7 +92,7 @@ func TestDispatchFailover(t *testing.T) {
 func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 12 // seconds; the lease's TTL is 5 s (shared.LeaseTTL)
-	e := newDispatchEnv(t, dispatch.Config{})
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
 	// The third request is refused, so the control law's window holds two
 	// accepted answers beside the 429 and lowers the rate (a lone refusal
 	// with nothing accepted around it is not evidence of a capacity, and
@@ -106,20 +106,20 @@ func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 		}
 		_, _ = w.Write([]byte(`{"id":"ok"}`))
 	}), 0)
-	e.ts.PutAccount(t, "held", harness.WebhookAccount(rec.URL, `"rate_per_sec":20,"burst":2,"concurrency":4`))
+	e.TS.PutAccount(t, "held", harness.WebhookAccount(rec.URL, `"rate_per_sec":20,"burst":2,"concurrency":4`))
 	for range 2 {
-		e.startReplica()
+		e.StartReplica()
 	}
 	task := contract.Task{ID: "lease-wait", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("q", 30)}
-	harness.Submit(t, e.ts, task)
-	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
+	harness.Submit(t, e.TS, task)
+	p := e.TS.WaitFinal(t, task.ID, 40*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
 
 	all := rec.All()
-	owner := e.sendLog()[0].replica
+	owner := e.SendLog()[0].Replica
 	after := map[int]int{}
-	for _, s := range e.sendLog()[1:] {
-		after[s.replica]++
+	for _, s := range e.SendLog()[1:] {
+		after[s.Replica]++
 	}
 	var resumed time.Duration // the longest pause between two requests
 	var resumedAt time.Time
@@ -129,7 +129,7 @@ func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 		}
 	}
 	maxRate := 0.0 // in the sent events of the 3 s after the wait
-	for _, ev := range harness.EventsOf(e.ts.Events(t, task.ID), contract.EventSent) {
+	for _, ev := range harness.EventsOf(e.TS.Events(t, task.ID), contract.EventSent) {
 		if !ev.At.Before(resumedAt) && ev.At.Sub(resumedAt) < 3*time.Second {
 			maxRate = max(maxRate, ev.RatePerSec)
 		}
@@ -140,6 +140,6 @@ func TestDispatchLeaseSurvivesLongRetryAfter(t *testing.T) {
 	require.GreaterOrEqual(t, resumed, (retryAfter-1)*time.Second, "Retry-After honoured")
 	require.Zero(t, f.OverLimitSecs, "one sender at a time: no second above rate+burst")
 	require.LessOrEqual(t, f.MaxInSecond, 22)
-	require.Equal(t, map[int]int{owner: len(e.sendLog()) - 1}, after, "the owner kept the account through the wait")
+	require.Equal(t, map[int]int{owner: len(e.SendLog()) - 1}, after, "the owner kept the account through the wait")
 	require.Less(t, maxRate, 20.0, "the reduced rate survived the wait (a new owner starts at 20/s)")
 }

@@ -28,25 +28,25 @@ func TestDispatchPacingThreeReplicas(t *testing.T) { testPacing(t, 3) }
 
 func testPacing(t *testing.T, replicas int) {
 	const rate, burst, n = 100, 5, 1000
-	e := newDispatchEnv(t, dispatch.Config{})
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
 	_, rec := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, rate+burst)
-	e.ts.PutAccount(t, "pace", harness.WebhookAccount(rec.URL, fmt.Sprintf(
+	e.TS.PutAccount(t, "pace", harness.WebhookAccount(rec.URL, fmt.Sprintf(
 		`"rate_per_sec":%d,"burst":%d,"concurrency":8,"min_rate_per_sec":%d`, rate, burst, rate)))
 	for range replicas {
-		e.startReplica()
+		e.StartReplica()
 	}
 	task := contract.Task{ID: fmt.Sprintf("pace-%d", replicas), Channel: "webhook", Template: "hi {{.to}}",
 		Recipients: pipelinetest.Recipients("p", n)}
-	harness.Submit(t, e.ts, task)
-	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
+	harness.Submit(t, e.TS, task)
+	p := e.TS.WaitFinal(t, task.ID, 40*time.Second)
 
 	acc := rec.Accepted()
 	f := harness.MeasurePacing(acc, rate+burst)
-	issued := e.issuePacing(rate + burst)
-	p50, p99, worst := e.transportDelays(rec)
+	issued := e.IssuePacing(rate + burst)
+	p50, p99, worst := e.TransportDelays(rec)
 	t.Logf("send start -> gateway handler: median %s, p99 %s, max %s", p50, p99, worst)
 	t.Logf("%d replica(s): configured %d/s burst %d; achieved %.1f/s (%.1f%%); at the gateway %s; window refusals %d; send starts in dispatch: %s; sends per replica %v",
-		replicas, rate, burst, f.Rate, 100*f.Rate/rate, f, rec.RefusedByWindow(), issued, e.sendsBy())
+		replicas, rate, burst, f.Rate, 100*f.Rate/rate, f, rec.RefusedByWindow(), issued, e.SendsBy())
 
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)

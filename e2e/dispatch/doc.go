@@ -1,18 +1,20 @@
-// Package dispatch holds the end-to-end tests of what dispatch decides:
-// pacing, adaptive rates, pools, caps, failover, priorities, digests and
-// the recipient policy. Each runs the four services in one process
+// Package dispatch holds the end-to-end tests of how dispatch sends:
+// pacing, adaptive rates, pools, caps, provider signals, failover and
+// accounts shared between replicas, priorities. Each runs the four services in one process
 // (internal/pipelinetest) against an embedded nats-server and provider
-// stand-ins (e2e/harness), often with dispatch replicas of its own. They
-// were part of package e2e; they are a test binary of their own so that
-// each package of go test ./... stays well inside its ten-minute default
-// timeout. Test names start with TestDispatch, TestDigest or TestPolicy
-// (and TestDeletedAccountIsReaped). See docs/testing.md.
+// stand-ins (e2e/harness), often with dispatch replicas of its own
+// (harness.DispatchEnv). They were part of package e2e; they are a test
+// binary of their own so that each package of go test ./... stays well
+// inside its ten-minute default timeout. Test names start with
+// TestDispatch (and TestDeletedAccountIsReaped). Digests and the recipient
+// policy, which dispatch applies across tasks, are tested in e2e/crosstask.
+// See docs/testing.md.
 //
-// Helpers, one file each:
-//   - dispatch_helpers_test.go: dispatch replicas started and stopped one
-//     by one (dispatchEnv), with a log of which replica sent what.
-//   - dispatch_race_test.go / dispatch_norace_test.go: whether the race
-//     detector is on (its slowdown widens some bounds).
+// Helpers: dispatch_race_test.go / dispatch_norace_test.go say whether the
+// race detector is on (its slowdown widens some bounds); the other helpers
+// are in the file of the tests that use them (capWaits and
+// distinctAccepted, which dispatch_capwake_test.go and
+// dispatch_signals_test.go use too, in dispatch_caps_test.go).
 //
 // Tests:
 //   - dispatch_pacing_test.go: pacing, one and three replicas (run
@@ -32,11 +34,4 @@
 //   - dispatch_priority_test.go: priorities (run serially).
 //   - dispatch_ledger_test.go: the send ledger, dead-letter history.
 //   - dispatch_longwait_test.go: long waits hold no slot.
-//   - digest_test.go: digests (tasks of one digest_key to one recipient
-//     merged into one message), across a restart, two replicas, a cancel,
-//     a pause, and the backlog rule.
-//   - policy_test.go: the recipient policy: frequency caps across
-//     replicas, quiet hours in the recipient's or the task's zone, test
-//     recipients bypassing both, no reservation while a job waits.
-//   - digest_policy_test.go: digests under quiet hours and frequency caps.
 package dispatch

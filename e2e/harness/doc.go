@@ -1,8 +1,9 @@
-// Package harness holds the helpers the end-to-end test packages e2e and
-// e2e/dispatch share: a plain library for tests, whose functions take a
-// *testing.T and fail it through testify's require. It starts nothing
-// of its own beyond HTTP and SMTP stand-ins; the servers and services come
-// from internal/pipelinetest.
+// Package harness holds the helpers the end-to-end test packages e2e,
+// e2e/dispatch and e2e/crosstask share: a plain library for tests, whose
+// functions take a *testing.T and fail it through testify's require. The
+// servers and services come from internal/pipelinetest; what it starts
+// itself is HTTP and SMTP stand-ins and, for DispatchEnv, dispatch
+// replicas.
 //
 // Files:
 //   - helpers.go: the pipeline's test configs (FastRetries, WithSecrets),
@@ -16,4 +17,7 @@
 //     what it saw (MeasurePacing), the fault-injecting gateway behind it
 //     (StartGateway, StartRecordedGateway, GatewayOK), and the SMTP fake
 //     (StartSMTP).
+//   - dispatch.go: a pipeline whose dispatch replicas a test starts and
+//     stops one by one (DispatchEnv), with a log of which replica sent
+//     what.
 package harness

@@ -1,4 +1,4 @@
-package dispatch
+package crosstask
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package dispatch
+package crosstask
 
 import (
 	"fmt"
@@ -169,27 +169,27 @@ func TestDigestBacklogRule(t *testing.T) {
 // new one: still exactly ten provider requests and thirty sent events.
 func TestDigestSurvivesDispatchRestart(t *testing.T) {
 	t.Parallel()
-	e := newDispatchEnv(t, harness.FastRetries().Dispatch)
+	e := harness.NewDispatchEnv(t, harness.FastRetries().Dispatch)
 	gw := harness.StartGateway(t, harness.GatewayOK())
-	e.ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
-	first := e.startReplica()
+	e.TS.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	first := e.StartReplica()
 	merged := []string{"dr-a", "dr-b", "dr-c"}
 	for _, id := range merged {
-		harness.Submit(t, e.ts, digestTask(id, "u", 10, "news", "5s"))
+		harness.Submit(t, e.TS, digestTask(id, "u", 10, "news", "5s"))
 	}
 	// Every job has joined a digest once the JOBS consumer holds none.
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		return pipelinetest.DigestItemsWaiting(t, e.ts.JS, "webhook") == 30
+		return pipelinetest.DigestItemsWaiting(t, e.TS.JS, "webhook") == 30
 	}, "jobs joined their digests")
 	require.Zero(t, gw.Ledger().Requests, "nothing sent before the window closed")
-	first.stop()
-	e.startReplica()
+	first.Stop()
+	e.StartReplica()
 	for _, id := range merged {
-		require.Equal(t, 10, e.ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+		require.Equal(t, 10, e.TS.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
 	}
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 10, gw.Ledger().Requests)
-	checkDigests(t, e.ts, gw, merged, 10)
+	checkDigests(t, e.TS, gw, merged, 10)
 }
 
 // TestDigestTwoReplicas runs the tasks' jobs on two accounts owned by two
@@ -197,25 +197,25 @@ func TestDigestSurvivesDispatchRestart(t *testing.T) {
 // request per recipient.
 func TestDigestTwoReplicas(t *testing.T) {
 	t.Parallel()
-	e := newDispatchEnv(t, harness.FastRetries().Dispatch)
+	e := harness.NewDispatchEnv(t, harness.FastRetries().Dispatch)
 	gw := harness.StartGateway(t, harness.GatewayOK())
 	for _, a := range []string{"hook-1", "hook-2"} {
-		e.ts.PutAccount(t, a, harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+		e.TS.PutAccount(t, a, harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
 	}
-	e.startReplica()
-	e.startReplica()
+	e.StartReplica()
+	e.StartReplica()
 	merged := []string{"d2-a", "d2-b", "d2-c"}
 	for i, id := range merged {
 		task := digestTask(id, "u", 10, "news", "4s")
 		task.Accounts = []string{[]string{"hook-1", "hook-2"}[i%2]}
-		harness.Submit(t, e.ts, task)
+		harness.Submit(t, e.TS, task)
 	}
 	for _, id := range merged {
-		require.Equal(t, 10, e.ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+		require.Equal(t, 10, e.TS.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
 	}
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 10, gw.Ledger().Requests)
-	checkDigests(t, e.ts, gw, merged, 10)
+	checkDigests(t, e.TS, gw, merged, 10)
 }
 
 // TestDigestCancelKeepsOthers cancels the task that opened the digests

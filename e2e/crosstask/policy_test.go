@@ -1,4 +1,4 @@
-package dispatch
+package crosstask
 
 import (
 	"context"
@@ -49,18 +49,18 @@ func codesOf(evs []contract.Event, kind contract.EventKind) map[string]int {
 // counts live in JetStream, not in a process.
 func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	e := newDispatchEnv(t, dispatch.Config{})
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
 	_, rec := harness.StartRecordedGateway(t, harness.GatewayOK(), 0)
 	for _, a := range []string{"fa", "fb"} {
-		e.ts.PutAccount(t, a, harness.WebhookAccount(rec.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+		e.TS.PutAccount(t, a, harness.WebhookAccount(rec.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
 	}
-	putPolicy(t, e.ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":2,"window":"24h"}]}`)
-	r1, r2 := e.startReplica(), e.startReplica()
+	putPolicy(t, e.TS, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":2,"window":"24h"}]}`)
+	r1, r2 := e.StartReplica(), e.StartReplica()
 	// The fair share gives each replica one of the two accounts: wait for
 	// it, so the tasks race across replicas, not within one.
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		a, errA := harness.KVGet(t, e.ts, contract.BucketLeases, "fa")
-		b, errB := harness.KVGet(t, e.ts, contract.BucketLeases, "fb")
+		a, errA := harness.KVGet(t, e.TS, contract.BucketLeases, "fa")
+		b, errB := harness.KVGet(t, e.TS, contract.BucketLeases, "fb")
 		return errA == nil && errB == nil && string(a.Value()) != string(b.Value())
 	}, "each replica holds one account's lease")
 	const n = 10
@@ -70,23 +70,23 @@ func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 		id := fmt.Sprintf("fcap-%d", i)
 		ids = append(ids, id)
 		acct := []string{"fa", "fb"}[i%2]
-		harness.Submit(t, e.ts, contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: people, Accounts: []string{acct}})
+		harness.Submit(t, e.TS, contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: people, Accounts: []string{acct}})
 	}
 	sent, skipped := 0, 0
 	for _, id := range ids {
-		p := e.ts.WaitFinal(t, id, 60*time.Second)
+		p := e.TS.WaitFinal(t, id, 60*time.Second)
 		sent, skipped = sent+p.Sent, skipped+p.Skipped
 		want := map[string]int{}
 		if p.Skipped > 0 {
 			want[contract.CodeFrequencyCap] = p.Skipped
 		}
-		require.Equal(t, want, codesOf(e.ts.Events(t, id), contract.EventSkipped), id)
+		require.Equal(t, want, codesOf(e.TS.Events(t, id), contract.EventSkipped), id)
 	}
 	perRecipient := map[string]int{}
 	for _, h := range rec.Accepted() {
 		perRecipient[h.To]++
 	}
-	by := e.sendsBy()
+	by := e.SendsBy()
 	t.Logf("4 tasks x %d recipients, cap 2: sent %d, skipped %d, provider calls %d, calls per replica %v", n, sent, skipped, len(rec.All()), by)
 	require.Equal(t, [2]int{2 * n, 2 * n}, [2]int{sent, skipped}, "sent, skipped")
 	require.Len(t, rec.All(), 2*n, "no provider call beyond the cap")
@@ -99,7 +99,7 @@ func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	// every skip, whichever task it hit, names the cap.
 	skips := 0
 	for _, id := range ids {
-		for _, ev := range harness.EventsOf(e.ts.Events(t, id), contract.EventSkipped) {
+		for _, ev := range harness.EventsOf(e.TS.Events(t, id), contract.EventSkipped) {
 			skips++
 			require.Contains(t, ev.Error, "frequency cap reached (marketing: 2 per 24h0m0s)", id)
 		}
@@ -107,17 +107,17 @@ func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	require.Equal(t, 2*n, skips, "skipped events")
 
 	tr := contract.Task{ID: "fcap-tx", Channel: "webhook", Template: "receipt", Recipients: people, Category: contract.CategoryTransactional}
-	harness.Submit(t, e.ts, tr)
-	p := e.ts.WaitFinal(t, tr.ID, 30*time.Second)
+	harness.Submit(t, e.TS, tr)
+	p := e.TS.WaitFinal(t, tr.ID, 30*time.Second)
 	require.Equal(t, [2]int{n, 0}, [2]int{p.Sent, p.Skipped}, "transactional bypasses the cap")
 
-	r1.stop()
-	r2.stop()
-	e.startReplica()
-	e.startReplica()
+	r1.Stop()
+	r2.Stop()
+	e.StartReplica()
+	e.StartReplica()
 	late := contract.Task{ID: "fcap-late", Channel: "webhook", Template: "one more", Recipients: people}
-	harness.Submit(t, e.ts, late)
-	p = e.ts.WaitFinal(t, late.ID, 60*time.Second)
+	harness.Submit(t, e.TS, late)
+	p = e.TS.WaitFinal(t, late.ID, 60*time.Second)
 	require.Equal(t, [3]int{0, n, 3 * n}, [3]int{p.Sent, p.Skipped, len(rec.All())}, "after a restart: sent, skipped, provider calls")
 	require.Equal(t, contract.StateFailed, p.State)
 }
