@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -47,10 +48,10 @@ func TestAlerts(t *testing.T) {
 		http.Error(w, "token revoked", http.StatusUnauthorized)
 	}))
 	t.Cleanup(locked.Close)
-	gw := startGateway(t, gateway.Config{PermanentPrefix: "bad-", Seed: 1})
+	gw := harness.StartGateway(t, gateway.Config{PermanentPrefix: "bad-", Seed: 1})
 
 	ts := pipelinetest.Start(t)
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Status.AlertURL, cfg.Status.AlertDeadThreshold, cfg.Status.CircuitWindow = rcv.URL, 3, 10
 	pipelinetest.StartPipeline(t, ts, cfg)
 	// One send at a time, so the breaker sees the partial task's failures
@@ -70,7 +71,7 @@ func TestAlerts(t *testing.T) {
 		}
 		partial.Recipients = append(partial.Recipients, contract.Recipient{To: to})
 	}
-	submit(t, ts, partial)
+	harness.Submit(t, ts, partial)
 	p := ts.WaitFinal(t, partial.ID, 30*time.Second)
 	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, 5, p.Failed)
@@ -79,16 +80,16 @@ func TestAlerts(t *testing.T) {
 	for i := range 30 {
 		failing.Recipients = append(failing.Recipients, contract.Recipient{To: fmt.Sprintf("bad-%02d", i)})
 	}
-	submit(t, ts, failing)
+	harness.Submit(t, ts, failing)
 	ts.WaitProgress(t, failing.ID, 30*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused }, "paused by the breaker")
 
-	submit(t, ts, contract.Task{ID: "al-locked", Channel: "webhook", Accounts: []string{"locked"}, Template: "Hi", Recipients: recipients("l", 5)})
-	natstest.Eventually(t, 30*time.Second, func() bool { return !accountHealth(t, ts, "locked").Healthy() }, "account locked paused")
+	harness.Submit(t, ts, contract.Task{ID: "al-locked", Channel: "webhook", Accounts: []string{"locked"}, Template: "Hi", Recipients: pipelinetest.Recipients("l", 5)})
+	natstest.Eventually(t, 30*time.Second, func() bool { return !harness.AccountHealth(t, ts, "locked").Healthy() }, "account locked paused")
 
 	// The quality of hook drops to YELLOW, then RED: one alert each; its
 	// recovery and a repeated GREEN say nothing.
 	for _, q := range []string{contract.QualityYellow, contract.QualityRed, contract.QualityGreen, contract.QualityGreen} {
-		putSignals(t, ts, "hook", contract.AccountSignals{Quality: q, Event: "TEST", Source: "test"})
+		harness.PutSignals(t, ts, "hook", contract.AccountSignals{Quality: q, Event: "TEST", Source: "test"})
 		time.Sleep(200 * time.Millisecond)
 	}
 

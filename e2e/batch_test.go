@@ -15,6 +15,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
@@ -95,7 +96,7 @@ func TestWxPusherBatchesIdenticalTexts(t *testing.T) {
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wxb", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
-	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, harness.WithSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := contract.Task{ID: "wx-batch", Channel: "wxpusher", Template: "Your {{.tier}} coupon is ready"}
 	want := map[string]string{} // uid -> text
@@ -106,7 +107,7 @@ func TestWxPusherBatchesIdenticalTexts(t *testing.T) {
 		want[uid] = "Your " + tier + " coupon is ready"
 	}
 	start := time.Now()
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, "wx-batch", 3*time.Minute)
 	took := time.Since(start)
 
@@ -178,13 +179,13 @@ func TestWxPusherBatchRetriesOnlyFailedUIDs(t *testing.T) {
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wxp", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":20,"burst":1,"concurrency":1,"max_batch":2000}`, fake.URL))
-	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, harness.WithSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := contract.Task{ID: "wx-partial", Channel: "wxpusher", Template: "Same for everyone"}
 	for i := range n {
 		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("UID_p%02d", i)})
 	}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, "wx-partial", time.Minute)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
@@ -261,16 +262,16 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 	// 2 calls/s of up to 100 uids: the task takes about 10 s of calls.
 	ts.PutAccount(t, "wxc", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX",
 		"rate_per_sec":2,"min_rate_per_sec":2,"burst":1,"concurrency":1,"max_batch":100}`, fake.URL))
-	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, harness.WithSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
 	task := contract.Task{ID: "wx-ctl", Channel: "wxpusher", Template: "Sale starts now"}
 	for i := range n {
 		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("UID_c%04d", i)})
 	}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(fake.snapshot()) >= 3 })
 
-	control(t, ts, "wx-ctl", contract.ActionPause)
+	harness.Control(t, ts, "wx-ctl", contract.ActionPause)
 	pausedAt := time.Now()
 	ts.WaitProgress(t, "wx-ctl", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond)
@@ -288,9 +289,9 @@ func TestWxPusherBatchPauseResumeCancel(t *testing.T) {
 	time.Sleep(time.Second)
 	require.Len(t, fake.snapshot(), len(atPause), "nothing is sent while paused")
 
-	control(t, ts, "wx-ctl", contract.ActionResume)
+	harness.Control(t, ts, "wx-ctl", contract.ActionResume)
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(fake.snapshot()) >= len(atPause)+3 })
-	control(t, ts, "wx-ctl", contract.ActionCancel)
+	harness.Control(t, ts, "wx-ctl", contract.ActionCancel)
 	cancelledAt := time.Now()
 	// Every queued job still gets its cancelled event, one by one (about
 	// 1,400 here): 1.3 s on an idle machine, 5-17 s with the CPU shared
@@ -330,7 +331,7 @@ func TestSandboxBatchCallFailures(t *testing.T) {
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "sbx", fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":40,"burst":2,"concurrency":2,
 		"max_batch":%d,"latency":"30ms","fail_rate":0.3,"permanent_prefix":"gone-"}`, maxBatch))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Ingest.Channels, cfg.Render.Channels, cfg.Dispatch.Channels = reg, reg, reg
 	pipelinetest.StartPipeline(t, ts, cfg)
 
@@ -342,7 +343,7 @@ func TestSandboxBatchCallFailures(t *testing.T) {
 		}
 		task.Recipients = append(task.Recipients, contract.Recipient{To: to, Vars: map[string]any{"a": []string{"Good", "Bad"}[i%2]}})
 	}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, "sbx-batch", 2*time.Minute)
 	require.Equal(t, n-6, p.Sent)
 	require.Equal(t, 6, p.Failed, "permanent recipients fail alone, not their batch")

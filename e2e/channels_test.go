@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
@@ -48,14 +49,14 @@ func TestWhatsAppBroadcast(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":"1065","rate_per_sec":50,"concurrency":4}`, srv.URL))
-	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
+	pipelinetest.StartPipeline(t, ts, harness.WithSecrets(map[string]string{"BROADCAST_SECRET_WA": "wa-token"}))
 
 	task := contract.Task{ID: "wa-1", Channel: "whatsapp", Template: "Hi {{.name}}"}
 	for i := 1; i <= 9; i++ {
 		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("+86 138 0000 000%d", i), Vars: map[string]any{"name": fmt.Sprint("N", i)}})
 	}
 	task.Recipients = append(task.Recipients, contract.Recipient{To: "12345", Vars: map[string]any{"name": "x"}})
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, "wa-1", 30*time.Second)
 	require.Equal(t, 10, p.Total)
 	require.Equal(t, 8, p.Sent)
@@ -112,9 +113,9 @@ func TestWxPusherBroadcast(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "wx", fmt.Sprintf(`{"channel":"wxpusher","endpoint":%q,"secret_env":"BROADCAST_SECRET_WX","rate_per_sec":2,"burst":1,"concurrency":1,"min_rate_per_sec":2}`, srv.URL))
-	pipelinetest.StartPipeline(t, ts, withSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
+	pipelinetest.StartPipeline(t, ts, harness.WithSecrets(map[string]string{"BROADCAST_SECRET_WX": "AT_wx"}))
 
-	submit(t, ts, `{"id":"wx-1","channel":"wxpusher","template":"Order {{.to}} shipped","recipients":[
+	harness.Submit(t, ts, `{"id":"wx-1","channel":"wxpusher","template":"Order {{.to}} shipped","recipients":[
 		{"to":"UID_a"},{"to":"UID_b"},{"to":"UID_c"},{"to":"UID_d"},{"to":"UID_gone"},{"to":"not-a-uid"}]}`)
 	p := ts.WaitFinal(t, "wx-1", 30*time.Second)
 	require.Equal(t, 6, p.Total)
@@ -138,13 +139,13 @@ func TestWxPusherBroadcast(t *testing.T) {
 // local SMTP server.
 func TestSMTPBroadcast(t *testing.T) {
 	t.Parallel()
-	srv := startSMTP(t, map[string]string{"gone@shop.example": "550 5.1.1 mailbox unavailable"})
+	srv := harness.StartSMTP(t, map[string]string{"gone@shop.example": "550 5.1.1 mailbox unavailable"})
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 		"from":"Shop <noreply@shop.example>","subject":"Your order","rate_per_sec":50,"concurrency":2}`, srv.Port()))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
-	submit(t, ts, `{"id":"mail-1","channel":"smtp","template":"Dear {{.name}}","recipients":[
+	harness.Submit(t, ts, `{"id":"mail-1","channel":"smtp","template":"Dear {{.name}}","recipients":[
 		{"to":"li@Shop.Example","vars":{"name":"Li"}},{"to":"wang@shop.example","vars":{"name":"Wang"}},
 		{"to":"gone@shop.example","vars":{"name":"G"}},{"to":"not an address","vars":{"name":"X"}}]}`)
 	p := ts.WaitFinal(t, "mail-1", 30*time.Second)
@@ -170,15 +171,15 @@ func TestSMTPBroadcast(t *testing.T) {
 // gets the variable as it is.
 func TestSMTPHTMLEscapesVariables(t *testing.T) {
 	t.Parallel()
-	srv := startSMTP(t, nil)
+	srv := harness.StartSMTP(t, nil)
 	ts := pipelinetest.Start(t)
 	for name, html := range map[string]bool{"mail-html": true, "mail-text": false} {
 		ts.PutAccount(t, name, fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 			"from":"Shop <noreply@shop.example>","html":%v,"rate_per_sec":50}`, srv.Port(), html))
 	}
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 	for id, acct := range map[string]string{"mail-h": "mail-html", "mail-t": "mail-text"} {
-		submit(t, ts, fmt.Sprintf(`{"id":%q,"channel":"smtp","accounts":[%q],"template":"<p>Dear {{.name}}</p>",
+		harness.Submit(t, ts, fmt.Sprintf(`{"id":%q,"channel":"smtp","accounts":[%q],"template":"<p>Dear {{.name}}</p>",
 			"recipients":[{"to":"%s@shop.example","vars":{"name":"<a href='x'>Li</a> & co"}}]}`, id, acct, id))
 		p := ts.WaitFinal(t, id, 30*time.Second)
 		require.Equal(t, 1, p.Sent, id)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
@@ -17,13 +18,13 @@ import (
 func TestPausedTaskIsNotCheckpointedEverySecond(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "ck", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	ts.PutAccount(t, "ck", harness.WebhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
 	p := pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
-	task := contract.Task{ID: "ckpt", Channel: "webhook", Template: "hi", Recipients: recipients("k", 200)}
-	submit(t, ts, task)
-	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
-	require.True(t, control(t, ts, task.ID, contract.ActionPause).OK)
+	task := contract.Task{ID: "ckpt", Channel: "webhook", Template: "hi", Recipients: pipelinetest.Recipients("k", 200)}
+	harness.Submit(t, ts, task)
+	harness.WaitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
+	require.True(t, harness.Control(t, ts, task.ID, contract.ActionPause).OK)
 	ts.WaitProgress(t, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // in-flight outcomes land and are saved
 

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
@@ -82,9 +83,9 @@ func TestClusterLeaderFailover(t *testing.T) {
 		bad         = 10 // every 100th recipient is rejected permanently
 		concurrency = 8
 	)
-	gw := startGateway(t, gateway.Config{FailRate: 0.03, RetryAfter: time.Second, Latency: 5 * time.Millisecond, PermanentPrefix: "bad-", Seed: 13})
+	gw := harness.StartGateway(t, gateway.Config{FailRate: 0.03, RetryAfter: time.Second, Latency: 5 * time.Millisecond, PermanentPrefix: "bad-", Seed: 13})
 	c.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":250,"burst":10,"concurrency":%d}`, gw.URL, concurrency))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Users = svc
 	// The services' warnings, shown with a summary of their goroutines if
 	// the test fails: sending once stopped after a failover, with every
@@ -94,7 +95,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	pipelinetest.StartPipeline(t, c.Server, cfg)
 
 	task := contract.Task{ID: "cluster-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20}
-	task.Recipients, _ = recipientsWithRejects(n, 100, 50)
+	task.Recipients, _ = pipelinetest.RecipientsWithRejects(n, 100, 50)
 	start := time.Now()
 	submitAsOperator(t, c.Server, task)
 

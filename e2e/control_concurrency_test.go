@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -50,10 +51,10 @@ func TestControlPauseWhileRetryDeadRuns(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	task := contract.Task{ID: "ctlconc", Channel: "sandbox", Template: "hi", Recipients: recipients("c", 3)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "ctlconc", Channel: "sandbox", Template: "hi", Recipients: pipelinetest.Recipients("c", 3)}
+	harness.Submit(t, ts, task)
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := kvGet(t, ts, contract.BucketTasks, task.ID)
+		_, err := harness.KVGet(t, ts, contract.BucketTasks, task.ID)
 		return err == nil
 	}, "task recorded")
 
@@ -69,7 +70,7 @@ func TestControlPauseWhileRetryDeadRuns(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond) // the retry-dead is under way
 	start := time.Now()
-	r := control(t, ts, task.ID, contract.ActionPause)
+	r := harness.Control(t, ts, task.ID, contract.ActionPause)
 	pauseTook := time.Since(start)
 	rd := <-retried
 	t.Logf("pause answered %s after it was sent, while a %s retry-dead ran (retry-dead: ok=%v requeued=%d, %s after the pause)",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -27,19 +28,19 @@ import (
 func TestPauseResumeCancel(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":50,"burst":5,"concurrency":4}`, gw.URL))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	const n = 600
-	submit(t, ts, contract.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: recipients("u", n)})
+	harness.Submit(t, ts, contract.Task{ID: "prc", Channel: "webhook", Template: "m {{.to}}", Recipients: pipelinetest.Recipients("u", n)})
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= 100 })
 
-	control(t, ts, "prc", contract.ActionPause)
+	harness.Control(t, ts, "prc", contract.ActionPause)
 	pausedAt := time.Now()
 	p := ts.WaitProgress(t, "prc", 3*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(2 * time.Second)
-	last := gw.lastArrival()
+	last := gw.LastArrival()
 	atPause := gw.Ledger().Accepted
 	t.Logf("pause: last send started %s after the pause reply; %d sent at pause", last.Sub(pausedAt).Round(time.Millisecond), atPause)
 	require.Less(t, last.Sub(pausedAt), time.Second, "no new send starts more than 1 s after pause")
@@ -48,11 +49,11 @@ func TestPauseResumeCancel(t *testing.T) {
 	require.Equal(t, contract.StatePaused, ts.Progress(t, "prc").State)
 	require.Less(t, p.Sent, n)
 
-	control(t, ts, "prc", contract.ActionResume)
+	harness.Control(t, ts, "prc", contract.ActionResume)
 	ts.WaitProgress(t, "prc", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateProcessing })
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Accepted >= atPause+100 })
 
-	control(t, ts, "prc", contract.ActionCancel)
+	harness.Control(t, ts, "prc", contract.ActionCancel)
 	final := ts.WaitFinal(t, "prc", 30*time.Second)
 	l := gw.Ledger()
 	t.Logf("cancel: sent %d, cancelled %d", final.Sent, final.Cancelled)
@@ -72,13 +73,13 @@ func TestPauseResumeCancel(t *testing.T) {
 func TestTestRecipientsAwaitApproval(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
-	task := contract.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: recipients("c", 50),
+	task := contract.Task{ID: "approve", Channel: "webhook", Template: "hello {{.to}}", Recipients: pipelinetest.Recipients("c", 50),
 		TestRecipients: []contract.Recipient{{To: "qa-1"}, {To: "qa-2"}}}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	natstest.Eventually(t, 10*time.Second, func() bool { return gw.Ledger().Accepted == 2 })
 	p := ts.WaitProgress(t, "approve", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
 	require.Equal(t, 50, p.Total)
@@ -88,7 +89,7 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 	require.Equal(t, 2, l.Accepted, "only the test recipients before approval")
 	require.Equal(t, "hello qa-1", l.Bodies["approve.t0"])
 
-	control(t, ts, "approve", contract.ActionResume)
+	harness.Control(t, ts, "approve", contract.ActionResume)
 	final := ts.WaitFinal(t, "approve", 20*time.Second)
 	require.Equal(t, contract.StateSucceeded, final.State)
 	require.Equal(t, 50, final.Sent)
@@ -96,9 +97,9 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 
 	// Cancelling instead of approving cancels every recipient.
 	task.ID = "reject-approval"
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	ts.WaitProgress(t, task.ID, 10*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval })
-	control(t, ts, task.ID, contract.ActionCancel)
+	harness.Control(t, ts, task.ID, contract.ActionCancel)
 	final = ts.WaitFinal(t, task.ID, 10*time.Second)
 	require.Equal(t, contract.StateCancelled, final.State)
 	require.Equal(t, 50, final.Cancelled)
@@ -109,12 +110,12 @@ func TestTestRecipientsAwaitApproval(t *testing.T) {
 func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":2}`, gw.URL))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	expires := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
-	submit(t, ts, contract.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: recipients("e", 200), ExpiresAt: expires})
+	harness.Submit(t, ts, contract.Task{ID: "exp", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("e", 200), ExpiresAt: expires})
 	final := ts.WaitFinal(t, "exp", 30*time.Second)
 	t.Logf("expiry: sent %d, expired %d", final.Sent, final.Expired)
 	require.Equal(t, contract.StatePartial, final.State)
@@ -129,7 +130,7 @@ func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	g, err := gateway.New(gatewayOK())
+	g, err := gateway.New(harness.GatewayOK())
 	require.NoError(t, err)
 	var fixed atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -141,22 +142,22 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
-	submit(t, ts, contract.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: recipients("d", 30)})
+	harness.Submit(t, ts, contract.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("d", 30)})
 	first := ts.WaitFinal(t, "rd", 20*time.Second)
 	// Keys rd.1 and rd.10..rd.19 were refused: 11 recipients.
 	require.Equal(t, 11, first.Failed)
 	require.Equal(t, contract.StatePartial, first.State)
-	require.Len(t, deadLetters(t, ts, "rd"), 11)
+	require.Len(t, harness.DeadLetters(t, ts, "rd"), 11)
 
 	fixed.Store(true)
-	reply := control(t, ts, "rd", contract.ActionRetryDead)
+	reply := harness.Control(t, ts, "rd", contract.ActionRetryDead)
 	require.Equal(t, 11, reply.Requeued)
 	final := ts.WaitProgress(t, "rd", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateSucceeded })
 	require.Equal(t, 30, final.Sent)
 	require.Zero(t, final.Failed)
-	require.Empty(t, deadLetters(t, ts, "rd"), "re-queued dead letters are purged")
+	require.Empty(t, harness.DeadLetters(t, ts, "rd"), "re-queued dead letters are purged")
 	require.Equal(t, 30, g.Ledger().AcceptedKeys())
 	require.Zero(t, g.Ledger().Duplicates)
 }
@@ -166,13 +167,13 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gateway.Config{FailRate: 1, Seed: 1})
+	gw := harness.StartGateway(t, gateway.Config{FailRate: 1, Seed: 1})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Status = status.Config{CircuitWindow: 40, CircuitThreshold: 0.5}
 	pipelinetest.StartPipeline(t, ts, cfg)
 
-	submit(t, ts, contract.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: recipients("f", 500), MaxAttempts: 50})
+	harness.Submit(t, ts, contract.Task{ID: "cb", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("f", 500), MaxAttempts: 50})
 	p := ts.WaitProgress(t, "cb", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	require.Contains(t, p.Error, "circuit breaker: 100% of the last 40 attempts failed")
 	time.Sleep(1500 * time.Millisecond)
@@ -188,16 +189,16 @@ func TestCircuitBreakerPausesAFailingTask(t *testing.T) {
 func TestScheduledTaskStartsOnTime(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	sendAt := time.Now().Add(4 * time.Second).Truncate(time.Second)
-	submit(t, ts, contract.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: recipients("s", 20), SendAt: sendAt.UTC().Format(time.RFC3339)})
+	harness.Submit(t, ts, contract.Task{ID: "sched", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("s", 20), SendAt: sendAt.UTC().Format(time.RFC3339)})
 	p := ts.WaitProgress(t, "sched", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	require.Equal(t, 20, p.Total)
 	final := ts.WaitFinal(t, "sched", 20*time.Second)
-	first := gw.firstArrival()
+	first := gw.FirstArrival()
 	t.Logf("scheduled start: first send %s after send_at", first.Sub(sendAt).Round(time.Millisecond))
 	require.False(t, first.Before(sendAt), "nothing is sent before send_at")
 	require.Less(t, first.Sub(sendAt), time.Second)
@@ -211,14 +212,14 @@ func TestScheduledTaskStartsOnTime(t *testing.T) {
 func TestScheduledStartFinishesAnInterruptedRelease(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	// Scheduled an hour ahead, then left as a release cut short leaves it:
 	// released and processing, nothing published.
 	sendAt := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	submit(t, ts, contract.Task{ID: "cut", Channel: "webhook", Template: "x", Recipients: recipients("c", 20), SendAt: sendAt.Format(time.RFC3339)})
+	harness.Submit(t, ts, contract.Task{ID: "cut", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("c", 20), SendAt: sendAt.Format(time.RFC3339)})
 	ts.WaitProgress(t, "cut", 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

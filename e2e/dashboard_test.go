@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
@@ -188,9 +189,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":20,"burst":1,"concurrency":2}`, gw.URL))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Status.DashboardAddr = "127.0.0.1:0"
 	cfg.Status.PollInterval = 500 * time.Millisecond
 	reg := prometheus.NewRegistry()
@@ -200,9 +201,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	url := p.Status.DashboardURL()
 
 	// A rejected task whose error quotes markup: the page must show it as text.
-	submit(t, ts, `{"id":"xss","channel":"<img id=pwned src=x onerror=alert(1)>","template":"x","recipients":[{"to":"a"}]}`)
+	harness.Submit(t, ts, `{"id":"xss","channel":"<img id=pwned src=x onerror=alert(1)>","template":"x","recipients":[{"to":"a"}]}`)
 	const n = 400
-	submit(t, ts, contract.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: recipients("b", n)})
+	harness.Submit(t, ts, contract.Task{ID: "dash", Channel: "webhook", Template: "hello {{.to}}", Recipients: pipelinetest.Recipients("b", n)})
 
 	ctx, cancel := context.WithTimeout(browser, 30*time.Second)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`tr[data-task="dash"]`))))

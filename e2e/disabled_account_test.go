@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/render"
@@ -20,14 +21,14 @@ import (
 func TestTaskWaitsForDisabledAccount(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gw, rec := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	off := `"rate_per_sec":200,"burst":20,"concurrency":4,"enabled":false`
-	ts.PutAccount(t, "dis-a", webhookAccount(rec.URL, off))
-	ts.PutAccount(t, "dis-b", webhookAccount(rec.URL, `"rate_per_sec":200`))
+	ts.PutAccount(t, "dis-a", harness.WebhookAccount(rec.URL, off))
+	ts.PutAccount(t, "dis-b", harness.WebhookAccount(rec.URL, `"rate_per_sec":200`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Render: render.Config{NoAccountRetry: 300 * time.Millisecond}})
 
-	task := contract.Task{ID: "dis-wait", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"dis-a"}, Recipients: recipients("d", 50)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "dis-wait", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"dis-a"}, Recipients: pipelinetest.Recipients("d", 50)}
+	harness.Submit(t, ts, task)
 	p := ts.WaitProgress(t, task.ID, 15*time.Second, func(p *contract.Progress) bool {
 		return p.State == contract.StateProcessing && p.Error != ""
 	}, "processing, with the reason it waits")
@@ -36,7 +37,7 @@ func TestTaskWaitsForDisabledAccount(t *testing.T) {
 	require.Zero(t, p.Done())
 	require.Zero(t, gw.Ledger().Requests, "nothing sent through the account not named")
 
-	ts.PutAccount(t, "dis-a", webhookAccount(rec.URL, strings.Replace(off, "false", "true", 1)))
+	ts.PutAccount(t, "dis-a", harness.WebhookAccount(rec.URL, strings.Replace(off, "false", "true", 1)))
 	p = ts.WaitFinal(t, task.ID, 20*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 50, p.Sent)

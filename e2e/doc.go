@@ -3,27 +3,23 @@
 // against an embedded nats-server or a three-node
 // cluster, with real HTTP and SMTP stand-ins for the providers, and two
 // that run the services as OS processes (`broadcast setup`, a nats-server
-// restart). The tests that kill processes are in e2e/process, the
-// randomized scenario tester in e2e/scenarios: their own packages, so that
-// each test binary stays well inside go test's ten minutes. See
-// docs/testing.md.
+// restart). The tests of how dispatch sends (pacing, pools, caps,
+// failover, priorities) are in e2e/dispatch, those of digests and the
+// recipient policy in e2e/crosstask, the tests that kill processes in
+// e2e/process, the randomized scenario tester in e2e/scenarios: their own
+// packages, so that each test binary stays well inside go test's ten
+// minutes. See docs/testing.md.
 //
-// Helpers shared by the tests, one file each:
-//   - helpers_test.go: the pipeline's test configs (fastRetries,
-//     withSecrets), accounts, recipients, submitting tasks and operator
-//     actions, reading KV, dead letters and events, waitCount.
-//   - providers_test.go: the provider stand-ins: a recorder of send
-//     requests (with an optional sliding-window limit and the pacing
-//     figures), the fault-injecting gateway behind it, and the SMTP fake.
-//   - dispatch_helpers_test.go: dispatch replicas started and stopped one
-//     by one (dispatchEnv), with a log of which replica sent what.
+// Helpers: the pipeline's test configs, submitting tasks and operator
+// actions, reading KV, dead letters and events, and the provider stand-ins
+// (a recorder of send requests with the pacing figures, the
+// fault-injecting gateway behind it, the SMTP fake) are in package
+// e2e/harness. Those of some of the tests here, one file each:
 //   - security_helpers_test.go: the users of nats.conf and .env, a server
 //     from nats.conf, submitting as the operator, leak checks.
 //   - feedback_helpers_test.go: the pipeline under nats.conf's users with
 //     feedback as its own user, a webhook gateway and a Graph API stand-in
 //     that record what they accepted, and the fold rule's expected counts.
-//   - dispatch_race_test.go / dispatch_norace_test.go: whether the race
-//     detector is on (its slowdown widens some bounds).
 //
 // Tests:
 //   - pipeline_test.go: a 1,000-recipient webhook broadcast against the
@@ -39,18 +35,6 @@
 //     rejected tasks, every give-up dead-lettered, retention, metrics.
 //   - disabled_account_test.go: a task whose only account is disabled
 //     waits, says why, and is sent once the account is enabled.
-//   - dispatch (its own replicas from dispatch_helpers_test.go, or the
-//     pipeline's): dispatch_pacing_test.go (pacing, one and three
-//     replicas), dispatch_adaptive_test.go and dispatch_adaptive_law_test.go
-//     (adaptive rates), dispatch_pool_test.go (pools), dispatch_caps_test.go
-//     and dispatch_capwake_test.go (daily caps, per-recipient intervals),
-//     dispatch_failover_test.go (failover, leases), dispatch_share_test.go
-//     (accounts shared between replicas), dispatch_priority_test.go,
-//     dispatch_ledger_test.go (the send ledger, dead-letter history),
-//     dispatch_longwait_test.go (long waits hold no slot).
-//   - digest_test.go: digests (tasks of one digest_key to one recipient
-//     merged into one message), across a restart, two replicas, a cancel,
-//     and the backlog rule.
 //   - security_test.go, tls_test.go, hostile_accounts_test.go,
 //     secrets_test.go: least privilege under nats.conf's users, TLS,
 //     hostile account values, secrets that never leak.
@@ -64,6 +48,12 @@
 //     duplicated, ahead of their sent event, forged, oversized), email
 //     bounces; feedback_bench_test.go: the receipts per second feedback
 //     sustains (BenchmarkFeedbackReceipts).
+//   - feedback_wxpusher_test.go: WxPusher's statuses polled, across a
+//     restart of feedback; feedback_quality_test.go: WhatsApp quality
+//     updates and the health score; feedback_digest_test.go: a digest's
+//     receipt counted in every task it carried.
+//   - suppress_test.go, stop_test.go: the suppression list, honoured by
+//     render and dispatch and fed by receipts, bounces and stop replies.
 //   - alerts_test.go: ALERT_URL called once per subject.
 //   - setup_test.go, restart_test.go: as processes, `broadcast setup`
 //     before or after the services, nats-server restarted.

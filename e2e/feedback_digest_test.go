@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/feedbacktest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestFeedbackReceiptOfADigest: three tasks merged into one digest message
@@ -24,8 +26,8 @@ func TestFeedbackReceiptOfADigest(t *testing.T) {
 	st.cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_HOOK","rate_per_sec":200,"burst":20,"concurrency":4}`, hook.URL))
 	tasks := []string{"dg-a", "dg-b", "dg-c"}
 	for _, id := range tasks {
-		submit(t, st.cs.Server, contract.Task{ID: id, Channel: "webhook", Template: "news of " + id,
-			Recipients: recipients("d", n), DigestKey: "news", DigestWindow: "2s",
+		harness.Submit(t, st.cs.Server, contract.Task{ID: id, Channel: "webhook", Template: "news of " + id,
+			Recipients: pipelinetest.Recipients("d", n), DigestKey: "news", DigestWindow: "2s",
 			DigestTemplate: "{{.count}} updates"})
 	}
 	for _, id := range tasks {
@@ -47,7 +49,7 @@ func TestFeedbackReceiptOfADigest(t *testing.T) {
 		p := st.cs.WaitProgress(t, id, 20*time.Second, func(p *contract.Progress) bool { return p.Delivered == n },
 			"every merged task counts its recipients delivered")
 		require.Equal(t, n, p.Sent)
-		require.Len(t, eventsOf(st.cs.Events(t, id), contract.EventDelivered), n, "one delivered event per recipient of %s", id)
+		require.Len(t, harness.EventsOf(st.cs.Events(t, id), contract.EventDelivered), n, "one delivered event per recipient of %s", id)
 	}
 	require.Empty(t, st.cs.Log.Violations(), "permission violations")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/feedbacktest"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/metrics"
@@ -46,7 +47,7 @@ type feedbackStack struct {
 func startFeedbackStack(t *testing.T, secrets map[string]string, tune func(*feedback.Config)) *feedbackStack {
 	t.Helper()
 	cs, users, _ := startSecureServer(t, natstest.ConfigOptions{})
-	cfg := withSecrets(secrets)
+	cfg := harness.WithSecrets(secrets)
 	cfg.Users = users
 	pipelinetest.StartPipeline(t, cs.Server, cfg)
 	st := &feedbackStack{cs: cs}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/feedbacktest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 )
@@ -38,7 +39,7 @@ func TestFeedbackQualitySteersSending(t *testing.T) {
 		return map[string]string{"X-Hub-Signature-256": feedbacktest.Sign([]byte(waApp), body)}
 	}
 	signals := func() *contract.AccountSignals {
-		e, err := kvGet(t, st.cs.Server, contract.BucketSignals, "wa")
+		e, err := harness.KVGet(t, st.cs.Server, contract.BucketSignals, "wa")
 		if err != nil {
 			return nil
 		}
@@ -65,7 +66,7 @@ func TestFeedbackQualitySteersSending(t *testing.T) {
 		return tk
 	}
 	// A first send, so dispatch runs the account and writes its health.
-	submit(t, st.cs.Server, task("wa-0", "+861380000", contract.CategoryUtility))
+	harness.Submit(t, st.cs.Server, task("wa-0", "+861380000", contract.CategoryUtility))
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "wa-0", 30*time.Second).State)
 
 	flagged := time.Now().Add(-time.Minute)
@@ -87,11 +88,11 @@ func TestFeedbackQualitySteersSending(t *testing.T) {
 	require.Equal(t, contract.QualityRed, signals().Quality, "neither the stale nor the forged update changed it")
 
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		h := accountHealth(t, st.cs.Server, "wa")
+		h := harness.AccountHealth(t, st.cs.Server, "wa")
 		return h != nil && h.MarketingHeld && h.Ceiling == 30 && h.DailyCap == 1000
 	}, "health: marketing held, ceiling 60 halved to 30, daily cap the reported 1000")
-	submit(t, st.cs.Server, task("wa-mkt", "+861381111", ""))
-	submit(t, st.cs.Server, task("wa-txn", "+861382222", contract.CategoryTransactional))
+	harness.Submit(t, st.cs.Server, task("wa-mkt", "+861381111", ""))
+	harness.Submit(t, st.cs.Server, task("wa-txn", "+861382222", contract.CategoryTransactional))
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "wa-txn", 30*time.Second).State)
 	st.cs.WaitProgress(t, "wa-mkt", 20*time.Second, func(p *contract.Progress) bool { return p.Retrying == 5 }, "marketing held")
 	time.Sleep(500 * time.Millisecond)
@@ -107,7 +108,7 @@ func TestFeedbackQualitySteersSending(t *testing.T) {
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "wa-mkt", 30*time.Second).State, "held marketing sent once GREEN")
 	require.Equal(t, 5, sentTo("+861381111"))
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		h := accountHealth(t, st.cs.Server, "wa")
+		h := harness.AccountHealth(t, st.cs.Server, "wa")
 		return h != nil && !h.MarketingHeld && h.Ceiling == 60 && h.DailyCap == 2000 && h.Quality == contract.QualityGreen
 	}, "health back: ceiling 60, daily cap 2000")
 
@@ -121,7 +122,7 @@ func TestFeedbackQualitySteersSending(t *testing.T) {
 	st.postCode(t, "/webhooks/whatsapp", sign(fail), fail, http.StatusOK)
 	var score contract.AccountScore
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		e, err := kvGet(t, st.cs.Server, contract.BucketScores, "wa")
+		e, err := harness.KVGet(t, st.cs.Server, contract.BucketScores, "wa")
 		if err != nil || json.Unmarshal(e.Value(), &score) != nil {
 			return false
 		}

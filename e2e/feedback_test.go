@@ -16,8 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/feedbacktest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
 // TestFeedbackReceipts drives feedback's routes with stand-ins that sign
@@ -75,13 +77,13 @@ func TestFeedbackReceipts(t *testing.T) {
 	}
 	graph.mu.Unlock()
 
-	hookTask := contract.Task{ID: "fb-hook", Channel: "webhook", Template: "Hi {{.to}}", Recipients: recipients("user", nHook)}
+	hookTask := contract.Task{ID: "fb-hook", Channel: "webhook", Template: "Hi {{.to}}", Recipients: pipelinetest.Recipients("user", nHook)}
 	waTask := contract.Task{ID: "fb-wa", Channel: "whatsapp", Template: "Hi {{.to}}"}
 	for i := range nWA {
 		waTask.Recipients = append(waTask.Recipients, contract.Recipient{To: fmt.Sprintf("+86138%08d", i)})
 	}
-	submit(t, st.cs.Server, hookTask)
-	submit(t, st.cs.Server, waTask)
+	harness.Submit(t, st.cs.Server, hookTask)
+	harness.Submit(t, st.cs.Server, waTask)
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, hookTask.ID, 60*time.Second).State)
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, waTask.ID, 60*time.Second).State)
 	mu.Lock()
@@ -273,11 +275,11 @@ func TestFeedbackReceipts(t *testing.T) {
 		want := wantEvents(posted)
 		mu.Unlock()
 		natstest.Eventually(t, 10*time.Second, func() bool {
-			got := countByKind(st.cs.Events(t, task))
+			got := harness.CountByKind(st.cs.Events(t, task))
 			return got[contract.EventDelivered] == want[contract.EventDelivered] && got[contract.EventRead] == want[contract.EventRead] &&
 				got[contract.EventUndelivered] == want[contract.EventUndelivered]
 		}, "%s: receipt events %v", task, want)
-		for _, ev := range eventsOf(st.cs.Events(t, task), contract.EventUndelivered) {
+		for _, ev := range harness.EventsOf(st.cs.Events(t, task), contract.EventUndelivered) {
 			if task == waTask.ID {
 				require.Equal(t, "131026", ev.Code)
 				require.Equal(t, "Message undeliverable: Unable to deliver message.", ev.Error)
@@ -325,13 +327,13 @@ func TestFeedbackReceipts(t *testing.T) {
 func TestFeedbackBounces(t *testing.T) {
 	t.Parallel()
 	st := startFeedbackStack(t, map[string]string{}, nil)
-	srv := startSMTP(t, nil)
+	srv := harness.StartSMTP(t, nil)
 	st.cs.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 		"from":"Shop <noreply@shop.example>","rate_per_sec":50,"concurrency":2}`, srv.Port()))
-	submit(t, st.cs.Server, `{"id":"mail-1","channel":"smtp","template":"Hi","recipients":[
+	harness.Submit(t, st.cs.Server, `{"id":"mail-1","channel":"smtp","template":"Hi","recipients":[
 		{"to":"a@shop.example"},{"to":"b@shop.example"},{"to":"c@shop.example"},{"to":"d@shop.example"},{"to":"e@shop.example"}]}`)
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "mail-1", 30*time.Second).State)
-	submit(t, st.cs.Server, `{"id":"mail-2","channel":"smtp","template":"Hi again","recipients":[{"to":"a@shop.example"}]}`)
+	harness.Submit(t, st.cs.Server, `{"id":"mail-2","channel":"smtp","template":"Hi again","recipients":[{"to":"a@shop.example"}]}`)
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "mail-2", 30*time.Second).State)
 	natstest.Eventually(t, 10*time.Second, func() bool { return st.fb.Stats().Indexed == 6 }, "sends indexed")
 
@@ -351,7 +353,7 @@ func TestFeedbackBounces(t *testing.T) {
 	require.Equal(t, [3]int{0, 0, 1}, [3]int{p.Delivered, p.Read, p.Undelivered})
 	p = st.cs.WaitProgress(t, "mail-1", 20*time.Second, func(p *contract.Progress) bool { return p.Delivered == 2 }, "b and d delivered")
 	require.Equal(t, [3]int{2, 0, 0}, [3]int{p.Delivered, p.Read, p.Undelivered}, "a's bounce went to mail-2, c's soft bounce counts nothing")
-	undelivered := eventsOf(st.cs.Events(t, "mail-2"), contract.EventUndelivered)
+	undelivered := harness.EventsOf(st.cs.Events(t, "mail-2"), contract.EventUndelivered)
 	require.Len(t, undelivered, 1)
 	require.Equal(t, "hard_bounce", undelivered[0].Code)
 	require.Equal(t, "550 5.1.1 user unknown", undelivered[0].Error)

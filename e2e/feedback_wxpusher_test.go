@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/feedbacktest"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
@@ -58,7 +59,7 @@ func TestFeedbackWxPusherPoller(t *testing.T) {
 	for i := range n {
 		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("UID_poll%03d", i)})
 	}
-	submit(t, st.cs.Server, task)
+	harness.Submit(t, st.cs.Server, task)
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, task.ID, 60*time.Second).State)
 
 	// 10 delivered (5 at once, 5 after waiting), 5 undelivered.
@@ -95,14 +96,14 @@ func TestFeedbackWxPusherPoller(t *testing.T) {
 		len(queries), queries[len(queries)-1].Sub(queries[0]).Round(time.Millisecond), busiest, perSec)
 
 	evs := st.cs.Events(t, task.ID)
-	for _, ev := range eventsOf(evs, contract.EventUndelivered) {
+	for _, ev := range harness.EventsOf(evs, contract.EventUndelivered) {
 		require.Equal(t, "failed", ev.Code)
 		require.Equal(t, "发送失败:用户已取消关注", ev.Error)
 		require.Equal(t, account, ev.Account)
 		require.Equal(t, 1, ev.Attempt)
 		require.True(t, strings.HasPrefix(ev.ProviderID, "88"), ev.ProviderID)
 	}
-	require.Len(t, eventsOf(evs, contract.EventDelivered), 10)
+	require.Len(t, harness.EventsOf(evs, contract.EventDelivered), 10)
 	m := st.samples(t)
 	require.Equal(t, 15.0, m.Sum("broadcast_feedback_receipts_total", "source", "wxpusher", "result", "stored"))
 	require.Equal(t, 15.0, m.Sum("broadcast_feedback_receipts_total", "source", "wxpusher", "result", "event"))
@@ -145,7 +146,7 @@ func TestFeedbackWxPusherPollerRestart(t *testing.T) {
 	for i := range n {
 		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("UID_rs%03d", i)})
 	}
-	submit(t, st.cs.Server, task)
+	harness.Submit(t, st.cs.Server, task)
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(wx.Queries()) >= 6 }, "polling started")
 	st.stop()
 	before := len(wx.Queries())
@@ -162,5 +163,5 @@ func TestFeedbackWxPusherPollerRestart(t *testing.T) {
 	require.Positive(t, st.fb.Stats().Polls, "the new process polled what was left")
 	require.LessOrEqual(t, feedbacktest.MaxInWindow(wx.Queries(), 2*time.Second), 2*int(perSec)+1,
 		"queries per second: %v", feedbacktest.PerSecond(wx.Queries()))
-	require.Len(t, eventsOf(st.cs.Events(t, task.ID), contract.EventDelivered), 6)
+	require.Len(t, harness.EventsOf(st.cs.Events(t, task.ID), contract.EventDelivered), 6)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -27,26 +28,26 @@ import (
 func TestAbsurdAccountValues(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "ok", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10}`, gw.URL))
 	ts.PutAccount(t, "huge-rate", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":1e19}`, gw.URL))
 	ts.PutAccount(t, "huge-burst", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"burst":9223372036854775807}`, gw.URL))
 	ts.PutAccount(t, "huge-batch", `{"channel":"sandbox","rate_per_sec":1e19,"max_batch":50}`)
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	for id, c := range map[string]struct{ channel, account, want string }{
 		"abs-rate":  {"webhook", "huge-rate", `accounts[0]: account "huge-rate" is misconfigured: rate_per_sec: must be above 0 and at most 1e+06, got 1e+19`},
 		"abs-burst": {"webhook", "huge-burst", `accounts[0]: account "huge-burst" is misconfigured: burst: must be between 1 and 1000000, got 9223372036854775807`},
 		"abs-batch": {"sandbox", "huge-batch", `accounts[0]: account "huge-batch" is misconfigured: rate_per_sec: must be above 0`},
 	} {
-		submit(t, ts, contract.Task{ID: id, Channel: c.channel, Template: "hi", Accounts: []string{c.account}, Recipients: []contract.Recipient{{To: "a"}}})
+		harness.Submit(t, ts, contract.Task{ID: id, Channel: c.channel, Template: "hi", Accounts: []string{c.account}, Recipients: []contract.Recipient{{To: "a"}}})
 		p := ts.WaitFinal(t, id, 15*time.Second)
 		require.Equal(t, contract.StateRejected, p.State, id)
 		require.Contains(t, p.Error, c.want, id)
 	}
 
-	task := contract.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: recipients("u", 50)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "abs-ok", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"ok"}, Recipients: pipelinetest.Recipients("u", 50)}
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 50, p.Sent)
@@ -82,7 +83,7 @@ func TestAccountCannotReadDispatchSecrets(t *testing.T) {
 	account("ok", "BROADCAST_SECRET_WA", srv.URL)
 	account("plain", "BROADCAST_SECRET_WA", "http://graph.example.com")
 	var logs logtest.Buffer
-	cfg := withSecrets(map[string]string{"NATS_PASSWORD": natsPassword, "SHOP_TOKEN": "tok-unlisted",
+	cfg := harness.WithSecrets(map[string]string{"NATS_PASSWORD": natsPassword, "SHOP_TOKEN": "tok-unlisted",
 		"LISTED_TOKEN": "tok-listed", "BROADCAST_SECRET_WA": "tok-ok"})
 	cfg.Dispatch.SecretEnvs = []string{"LISTED_TOKEN"}
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
@@ -93,21 +94,21 @@ func TestAccountCannotReadDispatchSecrets(t *testing.T) {
 			Recipients: []contract.Recipient{{To: "+8613800000001"}, {To: "+8613800000002"}}}
 	}
 	// Every service refuses the reserved name: the task is rejected.
-	submit(t, ts, task("s-steal", "steal"))
+	harness.Submit(t, ts, task("s-steal", "steal"))
 	p := ts.WaitFinal(t, "s-steal", 15*time.Second)
 	require.Equal(t, contract.StateRejected, p.State)
 	require.Contains(t, p.Error, `accounts[0]: account "steal" is misconfigured: secret_env: NATS_PASSWORD may not be read by accounts: name a variable starting with BROADCAST_SECRET_, or one listed in dispatch's DISPATCH_SECRET_ENVS (NATS_* and other well-known variables are never allowed)`)
 
 	// The allowed ones send with their own tokens.
 	for id, acct := range map[string]string{"s-listed": "listed", "s-ok": "ok"} {
-		submit(t, ts, task(id, acct))
+		harness.Submit(t, ts, task(id, acct))
 		p := ts.WaitFinal(t, id, 30*time.Second)
 		require.Equal(t, contract.StateSucceeded, p.State, id)
 	}
 	// Dispatch refuses the unlisted name and the plain-http endpoint: the
 	// accounts never start, and say why.
-	submit(t, ts, task("s-unlisted", "unlisted"))
-	submit(t, ts, task("s-plain", "plain"))
+	harness.Submit(t, ts, task("s-unlisted", "unlisted"))
+	harness.Submit(t, ts, task("s-plain", "plain"))
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		l := logs.String()
 		return strings.Contains(l, `secret_env: SHOP_TOKEN may not be read by accounts: name a variable starting with BROADCAST_SECRET_`) &&
@@ -140,18 +141,18 @@ func TestEndpointTokenNeverLeaks(t *testing.T) {
 	ts.PutAccount(t, "closed", fmt.Sprintf(`{"channel":"webhook","endpoint":"http://%s/send?token=%s","rate_per_sec":100}`, closed, token))
 	ts.PutAccount(t, "echo", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send?token=%s","rate_per_sec":100}`, echo.URL, token))
 	var logs logtest.Buffer
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pipelinetest.StartPipeline(t, ts, cfg)
 
 	for _, acct := range []string{"closed", "echo"} {
 		id := "leak-" + acct
-		submit(t, ts, contract.Task{ID: id, Channel: "webhook", Template: "hi", Accounts: []string{acct}, MaxAttempts: 2,
+		harness.Submit(t, ts, contract.Task{ID: id, Channel: "webhook", Template: "hi", Accounts: []string{acct}, MaxAttempts: 2,
 			Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
 		p := ts.WaitFinal(t, id, 30*time.Second)
 		require.Equal(t, contract.StateFailed, p.State, id)
 		require.Equal(t, 2, p.Failed, id)
-		dead := deadLetters(t, ts, id)
+		dead := harness.DeadLetters(t, ts, id)
 		require.Len(t, dead, 2, id)
 		for _, d := range dead {
 			require.NotEmpty(t, d.Error)
@@ -183,13 +184,13 @@ func TestDenyPrivateDestinations(t *testing.T) {
 		t.Run(fmt.Sprintf("allow_loopback=%v", allowLoopback), func(t *testing.T) {
 			t.Parallel()
 			ts := pipelinetest.Start(t)
-			gw := startGateway(t, gatewayOK())
+			gw := harness.StartGateway(t, harness.GatewayOK())
 			// localhost: the check is on the resolved address.
 			ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":100}`, strings.Replace(gw.URL, "127.0.0.1", "localhost", 1)))
-			cfg := fastRetries()
+			cfg := harness.FastRetries()
 			cfg.Dispatch.DenyPrivate, cfg.Dispatch.AllowLoopback = true, allowLoopback
 			pipelinetest.StartPipeline(t, ts, cfg)
-			submit(t, ts, contract.Task{ID: "dp", Channel: "webhook", Template: "hi", Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
+			harness.Submit(t, ts, contract.Task{ID: "dp", Channel: "webhook", Template: "hi", Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
 			if allowLoopback {
 				p := ts.WaitFinal(t, "dp", 30*time.Second)
 				require.Equal(t, contract.StateSucceeded, p.State)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/metrics/metricstest"
 	"github.com/broadcastd/broadcast/internal/natstest"
@@ -22,10 +23,10 @@ import (
 func TestMetricsMatchWhatWasSent(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gateway.Config{FailRate: 0.15, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "bad-", Seed: 3})
+	gw := harness.StartGateway(t, gateway.Config{FailRate: 0.15, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "bad-", Seed: 3})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, gw.URL))
 	reg := prometheus.NewRegistry()
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Ingest.Metrics, cfg.Render.Metrics, cfg.Dispatch.Metrics, cfg.Status.Metrics = reg, reg, reg, reg
 	cfg.Status.DashboardAddr = "127.0.0.1:0"
 	cfg.Status.PollInterval = 200 * time.Millisecond
@@ -43,9 +44,9 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 		}
 		task.Recipients = append(task.Recipients, r)
 	}
-	submit(t, ts, task)
-	submit(t, ts, task) // the same id again: ignored
-	submit(t, ts, `{"id":"broken","channel":"webhook","template":"x"}`)
+	harness.Submit(t, ts, task)
+	harness.Submit(t, ts, task) // the same id again: ignored
+	harness.Submit(t, ts, `{"id":"broken","channel":"webhook","template":"x"}`)
 	final := ts.WaitFinal(t, "metrics", 60*time.Second)
 	require.Equal(t, contract.StatePartial, final.State)
 	require.Equal(t, n-bad-noName, final.Sent)

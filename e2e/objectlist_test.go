@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
@@ -21,9 +22,9 @@ import (
 func TestRecipientsFromObjectStore(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":1000,"burst":50,"concurrency":16}`, gw.URL))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	var b strings.Builder
 	for i := range 3000 {
@@ -32,8 +33,8 @@ func TestRecipientsFromObjectStore(t *testing.T) {
 	b.WriteString(`{"to":"j0001","vars":{"name":"again"}}` + "\n") // duplicate
 	b.WriteString("{not json\n")                                   // unusable line
 	b.WriteString(`{"to":"j-novar"}` + "\n")                       // lacks name
-	putObject(t, ts, "lists/big.jsonl", b.String())
-	submit(t, ts, `{"id":"obj-jsonl","channel":"webhook","template":"Hi {{.name}}","recipients_object":"lists/big.jsonl"}`)
+	harness.PutObject(t, ts, "lists/big.jsonl", b.String())
+	harness.Submit(t, ts, `{"id":"obj-jsonl","channel":"webhook","template":"Hi {{.name}}","recipients_object":"lists/big.jsonl"}`)
 	p := ts.WaitFinal(t, "obj-jsonl", 60*time.Second)
 	require.Equal(t, 3002, p.Total)
 	require.Equal(t, 1, p.Duplicates)
@@ -42,21 +43,21 @@ func TestRecipientsFromObjectStore(t *testing.T) {
 	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, "Hi N1", gw.Ledger().Bodies["obj-jsonl.1"], "the first occurrence wins")
 
-	putObject(t, ts, "lists/small.csv", "to,name,code\nc1,Li,A\nc2,Wang,B\nc1,Li,A\n")
-	submit(t, ts, `{"id":"obj-csv","channel":"webhook","template":"{{.name}}:{{.code}}","recipients_object":"lists/small.csv"}`)
+	harness.PutObject(t, ts, "lists/small.csv", "to,name,code\nc1,Li,A\nc2,Wang,B\nc1,Li,A\n")
+	harness.Submit(t, ts, `{"id":"obj-csv","channel":"webhook","template":"{{.name}}:{{.code}}","recipients_object":"lists/small.csv"}`)
 	p = ts.WaitFinal(t, "obj-csv", 20*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 2, p.Total)
 	require.Equal(t, 1, p.Duplicates)
 	require.Equal(t, "Wang:B", gw.Ledger().Bodies["obj-csv.1"])
 
-	submit(t, ts, `{"id":"obj-missing","channel":"webhook","template":"x","recipients_object":"lists/nope.jsonl"}`)
+	harness.Submit(t, ts, `{"id":"obj-missing","channel":"webhook","template":"x","recipients_object":"lists/nope.jsonl"}`)
 	p = ts.WaitFinal(t, "obj-missing", 10*time.Second)
 	require.Equal(t, contract.StateRejected, p.State)
 	require.Contains(t, p.Error, `recipients_object: no object "lists/nope.jsonl"`)
 
-	putObject(t, ts, "lists/bad.csv", "phone,name\n1,a\n")
-	submit(t, ts, `{"id":"obj-bad","channel":"webhook","template":"x","recipients_object":"lists/bad.csv"}`)
+	harness.PutObject(t, ts, "lists/bad.csv", "phone,name\n1,a\n")
+	harness.Submit(t, ts, `{"id":"obj-bad","channel":"webhook","template":"x","recipients_object":"lists/bad.csv"}`)
 	p = ts.WaitFinal(t, "obj-bad", 10*time.Second)
 	require.Contains(t, p.Error, `recipients_object: lists/bad.csv: header: no "to" column`)
 }
@@ -72,7 +73,7 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	for i := range 5000 {
 		fmt.Fprintf(&b, `{"to":"r%05d"}`+"\n", i)
 	}
-	putObject(t, ts, "lists/resume.jsonl", b.String())
+	harness.PutObject(t, ts, "lists/resume.jsonl", b.String())
 
 	ctx := context.Background()
 	task := `{"id":"resume","channel":"sandbox","template":"x","recipients_object":"lists/resume.jsonl"}`
@@ -90,7 +91,7 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	_, err = kv.Create(ctx, "resume", data)
 	require.NoError(t, err)
 
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Ingest.BatchSize = 100
 	pl := pipelinetest.StartPipeline(t, ts, cfg)
 	natstest.Eventually(t, 20*time.Second, func() bool { return pl.Ingest.Stats.Accepted.Load() == 1 })
@@ -118,8 +119,8 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 func TestScheduledListReplacedIsNotSent(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":10,"concurrency":8`))
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":10,"concurrency":8`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	line := func(prefix string, n int) string {
 		var b strings.Builder
@@ -128,12 +129,12 @@ func TestScheduledListReplacedIsNotSent(t *testing.T) {
 		}
 		return b.String()
 	}
-	putObject(t, ts, "lists/pinned.jsonl", line("a", 10))
+	harness.PutObject(t, ts, "lists/pinned.jsonl", line("a", 10))
 	sendAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
 	task := contract.Task{ID: "pinned", Channel: "webhook", Template: "hi", RecipientsObject: "lists/pinned.jsonl", SendAt: sendAt.UTC().Format(time.RFC3339)}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	ts.WaitProgress(t, task.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateScheduled })
-	putObject(t, ts, "lists/pinned.jsonl", line("b", 25)) // replaced before the start
+	harness.PutObject(t, ts, "lists/pinned.jsonl", line("b", 25)) // replaced before the start
 
 	p := ts.WaitFinal(t, task.ID, 15*time.Second)
 	t.Logf("list replaced before its scheduled start: state %s total %d cancelled %d sent %d; gateway got %d; error %q",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
@@ -70,7 +71,7 @@ func TestOperatorPagesInABrowser(t *testing.T) {
 	o := startOperatorSetup(t, 25)
 	const n = 100
 	rs, bad := pipelinetest.RecipientsWithRejects(n, 10, 3) // bad-0003, bad-0013, ...
-	submit(t, o.ts, contract.Task{ID: "story", Channel: "webhook", Template: "hi {{.to}}", Recipients: rs})
+	harness.Submit(t, o.ts, contract.Task{ID: "story", Channel: "webhook", Template: "hi {{.to}}", Recipients: rs})
 	o.ts.WaitProgress(t, "story", 10*time.Second, func(p *contract.Progress) bool { return p.Sent > 0 })
 
 	ctx, cancel := context.WithTimeout(browser, 30*time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -23,7 +24,7 @@ import (
 // that rejects recipients starting with "bad-" permanently.
 type operatorSetup struct {
 	ts  *pipelinetest.Server
-	gw  *recordedGateway
+	gw  *harness.RecordedGateway
 	p   *pipelinetest.Pipeline
 	url string
 }
@@ -37,9 +38,9 @@ func startOperatorSetup(t *testing.T, rate int) *operatorSetup {
 // services connecting as users (nil: the server's own client).
 func startOperatorSetupOn(t *testing.T, ts *pipelinetest.Server, users map[string]natstest.Credentials, rate int) *operatorSetup {
 	t.Helper()
-	gw := startGateway(t, gateway.Config{Seed: 1, PermanentPrefix: "bad-"})
+	gw := harness.StartGateway(t, gateway.Config{Seed: 1, PermanentPrefix: "bad-"})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":%d,"burst":1,"concurrency":2}`, gw.URL, rate))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Users = users
 	cfg.Status.DashboardAddr = "127.0.0.1:0"
 	cfg.Status.PollInterval = 500 * time.Millisecond
@@ -59,7 +60,7 @@ func (o *operatorSetup) get(t *testing.T, path string, v any) int {
 
 // requestsFor returns how many send requests the gateway got for each of
 // the task's dead letters' jobs.
-func requestsByKey(gw *recordedGateway, keys []string) map[string]int {
+func requestsByKey(gw *harness.RecordedGateway, keys []string) map[string]int {
 	l := gw.Ledger()
 	out := map[string]int{}
 	for _, k := range keys {
@@ -103,8 +104,8 @@ func checkOperatorStory(t *testing.T, o *operatorSetup) {
 	t.Helper()
 	rs, bad := pipelinetest.RecipientsWithRejects(30, 5, 2) // bad-0002, bad-0007, ...
 	require.Equal(t, 6, bad)
-	submit(t, o.ts, contract.Task{ID: "story", Channel: "webhook", Template: "hi {{.to}}", Recipients: rs})
-	submit(t, o.ts, contract.Task{ID: "other", Channel: "webhook", Template: "hi", Recipients: []contract.Recipient{{To: "bad-x"}}})
+	harness.Submit(t, o.ts, contract.Task{ID: "story", Channel: "webhook", Template: "hi {{.to}}", Recipients: rs})
+	harness.Submit(t, o.ts, contract.Task{ID: "other", Channel: "webhook", Template: "hi", Recipients: []contract.Recipient{{To: "bad-x"}}})
 	final := o.ts.WaitFinal(t, "story", 30*time.Second)
 	require.Equal(t, contract.StatePartial, final.State)
 	require.Equal(t, 24, final.Sent)

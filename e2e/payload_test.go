@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
 
@@ -21,8 +22,8 @@ import (
 func TestLargeVariablesFitMaxPayload(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "big", webhookAccount(gw.URL, `"rate_per_sec":500,"burst":50,"concurrency":16`))
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	ts.PutAccount(t, "big", harness.WebhookAccount(gw.URL, `"rate_per_sec":500,"burst":50,"concurrency":16`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 
 	blob := strings.Repeat("v", 40<<10)
@@ -32,19 +33,19 @@ func TestLargeVariablesFitMaxPayload(t *testing.T) {
 		b.Write(line)
 		b.WriteByte('\n')
 	}
-	putObject(t, ts, "lists/big.jsonl", b.String())
+	harness.PutObject(t, ts, "lists/big.jsonl", b.String())
 	listTask := contract.Task{ID: "bigvars", Channel: "webhook", Template: "hi {{.to}} {{len .blob}}", RecipientsObject: "lists/big.jsonl"}
-	submit(t, ts, listTask)
+	harness.Submit(t, ts, listTask)
 
 	inline := contract.Task{ID: "hugevar", Channel: "webhook", Template: "hi {{.to}}", Recipients: []contract.Recipient{
 		{To: "small"}, {To: "huge", Vars: map[string]any{"blob": strings.Repeat("h", 300<<10)}},
 	}}
-	submit(t, ts, inline)
+	harness.Submit(t, ts, inline)
 
 	p := ts.WaitFinal(t, listTask.ID, 60*time.Second)
 	q := ts.WaitFinal(t, inline.ID, 30*time.Second)
 	var reason string
-	for _, e := range eventsOf(ts.Events(t, inline.ID), contract.EventSkipped) {
+	for _, e := range harness.EventsOf(ts.Events(t, inline.ID), contract.EventSkipped) {
 		reason = e.Error
 	}
 	t.Logf("300 recipients x 40 KiB vars from the object store: %s, sent %d; inline 300 KiB vars: %s sent %d skipped %d (%q)",

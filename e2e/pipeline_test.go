@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -21,11 +22,11 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
 	const secret = "e2e-signing-secret"
-	gw := startGateway(t, gateway.Config{FailRate: 0.10, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "reject-", Seed: 7, Secret: secret})
+	gw := harness.StartGateway(t, gateway.Config{FailRate: 0.10, RateLimitedRate: 0.05, RetryAfter: time.Second, PermanentPrefix: "reject-", Seed: 7, Secret: secret})
 	const rate, burst = 200, 10
 	ts.PutAccount(t, "hook-a", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_E2E_HOOK","rate_per_sec":%d,"burst":%d,"concurrency":8,
 		"min_rate_per_sec":100,"recover_after":5}`, gw.URL+"/send", rate, burst))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Dispatch.Getenv = func(name string) string {
 		if name == "BROADCAST_SECRET_E2E_HOOK" {
 			return secret
@@ -50,7 +51,7 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 		task.Recipients = append(task.Recipients, r)
 	}
 	task.Recipients = append(task.Recipients, task.Recipients[10], task.Recipients[11]) // listed twice
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 
 	p := ts.WaitFinal(t, task.ID, 90*time.Second)
 	l := gw.Ledger()
@@ -80,10 +81,10 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 	}
 
 	// Pacing: no second carries more than rate+burst requests.
-	require.LessOrEqual(t, measurePacing(gw.all(), rate+burst).maxInSecond, rate+burst)
+	require.LessOrEqual(t, harness.MeasurePacing(gw.All(), rate+burst).MaxInSecond, rate+burst)
 
 	// Failed recipients are in DEAD, one each.
-	dead := deadLetters(t, ts, task.ID)
+	dead := harness.DeadLetters(t, ts, task.ID)
 	require.Len(t, dead, wantFailed)
 	for _, d := range dead {
 		require.True(t, strings.HasPrefix(d.Job.To, "reject-"), d.Job.To)
@@ -91,7 +92,7 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 		require.Equal(t, "400", d.Code)
 	}
 
-	evs := countByKind(ts.Events(t, task.ID))
+	evs := harness.CountByKind(ts.Events(t, task.ID))
 	require.Equal(t, wantSent, evs[contract.EventSent])
 	require.Equal(t, wantFailed, evs[contract.EventFailed])
 	require.Equal(t, wantSkipped, evs[contract.EventSkipped])
@@ -104,21 +105,21 @@ func TestWebhookBroadcastEndToEnd(t *testing.T) {
 func TestDuplicateTaskIDIgnored(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gateway.Config{Seed: 1})
+	gw := harness.StartGateway(t, gateway.Config{Seed: 1})
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":500,"burst":50,"concurrency":8}`, gw.URL))
-	pl := pipelinetest.StartPipeline(t, ts, fastRetries())
+	pl := pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	task := contract.Task{ID: "dup-task", Channel: "webhook", Template: "x {{.to}}"}
 	for i := range 20 {
 		task.Recipients = append(task.Recipients, contract.Recipient{To: fmt.Sprintf("r%d", i)})
 	}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	first := ts.WaitFinal(t, task.ID, 30*time.Second)
 	require.Equal(t, contract.StateSucceeded, first.State)
 	require.Equal(t, 20, gw.Ledger().Accepted)
 
 	task.Template = "changed {{.to}}"
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	natstest.Eventually(t, 10*time.Second, func() bool { return pl.Ingest.Stats.DuplicateIDs.Load() == 1 })
 	time.Sleep(500 * time.Millisecond) // give a wrongly accepted copy time to send
 	require.Equal(t, 20, gw.Ledger().Requests, "the duplicate sent nothing")

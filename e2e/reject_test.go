@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
@@ -20,10 +21,10 @@ import (
 func TestMalformedTasksRejected(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q}`, gw.URL))
 	ts.PutAccount(t, "sbx", `{"channel":"sandbox"}`)
-	pl := pipelinetest.StartPipeline(t, ts, fastRetries())
+	pl := pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
@@ -57,16 +58,16 @@ func TestMalformedTasksRejected(t *testing.T) {
 	}
 	for _, c := range cases {
 		if c.msgID != "" {
-			submitWithMsgID(t, ts, []byte(c.body), c.msgID)
+			harness.SubmitWithMsgID(t, ts, []byte(c.body), c.msgID)
 		} else {
-			submit(t, ts, c.body)
+			harness.Submit(t, ts, c.body)
 		}
 	}
 	// A task whose id is unusable and garbage with no id at all are still
 	// recorded, under a generated id.
-	submit(t, ts, `{"id":"has space",`+ok+`}`)
-	submit(t, ts, `not json at all`)
-	submitWithMsgID(t, ts, nil, "")
+	harness.Submit(t, ts, `{"id":"has space",`+ok+`}`)
+	harness.Submit(t, ts, `not json at all`)
+	harness.SubmitWithMsgID(t, ts, nil, "")
 
 	for _, c := range cases {
 		p := ts.WaitFinal(t, c.id, 15*time.Second)
@@ -107,9 +108,9 @@ func TestMalformedTasksRejected(t *testing.T) {
 // render. Not parallel, so the heap is this test's alone.
 func TestHostileTemplatesRejected(t *testing.T) {
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q}`, gw.URL))
-	pl := pipelinetest.StartPipeline(t, ts, fastRetries())
+	pl := pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	big := strings.Repeat("x", 60_000)
 	var vars strings.Builder
@@ -147,7 +148,7 @@ func TestHostileTemplatesRejected(t *testing.T) {
 		}
 	}()
 	for _, c := range cases {
-		submit(t, ts, contract.Task{ID: c.id, Channel: "webhook", Template: c.template, Defaults: map[string]any{"big": big},
+		harness.Submit(t, ts, contract.Task{ID: c.id, Channel: "webhook", Template: c.template, Defaults: map[string]any{"big": big},
 			Recipients: []contract.Recipient{{To: "a"}, {To: "b"}}})
 	}
 	for _, c := range cases {

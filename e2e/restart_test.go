@@ -16,8 +16,10 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
@@ -60,7 +62,7 @@ func TestNATSServerRestart(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	gw := startGateway(t, gateway.Config{FailRate: 0.03, RetryAfter: time.Second, Latency: 5 * time.Millisecond, Seed: 17})
+	gw := harness.StartGateway(t, gateway.Config{FailRate: 0.03, RetryAfter: time.Second, Latency: 5 * time.Millisecond, Seed: 17})
 	ctx := context.Background()
 	kv, err := js.KeyValue(ctx, contract.BucketAccounts)
 	require.NoError(t, err)
@@ -68,7 +70,7 @@ func TestNATSServerRestart(t *testing.T) {
 	require.NoError(t, err)
 	procs[2].WaitLog("account started", 30*time.Second)
 
-	task := contract.Task{ID: "restart-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20, Recipients: recipients("user", n)}
+	task := contract.Task{ID: "restart-1", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 20, Recipients: pipelinetest.Recipients("user", n)}
 	data, err := json.Marshal(task)
 	require.NoError(t, err)
 	start := time.Now()

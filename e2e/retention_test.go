@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/ingest"
@@ -30,27 +31,27 @@ func TestLiveTasksOutliveRetention(t *testing.T) {
 	t.Parallel()
 	const retention = 6 * time.Second
 	ts := pipelinetest.StartWithTopology(t, shared.TopologyConfig{Retention: retention})
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "ret", webhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	ts.PutAccount(t, "ret", harness.WebhookAccount(gw.URL, `"rate_per_sec":20,"burst":1,"concurrency":2`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Ingest: ingest.Config{KeepAliveEvery: 500 * time.Millisecond}})
 
-	paused := contract.Task{ID: "ret-paused", Channel: "webhook", Template: "hi", Recipients: recipients("p", 60)}
-	submit(t, ts, paused)
-	waitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
-	require.True(t, control(t, ts, paused.ID, contract.ActionPause).OK)
-	approval := contract.Task{ID: "ret-approval", Channel: "webhook", Template: "hi", Recipients: recipients("a", 5),
-		TestRecipients: recipients("qa", 1)}
-	submit(t, ts, approval)
+	paused := contract.Task{ID: "ret-paused", Channel: "webhook", Template: "hi", Recipients: pipelinetest.Recipients("p", 60)}
+	harness.Submit(t, ts, paused)
+	harness.WaitCount(t, 10*time.Second, 3, func() int { return gw.Ledger().Accepted }, "first sends")
+	require.True(t, harness.Control(t, ts, paused.ID, contract.ActionPause).OK)
+	approval := contract.Task{ID: "ret-approval", Channel: "webhook", Template: "hi", Recipients: pipelinetest.Recipients("a", 5),
+		TestRecipients: pipelinetest.Recipients("qa", 1)}
+	harness.Submit(t, ts, approval)
 
 	time.Sleep(time.Second) // sends in flight at the pause land
 	before := gw.Ledger().Accepted
 	time.Sleep(2 * retention)
 	during := gw.Ledger().Accepted - before
-	e, err := kvGet(t, ts, contract.BucketControl, paused.ID)
+	e, err := harness.KVGet(t, ts, contract.BucketControl, paused.ID)
 	require.NoError(t, err, "the paused task's run state outlived the retention")
 	var ctl contract.Control
 	require.NoError(t, json.Unmarshal(e.Value(), &ctl))
-	_, err = kvGet(t, ts, contract.BucketTasks, paused.ID)
+	_, err = harness.KVGet(t, ts, contract.BucketTasks, paused.ID)
 	require.NoError(t, err, "its record too")
 	a := ts.Progress(t, approval.ID)
 	t.Logf("paused %s (twice the retention): %d sends meanwhile, state %s; awaiting approval: %s, error %q",
@@ -61,7 +62,7 @@ func TestLiveTasksOutliveRetention(t *testing.T) {
 	require.Equal(t, 5, a.Cancelled)
 	require.Contains(t, a.Error, "not approved within")
 
-	require.True(t, control(t, ts, paused.ID, contract.ActionResume).OK)
+	require.True(t, harness.Control(t, ts, paused.ID, contract.ActionResume).OK)
 	p := ts.WaitFinal(t, paused.ID, 20*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, 60, p.Sent)
@@ -73,22 +74,22 @@ func TestLiveTasksOutliveRetention(t *testing.T) {
 func TestFinishedTasksAreForgotten(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "fg", webhookAccount(gw.URL, `"rate_per_sec":50,"burst":5,"concurrency":4`))
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	ts.PutAccount(t, "fg", harness.WebhookAccount(gw.URL, `"rate_per_sec":50,"burst":5,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Status: status.Config{Retention: 2 * time.Second}})
-	done := contract.Task{ID: "fg-done", Channel: "webhook", Template: "hi", Recipients: recipients("d", 5)}
-	submit(t, ts, done)
+	done := contract.Task{ID: "fg-done", Channel: "webhook", Template: "hi", Recipients: pipelinetest.Recipients("d", 5)}
+	harness.Submit(t, ts, done)
 	ts.WaitFinal(t, done.ID, 10*time.Second)
-	live := contract.Task{ID: "fg-live", Channel: "webhook", Template: "hi", Recipients: recipients("l", 500)}
-	submit(t, ts, live)
-	waitCount(t, 10*time.Second, 10, func() int { return gw.Ledger().Accepted }, "first sends of the live task")
-	require.True(t, control(t, ts, live.ID, contract.ActionPause).OK)
+	live := contract.Task{ID: "fg-live", Channel: "webhook", Template: "hi", Recipients: pipelinetest.Recipients("l", 500)}
+	harness.Submit(t, ts, live)
+	harness.WaitCount(t, 10*time.Second, 10, func() int { return gw.Ledger().Accepted }, "first sends of the live task")
+	require.True(t, harness.Control(t, ts, live.ID, contract.ActionPause).OK)
 	finished := time.Now()
 
 	obs, err := ts.JS.ObjectStore(context.Background(), contract.BucketStatus)
 	require.NoError(t, err)
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := kvGet(t, ts, contract.BucketProgress, done.ID)
+		_, err := harness.KVGet(t, ts, contract.BucketProgress, done.ID)
 		return err != nil
 	}, "the finished task's progress is removed")
 	gone := time.Since(finished)

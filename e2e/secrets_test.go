@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -72,7 +73,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	var logs logtest.Buffer
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Dispatch.Getenv = func(name string) string {
 		if name == "BROADCAST_SECRET_TEST_HOOK" {
@@ -95,7 +96,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		}
 		task.Recipients = append(task.Recipients, contract.Recipient{To: to})
 	}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 60*time.Second)
 	l := g.Ledger()
 	t.Logf("secret run: %s sent=%d failed=%d; provider answers echoing the secret: %d; signed requests accepted: %d, bad signatures: %d",
@@ -130,7 +131,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		sawRedacted = sawRedacted || strings.Contains(e.Error, "[redacted]")
 	}
 	require.True(t, sawRedacted, "an event carries the redacted answer")
-	for _, d := range deadLetters(t, ts, task.ID) {
+	for _, d := range harness.DeadLetters(t, ts, task.ID) {
 		require.Contains(t, d.Error, "invalid recipient for key [redacted]")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
@@ -36,7 +37,7 @@ import (
 func TestLeastPrivilegePipeline(t *testing.T) {
 	t.Parallel()
 	cs, users, _ := startSecureServer(t, natstest.ConfigOptions{})
-	gw := startGateway(t, gateway.Config{FailRate: 0.05, RateLimitedRate: 0.03, RetryAfter: time.Second, PermanentPrefix: "bad-", Seed: 5})
+	gw := harness.StartGateway(t, gateway.Config{FailRate: 0.05, RateLimitedRate: 0.03, RetryAfter: time.Second, PermanentPrefix: "bad-", Seed: 5})
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":300,"burst":20,"concurrency":8}`, gw.URL))
 	for _, name := range serviceNames {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -53,7 +54,7 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	_, err = sl.Put(sctx, contract.ScopeAll, contract.Suppression{To: "u-001", Reason: contract.ReasonManual, Source: "test"})
 	scancel()
 	require.NoError(t, err)
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Users = users
 	pipelinetest.StartPipeline(t, cs.Server, cfg)
 	t.Cleanup(func() {
@@ -87,8 +88,8 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 
 	stage("lp-1 final")
 	// 2. Retry-dead: dispatch reads DEAD and re-queues; the bad ones fail again.
-	require.Len(t, deadLetters(t, cs.Server, task.ID), bad, "dead letters of lp-1")
-	r := control(t, cs.Server, task.ID, contract.ActionRetryDead)
+	require.Len(t, harness.DeadLetters(t, cs.Server, task.ID), bad, "dead letters of lp-1")
+	r := harness.Control(t, cs.Server, task.ID, contract.ActionRetryDead)
 	require.Equal(t, bad, r.Requeued)
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().Injected["400"] == 2*bad }, "re-queued dead letters tried again")
 	p = cs.WaitFinal(t, task.ID, 30*time.Second)
@@ -96,17 +97,17 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 
 	stage("retry-dead done")
 	// 3. Pause and resume: parked jobs come back.
-	slow := contract.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: recipients("p", 400)}
+	slow := contract.Task{ID: "lp-2", Channel: "webhook", Template: "Hi {{.to}}", Recipients: pipelinetest.Recipients("p", 400)}
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":100,"burst":5,"concurrency":8,"min_rate_per_sec":80}`, gw.URL))
 	before := gw.Ledger().AcceptedKeys()
 	submitAsOperator(t, cs.Server, slow)
 	natstest.Eventually(t, 30*time.Second, func() bool { return gw.Ledger().AcceptedKeys() >= before+50 })
 	stage("lp-2 sending")
-	control(t, cs.Server, slow.ID, contract.ActionPause)
+	harness.Control(t, cs.Server, slow.ID, contract.ActionPause)
 	cs.Server.WaitProgress(t, slow.ID, 5*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused })
 	time.Sleep(1500 * time.Millisecond) // jobs get parked
 	stage("lp-2 paused")
-	control(t, cs.Server, slow.ID, contract.ActionResume)
+	harness.Control(t, cs.Server, slow.ID, contract.ActionResume)
 	stage("lp-2 resumed")
 	p = cs.WaitFinal(t, slow.ID, 60*time.Second)
 	t.Logf("lp-2 after pause/resume: %s sent=%d", p.State, p.Sent)
@@ -122,7 +123,7 @@ func TestLeastPrivilegePipeline(t *testing.T) {
 	for i := range 50 {
 		fmt.Fprintf(&list, "o-%02d,N%d\n", i, i)
 	}
-	putObject(t, cs.Server, "lists/lp.csv", list.String())
+	harness.PutObject(t, cs.Server, "lists/lp.csv", list.String())
 	before = gw.Ledger().AcceptedKeys()
 	submitAsOperator(t, cs.Server, contract.Task{ID: "lp-3", Channel: "webhook", Template: "Hi {{.name}}", RecipientsObject: "lists/lp.csv"})
 	p = cs.WaitFinal(t, "lp-3", 30*time.Second)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/feedbacktest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/suppress"
@@ -85,7 +86,7 @@ func TestStopReplyOptsOut(t *testing.T) {
 		task.Recipients = append(task.Recipients, contract.Recipient{To: number(i)})
 	}
 	time.Sleep(500 * time.Millisecond) // render's and dispatch's views are watches
-	submit(t, st.cs.Server, task)
+	harness.Submit(t, st.cs.Server, task)
 	p := st.cs.WaitFinal(t, task.ID, 30*time.Second)
 	codes, _ := skippedBy(st.cs.Events(t, task.ID))
 	mu.Lock()

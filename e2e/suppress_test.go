@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/feedbacktest"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/suppress"
 )
 
@@ -63,7 +65,7 @@ func startCountingGateway(t *testing.T) *countingGateway {
 // says whether dispatch (an account on the event) or render skipped it.
 func skippedBy(evs []contract.Event) (codes map[string]string, byDispatch map[string]bool) {
 	codes, byDispatch = map[string]string{}, map[string]bool{}
-	for _, ev := range eventsOf(evs, contract.EventSkipped) {
+	for _, ev := range harness.EventsOf(evs, contract.EventSkipped) {
 		codes[ev.To] = ev.Code
 		byDispatch[ev.To] = ev.Account != ""
 	}
@@ -81,7 +83,7 @@ func TestSuppressRenderAndDispatch(t *testing.T) {
 	t.Parallel()
 	st := startFeedbackStack(t, map[string]string{}, nil)
 	gw := startCountingGateway(t)
-	st.cs.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":2,"burst":1,"concurrency":1`))
+	st.cs.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":2,"burst":1,"concurrency":1`))
 	ctx := context.Background()
 	list, err := suppress.Open(ctx, st.cs.JS)
 	require.NoError(t, err)
@@ -95,10 +97,10 @@ func TestSuppressRenderAndDispatch(t *testing.T) {
 	require.NoError(t, err)
 
 	const n = 20
-	task := contract.Task{ID: "supp-1", Channel: "webhook", Template: "Hi {{.to}}", Recipients: recipients("user", n)}
-	submit(t, st.cs.Server, task)
-	waitCount(t, 20*time.Second, 1, func() int { return min(gw.total(), 1) }, "the first send")
-	require.True(t, control(t, st.cs.Server, task.ID, "pause").OK)
+	task := contract.Task{ID: "supp-1", Channel: "webhook", Template: "Hi {{.to}}", Recipients: pipelinetest.Recipients("user", n)}
+	harness.Submit(t, st.cs.Server, task)
+	harness.WaitCount(t, 20*time.Second, 1, func() int { return min(gw.total(), 1) }, "the first send")
+	require.True(t, harness.Control(t, st.cs.Server, task.ID, "pause").OK)
 	st.cs.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StatePaused }, "paused")
 	late := []string{"user-0015", "user-0016", "user-0017", "user-0018", "user-0019"}
 	for i, to := range late {
@@ -113,7 +115,7 @@ func TestSuppressRenderAndDispatch(t *testing.T) {
 	require.Less(t, sentBeforeResume, 12, "paced at 2/s, the late entries' recipients were still queued")
 	// The view is a watch; give it the moment a watch takes.
 	time.Sleep(500 * time.Millisecond)
-	require.True(t, control(t, st.cs.Server, task.ID, "resume").OK)
+	require.True(t, harness.Control(t, st.cs.Server, task.ID, "resume").OK)
 
 	p := st.cs.WaitFinal(t, task.ID, 60*time.Second)
 	require.Equal(t, contract.StatePartial, p.State)
@@ -136,7 +138,7 @@ func TestSuppressRenderAndDispatch(t *testing.T) {
 		}
 	}
 	require.Equal(t, n-7, gw.total(), "gateway calls")
-	for _, ev := range eventsOf(st.cs.Events(t, task.ID), contract.EventSkipped) {
+	for _, ev := range harness.EventsOf(st.cs.Events(t, task.ID), contract.EventSkipped) {
 		require.NotContains(t, ev.Error, ev.To, "the reason names scope and reason, not the recipient")
 		require.Regexp(t, `^on the suppression list \(scope (webhook|all), reason (manual|opt_out)\)$`, ev.Error)
 	}
@@ -165,7 +167,7 @@ func TestSuppressFromFeedback(t *testing.T) {
 	graph.mu.Unlock()
 	st.cs.PutAccount(t, "wa", fmt.Sprintf(`{"channel":"whatsapp","endpoint":%q,"secret_env":"BROADCAST_SECRET_WA","phone_number_id":%q,`+
 		`"app_secret_env":"BROADCAST_SECRET_WA_APP","verify_token_env":"BROADCAST_SECRET_WA_VERIFY","rate_per_sec":500,"burst":50,"concurrency":8}`, graph.URL, pnid))
-	srv := startSMTP(t, nil)
+	srv := harness.StartSMTP(t, nil)
 	st.cs.PutAccount(t, "mail", fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 		"from":"Shop <noreply@shop.example>","rate_per_sec":50,"concurrency":2}`, srv.Port()))
 	ctx := context.Background()
@@ -177,9 +179,9 @@ func TestSuppressFromFeedback(t *testing.T) {
 		}
 		return t
 	}
-	submit(t, st.cs.Server, wa("wa-1", ""))
+	harness.Submit(t, st.cs.Server, wa("wa-1", ""))
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "wa-1", 30*time.Second).State)
-	submit(t, st.cs.Server, `{"id":"mail-1","channel":"smtp","template":"Hi","recipients":[{"to":"a@shop.example"},{"to":"b@shop.example"},{"to":"c@shop.example"}]}`)
+	harness.Submit(t, st.cs.Server, `{"id":"mail-1","channel":"smtp","template":"Hi","recipients":[{"to":"a@shop.example"},{"to":"b@shop.example"},{"to":"c@shop.example"}]}`)
 	require.Equal(t, contract.StateSucceeded, st.cs.WaitFinal(t, "mail-1", 30*time.Second).State)
 	natstest.Eventually(t, 10*time.Second, func() bool { return st.fb.Stats().Indexed == 8 }, "sends indexed")
 
@@ -217,12 +219,12 @@ func TestSuppressFromFeedback(t *testing.T) {
 	require.Equal(t, "feedback", entries["smtp b@shop.example"].Source)
 	time.Sleep(500 * time.Millisecond) // the services' views are watches
 
-	submit(t, st.cs.Server, wa("wa-2", contract.CategoryMarketing))
+	harness.Submit(t, st.cs.Server, wa("wa-2", contract.CategoryMarketing))
 	p := st.cs.WaitFinal(t, "wa-2", 30*time.Second)
 	require.Equal(t, [3]int{5, 3, 2}, [3]int{p.Total, p.Sent, p.Skipped}, "marketing: the opt-out and the hold are skipped")
 	codes, _ := skippedBy(st.cs.Events(t, "wa-2"))
 	require.Equal(t, map[string]string{"+8613800000001": contract.CodeSuppressed, "+8613800000002": contract.CodeSuppressed}, codes)
-	submit(t, st.cs.Server, wa("wa-3", contract.CategoryTransactional))
+	harness.Submit(t, st.cs.Server, wa("wa-3", contract.CategoryTransactional))
 	p = st.cs.WaitFinal(t, "wa-3", 30*time.Second)
 	require.Equal(t, [3]int{5, 5, 0}, [3]int{p.Total, p.Sent, p.Skipped}, "transactional: all sent")
 	mu.Lock()
@@ -230,7 +232,7 @@ func TestSuppressFromFeedback(t *testing.T) {
 		"calls per recipient; 131026's recipient is not suppressed")
 	mu.Unlock()
 
-	submit(t, st.cs.Server, `{"id":"mail-2","channel":"smtp","template":"Your receipt","category":"transactional","recipients":[{"to":"a@shop.example"},{"to":"B@Shop.Example"},{"to":"c@shop.example"}]}`)
+	harness.Submit(t, st.cs.Server, `{"id":"mail-2","channel":"smtp","template":"Your receipt","category":"transactional","recipients":[{"to":"a@shop.example"},{"to":"B@Shop.Example"},{"to":"c@shop.example"}]}`)
 	p = st.cs.WaitFinal(t, "mail-2", 30*time.Second)
 	require.Equal(t, [3]int{3, 1, 2}, [3]int{p.Total, p.Sent, p.Skipped}, "a bounce and a complaint suppress every category, whatever the address's case")
 	mails := map[string]int{}

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
@@ -116,12 +117,12 @@ func TestTLSWithLeastPrivilege(t *testing.T) {
 	require.Error(t, err, "a plain-text client is refused")
 
 	// A broadcast over TLS under the services' users.
-	gw := startGateway(t, gateway.Config{Seed: 2})
+	gw := harness.StartGateway(t, gateway.Config{Seed: 2})
 	cs.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":500,"burst":20,"concurrency":8}`, gw.URL))
-	pcfg := fastRetries()
+	pcfg := harness.FastRetries()
 	pcfg.Users = users
 	pipelinetest.StartPipeline(t, cs.Server, pcfg)
-	submitAsOperator(t, cs.Server, contract.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: recipients("t", 100)})
+	submitAsOperator(t, cs.Server, contract.Task{ID: "tls-1", Channel: "webhook", Template: "x {{.to}}", Recipients: pipelinetest.Recipients("t", 100)})
 	p := cs.WaitFinal(t, "tls-1", 30*time.Second)
 	t.Logf("over TLS: %s sent=%d; gateway accepted %d", p.State, p.Sent, gw.Ledger().AcceptedKeys())
 	require.Equal(t, contract.StateSucceeded, p.State)

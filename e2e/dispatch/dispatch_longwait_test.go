@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
@@ -40,20 +41,22 @@ func failPrefixHandler() http.Handler {
 // healthy ones. The failing recipients come first so that the healthy ones
 // are measured while all 100 wait: a failed attempt is a real request and
 // takes a token, so interleaved they would cap the healthy share at 80%.
-func longWaitRun(t *testing.T, cfg dispatch.Config) (*pipelinetest.Server, *recorder, string) {
+func longWaitRun(t *testing.T, cfg dispatch.Config) (*pipelinetest.Server, *harness.Recorder, string) {
 	ts := pipelinetest.Start(t)
-	rec := startRecorder(t, failPrefixHandler(), 0)
-	ts.PutAccount(t, "slow", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":4,"min_rate_per_sec":50`))
+	rec := harness.StartRecorder(t, failPrefixHandler(), 0)
+	ts.PutAccount(t, "slow", harness.WebhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":4,"min_rate_per_sec":50`))
 	// Half of the first 200 attempts fail, which would trip status's circuit
 	// breaker and pause the task; this test is about slots, so it is off.
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: cfg, Status: status.Config{CircuitWindow: -1}})
 	task := contract.Task{ID: "longwait", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
-		Recipients: append(recipients("fail", 100), recipients("ok", 400)...)}
-	submit(t, ts, task)
+		Recipients: append(pipelinetest.Recipients("fail", 100), pipelinetest.Recipients("ok", 400)...)}
+	harness.Submit(t, ts, task)
 	return ts, rec, task.ID
 }
 
-func isHealthy(h hit) bool { return strings.HasPrefix(h.to, "ok-") && h.status == http.StatusOK }
+func isHealthy(h harness.Hit) bool {
+	return strings.HasPrefix(h.To, "ok-") && h.Status == http.StatusOK
+}
 
 // TestDispatchLongWaitsHoldNoSlot: 20% of recipients fail into a 60 s
 // backoff; they wait as scheduled messages, so the healthy recipients still
@@ -66,13 +69,13 @@ func TestDispatchLongWaitsHoldNoSlot(t *testing.T) {
 		t.Run("scheduled", func(t *testing.T) {
 			t.Parallel()
 			ts, rec, taskID := longWaitRun(t, dispatch.Config{BackoffBase: 60 * time.Second})
-			waitCount(t, 30*time.Second, 400, func() int { return len(filterHits(rec.all(), isHealthy)) }, "healthy recipients accepted")
-			all := rec.all()
-			healthy := filterHits(all, isHealthy)
-			fh := measurePacing(healthy, 55)
-			fa := measurePacing(all, 55)
-			healthyRate = fh.rate
-			fails := len(filterHits(all, func(h hit) bool { return strings.HasPrefix(h.to, "fail-") }))
+			harness.WaitCount(t, 30*time.Second, 400, func() int { return len(harness.FilterHits(rec.All(), isHealthy)) }, "healthy recipients accepted")
+			all := rec.All()
+			healthy := harness.FilterHits(all, isHealthy)
+			fh := harness.MeasurePacing(healthy, 55)
+			fa := harness.MeasurePacing(all, 55)
+			healthyRate = fh.Rate
+			fails := len(harness.FilterHits(all, func(h harness.Hit) bool { return strings.HasPrefix(h.To, "fail-") }))
 
 			// The failed jobs wait in JOBS as scheduled messages, one each.
 			var delayed int
@@ -83,20 +86,20 @@ func TestDispatchLongWaitsHoldNoSlot(t *testing.T) {
 			}, "scheduled retries and progress")
 			p := ts.Progress(t, taskID)
 			t.Logf("with 100 of 500 recipients in a 30-60 s backoff: healthy %s (%.0f%% of %v/s); all requests %s; fail- requests %d; scheduled messages on %s> %d; progress sent %d retrying %d failed %d",
-				fh, 100*fh.rate/rate, rate, fa, fails, contract.SubjectDelayPrefix, delayed, p.Sent, p.Retrying, p.Failed)
+				fh, 100*fh.Rate/rate, rate, fa, fails, contract.SubjectDelayPrefix, delayed, p.Sent, p.Retrying, p.Failed)
 			require.Equal(t, 100, fails, "each failing recipient was tried once and is waiting")
-			require.GreaterOrEqual(t, fh.rate, 0.9*rate, "healthy recipients flow at the account rate")
+			require.GreaterOrEqual(t, fh.Rate, 0.9*rate, "healthy recipients flow at the account rate")
 			require.Zero(t, p.Failed)
 		})
 		t.Run("nak-control", func(t *testing.T) {
 			t.Parallel()
 			// LongWait above every backoff: all waits are NakWithDelay.
 			_, rec, _ := longWaitRun(t, dispatch.Config{BackoffBase: 60 * time.Second, LongWait: 10 * time.Minute})
-			waitCount(t, 10*time.Second, 1, func() int { return len(rec.all()) }, "first request")
-			start := rec.all()[0].at
+			harness.WaitCount(t, 10*time.Second, 1, func() int { return len(rec.All()) }, "first request")
+			start := rec.All()[0].At
 			const window = 5 * time.Second
 			time.Sleep(time.Until(start.Add(window)))
-			n := len(filterHits(rec.all(), func(h hit) bool { return isHealthy(h) && h.at.Sub(start) < window }))
+			n := len(harness.FilterHits(rec.All(), func(h harness.Hit) bool { return isHealthy(h) && h.At.Sub(start) < window }))
 			controlRate = float64(n) / window.Seconds()
 			t.Logf("NakWithDelay control: %d healthy recipients accepted in the first %s (%.1f/s)", n, window, controlRate)
 		})

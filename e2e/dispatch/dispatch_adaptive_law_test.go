@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
@@ -33,7 +34,7 @@ const (
 // effective rate (KV broadcast_health) sampled every 100 ms.
 type lawRun struct {
 	ts    *pipelinetest.Server
-	rec   *recorder
+	rec   *harness.Recorder
 	task  string
 	start time.Time // the first request's arrival
 
@@ -51,8 +52,8 @@ type rateSample struct {
 func startLawRun(t *testing.T, h http.Handler, n int) *lawRun {
 	t.Helper()
 	ts := pipelinetest.Start(t)
-	run := &lawRun{ts: ts, rec: startRecorder(t, h, 0), task: "law"}
-	ts.PutAccount(t, "law", webhookAccount(run.rec.URL, lawAccount))
+	run := &lawRun{ts: ts, rec: harness.StartRecorder(t, h, 0), task: "law"}
+	ts.PutAccount(t, "law", harness.WebhookAccount(run.rec.URL, lawAccount))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{
 		Dispatch: dispatch.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
 	})
@@ -81,9 +82,9 @@ func startLawRun(t *testing.T, h http.Handler, n int) *lawRun {
 			}
 		}
 	}()
-	submit(t, ts, contract.Task{ID: run.task, Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("l", n), MaxAttempts: 100})
-	waitCount(t, 15*time.Second, 1, func() int { return len(run.rec.all()) }, "first request")
-	run.start = run.rec.all()[0].at
+	harness.Submit(t, ts, contract.Task{ID: run.task, Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("l", n), MaxAttempts: 100})
+	harness.WaitCount(t, 15*time.Second, 1, func() int { return len(run.rec.All()) }, "first request")
+	run.start = run.rec.All()[0].At
 	return run
 }
 
@@ -93,12 +94,12 @@ func (r *lawRun) until(d time.Duration) { time.Sleep(time.Until(r.start.Add(d)))
 // count returns the accepted and refused requests that arrived in [from, to)
 // after the first one.
 func (r *lawRun) count(from, to time.Duration) (accepted, refused int) {
-	for _, h := range r.rec.all() {
-		if d := h.at.Sub(r.start); d >= from && d < to {
+	for _, h := range r.rec.All() {
+		if d := h.At.Sub(r.start); d >= from && d < to {
 			switch {
-			case h.status == http.StatusTooManyRequests:
+			case h.Status == http.StatusTooManyRequests:
 				refused++
-			case h.status/100 == 2:
+			case h.Status/100 == 2:
 				accepted++
 			}
 		}
@@ -137,9 +138,9 @@ func (r *lawRun) trace(d time.Duration) string {
 // checkCeiling asserts that no 1.02 s window held more than rate + burst
 // request arrivals (pacer.admit's bound).
 func (r *lawRun) checkCeiling(t *testing.T) {
-	f := measurePacing(r.rec.all(), int(lawRate)+lawBurst)
+	f := harness.MeasurePacing(r.rec.All(), int(lawRate)+lawBurst)
 	t.Logf("ceiling check: %s", f)
-	require.LessOrEqual(t, f.maxInSecond, int(lawRate)+lawBurst+1, "never above rate + burst in a second (+1 for the 20 ms margin)")
+	require.LessOrEqual(t, f.MaxInSecond, int(lawRate)+lawBurst+1, "never above rate + burst in a second (+1 for the 20 ms margin)")
 }
 
 // TestDispatchAdaptiveCapacity: a provider that really limits at 25/s
@@ -292,24 +293,24 @@ func TestDispatchAdaptiveRetryAfterPause(t *testing.T) {
 		}
 		gw.ServeHTTP(w, r)
 	})
-	e := newDispatchEnv(t, dispatch.Config{BackoffBase: 200 * time.Millisecond})
-	rec := startRecorder(t, h, 0)
-	e.ts.PutAccount(t, "pause", webhookAccount(rec.URL, lawAccount))
-	e.startReplica()
-	submit(t, e.ts, contract.Task{ID: "pause", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("p", 300)})
-	waitCount(t, 30*time.Second, nth+40, func() int { return len(e.sendLog()) }, "sends after the 429")
+	e := harness.NewDispatchEnv(t, dispatch.Config{BackoffBase: 200 * time.Millisecond})
+	rec := harness.StartRecorder(t, h, 0)
+	e.TS.PutAccount(t, "pause", harness.WebhookAccount(rec.URL, lawAccount))
+	e.StartReplica()
+	harness.Submit(t, e.TS, contract.Task{ID: "pause", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("p", 300)})
+	harness.WaitCount(t, 30*time.Second, nth+40, func() int { return len(e.SendLog()) }, "sends after the 429")
 	answered := time.Unix(0, answeredAt.Load())
 	// A send that starts within race of the answer being written may have
 	// started before dispatch read it: in flight, not a breach.
 	const race = 50 * time.Millisecond
 	var next time.Time
 	raced := 0
-	for _, s := range e.sendLog() {
-		if s.at.After(answered) && !s.at.After(answered.Add(race)) {
+	for _, s := range e.SendLog() {
+		if s.At.After(answered) && !s.At.After(answered.Add(race)) {
 			raced++
 		}
-		if s.at.After(answered.Add(race)) {
-			next = s.at
+		if s.At.After(answered.Add(race)) {
+			next = s.At
 			break
 		}
 	}

@@ -1,4 +1,4 @@
-package e2e
+package crosstask
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/policy"
@@ -23,26 +24,26 @@ const quietMarketing = `{"quiet_hours":{"start":"21:00","end":"09:00","default_t
 // at lead before the next 09:00 in Shanghai (which it returns, with the
 // clock), account "hook" sending to a recording gateway without faults,
 // and no policy yet.
-func startQuietDigestPipeline(t *testing.T, lead time.Duration) (*pipelinetest.Server, *recordedGateway, *fakeClock, time.Time) {
+func startQuietDigestPipeline(t *testing.T, lead time.Duration) (*pipelinetest.Server, *harness.RecordedGateway, *fakeClock, time.Time) {
 	t.Helper()
 	nine := shanghaiAt(t, 1, 9)
 	clock := newFakeClock(nine.Add(-lead))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Dispatch.Now = clock.Now
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, cfg)
 	return ts, gw, clock, nine
 }
 
 // acceptedBefore lists the accepted requests that arrived before at on the
 // fake clock, by Idempotency-Key.
-func acceptedBefore(gw *recordedGateway, clock *fakeClock, at time.Time) []string {
+func acceptedBefore(gw *harness.RecordedGateway, clock *fakeClock, at time.Time) []string {
 	var early []string
-	for _, h := range gw.accepted() {
-		if clock.at(h.at).Before(at) {
-			early = append(early, h.key+" to "+h.to)
+	for _, h := range gw.Accepted() {
+		if clock.at(h.At).Before(at) {
+			early = append(early, h.Key+" to "+h.To)
 		}
 	}
 	return early
@@ -64,10 +65,10 @@ func digestItemsOf(t *testing.T, ts *pipelinetest.Server, tasks ...string) int {
 }
 
 // acceptedPer counts the accepted requests per recipient.
-func acceptedPer(gw *recordedGateway) map[string]int {
+func acceptedPer(gw *harness.RecordedGateway) map[string]int {
 	per := map[string]int{}
-	for _, h := range gw.accepted() {
-		per[h.to]++
+	for _, h := range gw.Accepted() {
+		per[h.To]++
 	}
 	return per
 }
@@ -88,7 +89,7 @@ func TestDigestPolicyQuietHours(t *testing.T) {
 	ts, gw, clock, nine := startQuietDigestPipeline(t, 25*time.Second)
 	joined := []string{"dq-a", "dq-b", "dq-c"}
 	for _, id := range joined {
-		submit(t, ts, digestTask(id, "u", 5, "news", "6s"))
+		harness.Submit(t, ts, digestTask(id, "u", 5, "news", "6s"))
 	}
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		return pipelinetest.DigestItemsWaiting(t, ts.JS, "webhook") == 15
@@ -97,7 +98,7 @@ func TestDigestPolicyQuietHours(t *testing.T) {
 	require.Zero(t, gw.Ledger().Requests, "nothing sent while the digests are open")
 	inside := []string{"dq-d", "dq-e"}
 	for _, id := range inside {
-		submit(t, ts, digestTask(id, "v", 5, "news", "6s"))
+		harness.Submit(t, ts, digestTask(id, "v", 5, "news", "6s"))
 	}
 	// Inside the quiet hours they never join a digest: each waits alone.
 	deadline := time.Now().Add(20 * time.Second)
@@ -147,19 +148,19 @@ func TestDigestPolicyFrequencyCap(t *testing.T) {
 	one := func(id, to string) contract.Task {
 		return contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: []contract.Recipient{{To: to}}}
 	}
-	submit(t, ts, one("fq-pre", "full"))
+	harness.Submit(t, ts, one("fq-pre", "full"))
 	require.Equal(t, 1, ts.WaitFinal(t, "fq-pre", 20*time.Second).Sent)
 
 	tasks := []string{"fq-a", "fq-b", "fq-c"}
 	for _, id := range tasks {
 		task := digestTask(id, "", 0, "news", "6s")
 		task.Recipients = []contract.Recipient{{To: "full"}, {To: "late"}, {To: "room"}}
-		submit(t, ts, task)
+		harness.Submit(t, ts, task)
 	}
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		return pipelinetest.DigestItemsWaiting(t, ts.JS, "webhook") == 6
 	}, "the items to late and room joined their digests, full's did not")
-	submit(t, ts, one("fq-late", "late"))
+	harness.Submit(t, ts, one("fq-late", "late"))
 	require.Equal(t, 1, ts.WaitFinal(t, "fq-late", 20*time.Second).Sent)
 	require.Equal(t, map[string]int{"full": 1, "late": 1}, acceptedPer(gw), "accepted requests per recipient while the digests are open")
 
@@ -169,7 +170,7 @@ func TestDigestPolicyFrequencyCap(t *testing.T) {
 		evs := ts.Events(t, id)
 		require.Equal(t, map[string]int{contract.CodeFrequencyCap: 2}, codesOf(evs, contract.EventSkipped), id)
 		var skippedTo []string
-		for _, ev := range eventsOf(evs, contract.EventSkipped) {
+		for _, ev := range harness.EventsOf(evs, contract.EventSkipped) {
 			skippedTo = append(skippedTo, ev.To)
 			require.Equal(t, "frequency cap reached (marketing: 1 per 24h0m0s): 1 sent in the window", ev.Error)
 		}
@@ -180,7 +181,7 @@ func TestDigestPolicyFrequencyCap(t *testing.T) {
 	require.Equal(t, 3, gw.Ledger().Requests)
 	var carrier string
 	for _, id := range tasks {
-		sent := eventsOf(ts.Events(t, id), contract.EventSent)
+		sent := harness.EventsOf(ts.Events(t, id), contract.EventSent)
 		require.Len(t, sent, 1, id)
 		require.Equal(t, "room", sent[0].To)
 		if carrier == "" {
@@ -194,7 +195,7 @@ func TestDigestPolicyFrequencyCap(t *testing.T) {
 	body := gw.Ledger().Bodies[carrier]
 	require.True(t, strings.HasPrefix(body, "3 updates:"), "body %q", body)
 
-	entry, err := kvGet(t, ts, contract.BucketFrequency, policy.Key("webhook", "room"))
+	entry, err := harness.KVGet(t, ts, contract.BucketFrequency, policy.Key("webhook", "room"))
 	require.NoError(t, err)
 	var rec contract.FrequencyRecord
 	require.NoError(t, json.Unmarshal(entry.Value(), &rec))
@@ -214,14 +215,14 @@ func TestDigestPolicyFrequencyCap(t *testing.T) {
 func TestDigestPolicyTransactionalNotHeld(t *testing.T) {
 	t.Parallel()
 	ts, gw, clock, nine := startQuietDigestPipeline(t, 25*time.Second)
-	submit(t, ts, digestTask("mx-m1", "u", 3, "news", "6s"))
+	harness.Submit(t, ts, digestTask("mx-m1", "u", 3, "news", "6s"))
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		return pipelinetest.DigestItemsWaiting(t, ts.JS, "webhook") == 3
 	}, "mx-m1 opened the digests")
 	tx := digestTask("mx-t", "u", 3, "news", "6s")
 	tx.Category = contract.CategoryTransactional
-	submit(t, ts, tx)
-	submit(t, ts, digestTask("mx-m2", "u", 3, "news", "6s"))
+	harness.Submit(t, ts, tx)
+	harness.Submit(t, ts, digestTask("mx-m2", "u", 3, "news", "6s"))
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		return pipelinetest.DigestItemsWaiting(t, ts.JS, "webhook") == 9
 	}, "mx-t and mx-m2 joined")
@@ -241,7 +242,7 @@ func TestDigestPolicyTransactionalNotHeld(t *testing.T) {
 		return early
 	}
 	require.Empty(t, marketingBefore(), "requests of a marketing carrier before 09:00")
-	txSent := eventsOf(ts.Events(t, "mx-t"), contract.EventSent)
+	txSent := harness.EventsOf(ts.Events(t, "mx-t"), contract.EventSent)
 	require.Len(t, txSent, 3)
 	for _, ev := range txSent {
 		require.Equal(t, ev.JobID, ev.CarriedBy, "it carried the digest handed over to it")

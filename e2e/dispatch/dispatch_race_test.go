@@ -1,6 +1,6 @@
 //go:build race
 
-package e2e
+package dispatch
 
 // raceDetector reports a -race build. Under the race detector the time from
 // a send's start in dispatch to the provider's handler reaches tens of

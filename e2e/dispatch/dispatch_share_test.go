@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
@@ -24,39 +25,39 @@ import (
 func TestDispatchReplicasShareAccounts(t *testing.T) {
 	t.Parallel()
 	const accounts, n = 6, 1200
-	e := newDispatchEnv(t, dispatch.Config{MaxInFlight: 4})
+	e := harness.NewDispatchEnv(t, dispatch.Config{MaxInFlight: 4})
 	var pool []string
 	for i := range accounts {
 		name := fmt.Sprintf("share-%d", i)
 		pool = append(pool, name)
-		e.ts.PutAccount(t, name, `{"channel":"sandbox","rate_per_sec":10,"burst":1,"concurrency":8,"latency":"10ms"}`)
+		e.TS.PutAccount(t, name, `{"channel":"sandbox","rate_per_sec":10,"burst":1,"concurrency":8,"latency":"10ms"}`)
 	}
-	e.startReplica()
-	task := contract.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("s", n)}
-	submit(t, e.ts, task)
-	waitShares(t, e.ts, pool, []int{6}, 15*time.Second)
-	e.startReplica()
+	e.StartReplica()
+	task := contract.Task{ID: "share", Channel: "sandbox", Template: "hi {{.to}}", Accounts: pool, Recipients: pipelinetest.Recipients("s", n)}
+	harness.Submit(t, e.TS, task)
+	waitShares(t, e.TS, pool, []int{6}, 15*time.Second)
+	e.StartReplica()
 	start := time.Now()
-	owners := waitShares(t, e.ts, pool, []int{3, 3}, 15*time.Second)
+	owners := waitShares(t, e.TS, pool, []int{3, 3}, 15*time.Second)
 	t.Logf("after the second replica joined, accounts per replica %v within %s", owners, time.Since(start).Round(time.Millisecond))
 
-	p := e.ts.WaitFinal(t, task.ID, 60*time.Second)
+	p := e.TS.WaitFinal(t, task.ID, 60*time.Second)
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
-	log := e.sendLog()
+	log := e.SendLog()
 	byTo := map[string]int{}
 	for _, s := range log {
-		byTo[s.to]++
+		byTo[s.To]++
 	}
 	require.Len(t, byTo, n, "every recipient reached the provider")
 	for to, c := range byTo {
 		require.Equal(t, 1, c, "recipient %s sent once", to)
 	}
 	perAccount := map[string]int{}
-	for _, ev := range eventsOf(e.ts.Events(t, task.ID), contract.EventSent) {
+	for _, ev := range harness.EventsOf(e.TS.Events(t, task.ID), contract.EventSent) {
 		perAccount[ev.Account]++
 	}
-	by := e.sendsBy()
+	by := e.SendsBy()
 	t.Logf("sends per replica: %v; per account %v", by, perAccount)
 	require.Len(t, by, 2, "both replicas sent")
 	for r, c := range by {

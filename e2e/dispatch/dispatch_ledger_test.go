@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -29,8 +30,8 @@ import (
 func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	ts.PutAccount(t, "idem", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	gw, rec := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	ts.PutAccount(t, "idem", harness.WebhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -57,7 +58,7 @@ func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 
 	var sent []contract.Event
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		sent = eventsOf(ts.Events(t, taskID), contract.EventSent)
+		sent = harness.EventsOf(ts.Events(t, taskID), contract.EventSent)
 		return len(sent) >= 3
 	}, "a sent event for each job")
 	cons, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("idem", contract.PriorityNormal))
@@ -67,7 +68,7 @@ func TestDispatchLedgerSkipsSentJob(t *testing.T) {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	}, "every job acknowledged")
 	time.Sleep(200 * time.Millisecond)
-	sent = eventsOf(ts.Events(t, taskID), contract.EventSent)
+	sent = harness.EventsOf(ts.Events(t, taskID), contract.EventSent)
 	l := gw.Ledger()
 	byJob := map[string][]contract.Event{}
 	for _, e := range sent {
@@ -96,7 +97,7 @@ func TestDispatchDeadLetterHistory(t *testing.T) {
 	ts := pipelinetest.Start(t)
 	var mu sync.Mutex
 	attempts := map[string]int{}
-	rec := startRecorder(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rec := harness.StartRecorder(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ To string }
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		mu.Lock()
@@ -112,17 +113,17 @@ func TestDispatchDeadLetterHistory(t *testing.T) {
 			_, _ = w.Write([]byte(`{"id":"ok"}`))
 		}
 	}), 0)
-	ts.PutAccount(t, "dl", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "dl", harness.WebhookAccount(rec.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
 	task := contract.Task{ID: "deadhist", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
 		Recipients: []contract.Recipient{{To: "fine"}, {To: "doomed"}}}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 20*time.Second)
 	require.Equal(t, contract.StatePartial, p.State)
 	require.Equal(t, 1, p.Sent)
 	require.Equal(t, 1, p.Failed)
 
-	dead := deadLetters(t, ts, task.ID)
+	dead := harness.DeadLetters(t, ts, task.ID)
 	require.Len(t, dead, 1)
 	d := dead[0]
 	t.Logf("dead letter: to %q attempts %d class %s code %s error %q account %s; history %+v", d.Job.To, d.Attempts, d.Class, d.Code, d.Error, d.Account, d.History)

@@ -1,4 +1,4 @@
-package e2e
+package crosstask
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
@@ -21,21 +22,21 @@ const digestTemplate = `{{.count}} updates:{{range .items}} [{{.task_id}}] {{.bo
 // and window.
 func digestTask(id, prefix string, n int, key, window string) contract.Task {
 	return contract.Task{ID: id, Channel: "webhook", Template: "news of " + id + " for {{.to}}",
-		Recipients: recipients(prefix, n), DigestKey: key, DigestWindow: window, DigestTemplate: digestTemplate}
+		Recipients: pipelinetest.Recipients(prefix, n), DigestKey: key, DigestWindow: window, DigestTemplate: digestTemplate}
 }
 
 // checkDigests asserts that tasks' sent events to each recipient were
 // carried by one accepted request whose body holds every task's item:
 // one sent event per task and recipient, all naming the same carrier, one
 // of them the carrier's own with digest_size len(tasks).
-func checkDigests(t *testing.T, ts *pipelinetest.Server, gw *recordedGateway, tasks []string, n int) {
+func checkDigests(t *testing.T, ts *pipelinetest.Server, gw *harness.RecordedGateway, tasks []string, n int) {
 	t.Helper()
 	led := gw.Ledger()
 	carriers := map[string]string{} // recipient -> carrier job id
 	sizes := map[string]int{}
 	total := 0
 	for _, id := range tasks {
-		sent := eventsOf(ts.Events(t, id), contract.EventSent)
+		sent := harness.EventsOf(ts.Events(t, id), contract.EventSent)
 		require.Len(t, sent, n, "sent events of %s", id)
 		total += len(sent)
 		for _, ev := range sent {
@@ -64,12 +65,12 @@ func checkDigests(t *testing.T, ts *pipelinetest.Server, gw *recordedGateway, ta
 
 // startDigestPipeline runs the pipeline with account "hook" sending to a
 // recording gateway that injects no faults.
-func startDigestPipeline(t *testing.T) (*pipelinetest.Server, *recordedGateway) {
+func startDigestPipeline(t *testing.T) (*pipelinetest.Server, *harness.RecordedGateway) {
 	t.Helper()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 	return ts, gw
 }
 
@@ -96,10 +97,10 @@ func TestDigestMergesTasks(t *testing.T) {
 
 	merged := []string{"dg-a", "dg-b", "dg-c"}
 	for _, id := range merged {
-		submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
+		harness.Submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
 	}
-	submit(t, ts, digestTask("dg-other-key", "u", 10, "alerts", "4s"))
-	submit(t, ts, digestTask("dg-other-to", "v", 5, "news", "4s"))
+	harness.Submit(t, ts, digestTask("dg-other-key", "u", 10, "alerts", "4s"))
+	harness.Submit(t, ts, digestTask("dg-other-to", "v", 5, "news", "4s"))
 
 	for _, id := range append(merged, "dg-other-key") {
 		p := ts.WaitFinal(t, id, 30*time.Second)
@@ -123,11 +124,11 @@ func TestDigestWithoutWindowSendsAlone(t *testing.T) {
 	t.Parallel()
 	ts, gw := startDigestPipeline(t)
 	for _, id := range []string{"dn-a", "dn-b"} {
-		submit(t, ts, digestTask(id, "u", 5, "news", ""))
+		harness.Submit(t, ts, digestTask(id, "u", 5, "news", ""))
 	}
 	for _, id := range []string{"dn-a", "dn-b"} {
 		require.Equal(t, 5, ts.WaitFinal(t, id, 30*time.Second).Sent)
-		for _, ev := range eventsOf(ts.Events(t, id), contract.EventSent) {
+		for _, ev := range harness.EventsOf(ts.Events(t, id), contract.EventSent) {
 			require.Empty(t, ev.CarriedBy, "a message sent alone names no carrier")
 		}
 	}
@@ -141,21 +142,21 @@ func TestDigestWithoutWindowSendsAlone(t *testing.T) {
 func TestDigestBacklogRule(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw := startGateway(t, gatewayOK())
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	account := `"rate_per_sec":200,"burst":20,"concurrency":4,"digest_backlog":5`
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, account+`,"enabled":false`))
-	cfg := fastRetries()
+	ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, account+`,"enabled":false`))
+	cfg := harness.FastRetries()
 	cfg.Dispatch.DigestWindow = 2 * time.Second
 	pipelinetest.StartPipeline(t, ts, cfg)
 	merged := []string{"db-a", "db-b", "db-c"}
 	for _, id := range merged {
-		submit(t, ts, digestTask(id, "u", 10, "news", ""))
+		harness.Submit(t, ts, digestTask(id, "u", 10, "news", ""))
 	}
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		return totals(t, ts, merged) == 30
 	}, "tasks accepted")
 	time.Sleep(time.Second) // rendered and queued
-	ts.PutAccount(t, "hook", webhookAccount(gw.URL, account))
+	ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, account))
 	for _, id := range merged {
 		require.Equal(t, 10, ts.WaitFinal(t, id, 30*time.Second).Sent, "%s sent", id)
 	}
@@ -168,27 +169,27 @@ func TestDigestBacklogRule(t *testing.T) {
 // new one: still exactly ten provider requests and thirty sent events.
 func TestDigestSurvivesDispatchRestart(t *testing.T) {
 	t.Parallel()
-	e := newDispatchEnv(t, fastRetries().Dispatch)
-	gw := startGateway(t, gatewayOK())
-	e.ts.PutAccount(t, "hook", webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
-	first := e.startReplica()
+	e := harness.NewDispatchEnv(t, harness.FastRetries().Dispatch)
+	gw := harness.StartGateway(t, harness.GatewayOK())
+	e.TS.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+	first := e.StartReplica()
 	merged := []string{"dr-a", "dr-b", "dr-c"}
 	for _, id := range merged {
-		submit(t, e.ts, digestTask(id, "u", 10, "news", "5s"))
+		harness.Submit(t, e.TS, digestTask(id, "u", 10, "news", "5s"))
 	}
 	// Every job has joined a digest once the JOBS consumer holds none.
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		return pipelinetest.DigestItemsWaiting(t, e.ts.JS, "webhook") == 30
+		return pipelinetest.DigestItemsWaiting(t, e.TS.JS, "webhook") == 30
 	}, "jobs joined their digests")
 	require.Zero(t, gw.Ledger().Requests, "nothing sent before the window closed")
-	first.stop()
-	e.startReplica()
+	first.Stop()
+	e.StartReplica()
 	for _, id := range merged {
-		require.Equal(t, 10, e.ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+		require.Equal(t, 10, e.TS.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
 	}
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 10, gw.Ledger().Requests)
-	checkDigests(t, e.ts, gw, merged, 10)
+	checkDigests(t, e.TS, gw, merged, 10)
 }
 
 // TestDigestTwoReplicas runs the tasks' jobs on two accounts owned by two
@@ -196,25 +197,25 @@ func TestDigestSurvivesDispatchRestart(t *testing.T) {
 // request per recipient.
 func TestDigestTwoReplicas(t *testing.T) {
 	t.Parallel()
-	e := newDispatchEnv(t, fastRetries().Dispatch)
-	gw := startGateway(t, gatewayOK())
+	e := harness.NewDispatchEnv(t, harness.FastRetries().Dispatch)
+	gw := harness.StartGateway(t, harness.GatewayOK())
 	for _, a := range []string{"hook-1", "hook-2"} {
-		e.ts.PutAccount(t, a, webhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+		e.TS.PutAccount(t, a, harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
 	}
-	e.startReplica()
-	e.startReplica()
+	e.StartReplica()
+	e.StartReplica()
 	merged := []string{"d2-a", "d2-b", "d2-c"}
 	for i, id := range merged {
 		task := digestTask(id, "u", 10, "news", "4s")
 		task.Accounts = []string{[]string{"hook-1", "hook-2"}[i%2]}
-		submit(t, e.ts, task)
+		harness.Submit(t, e.TS, task)
 	}
 	for _, id := range merged {
-		require.Equal(t, 10, e.ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
+		require.Equal(t, 10, e.TS.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
 	}
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 10, gw.Ledger().Requests)
-	checkDigests(t, e.ts, gw, merged, 10)
+	checkDigests(t, e.TS, gw, merged, 10)
 }
 
 // TestDigestCancelKeepsOthers cancels the task that opened the digests
@@ -223,13 +224,13 @@ func TestDigestTwoReplicas(t *testing.T) {
 func TestDigestCancelKeepsOthers(t *testing.T) {
 	t.Parallel()
 	ts, gw := startDigestPipeline(t)
-	submit(t, ts, digestTask("dc-a", "u", 10, "news", "4s"))
+	harness.Submit(t, ts, digestTask("dc-a", "u", 10, "news", "4s"))
 	natstest.Eventually(t, 10*time.Second, func() bool { return totals(t, ts, []string{"dc-a"}) == 10 })
 	time.Sleep(500 * time.Millisecond) // its jobs opened the digests
 	for _, id := range []string{"dc-b", "dc-c"} {
-		submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
+		harness.Submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
 	}
-	require.True(t, control(t, ts, "dc-a", contract.ActionCancel).OK)
+	require.True(t, harness.Control(t, ts, "dc-a", contract.ActionCancel).OK)
 	p := ts.WaitFinal(t, "dc-a", 30*time.Second)
 	require.Equal(t, 10, p.Cancelled)
 	require.Zero(t, p.Sent)
@@ -248,14 +249,14 @@ func TestDigestPauseTakesItemOut(t *testing.T) {
 	t.Parallel()
 	ts, gw := startDigestPipeline(t)
 	for _, id := range []string{"dp-a", "dp-b", "dp-c"} {
-		submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
+		harness.Submit(t, ts, digestTask(id, "u", 10, "news", "4s"))
 	}
 	// Paused once every job has joined its digest (a job paused before it
 	// reached dispatch would be parked, and merge after its resume).
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		return pipelinetest.DigestItemsWaiting(t, ts.JS, "webhook") == 30
 	})
-	require.True(t, control(t, ts, "dp-b", contract.ActionPause).OK)
+	require.True(t, harness.Control(t, ts, "dp-b", contract.ActionPause).OK)
 	for _, id := range []string{"dp-a", "dp-c"} {
 		require.Equal(t, 10, ts.WaitFinal(t, id, 30*time.Second).Sent, "%s sent", id)
 	}
@@ -263,13 +264,13 @@ func TestDigestPauseTakesItemOut(t *testing.T) {
 	require.Equal(t, 10, gw.Ledger().Requests)
 	checkDigests(t, ts, gw, []string{"dp-a", "dp-c"}, 10)
 
-	require.True(t, control(t, ts, "dp-b", contract.ActionResume).OK)
+	require.True(t, harness.Control(t, ts, "dp-b", contract.ActionResume).OK)
 	require.Equal(t, 10, ts.WaitFinal(t, "dp-b", 30*time.Second).Sent)
 	time.Sleep(500 * time.Millisecond)
 	led := gw.Ledger()
 	require.Equal(t, 20, led.Requests)
 	require.Equal(t, 0, led.Duplicates)
-	for _, ev := range eventsOf(ts.Events(t, "dp-b"), contract.EventSent) {
+	for _, ev := range harness.EventsOf(ts.Events(t, "dp-b"), contract.EventSent) {
 		require.Empty(t, ev.CarriedBy, "taken out of the digest, sent alone")
 		require.Equal(t, "news of dp-b for "+ev.To, led.Bodies[ev.JobID])
 	}
@@ -285,7 +286,7 @@ func TestDigestFullOpensTheNext(t *testing.T) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("df-%02d", i)
-		submit(t, ts, digestTask(ids[i], "u", 1, "news", "5s"))
+		harness.Submit(t, ts, digestTask(ids[i], "u", 1, "news", "5s"))
 	}
 	for _, id := range ids {
 		require.Equal(t, 1, ts.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
@@ -295,7 +296,7 @@ func TestDigestFullOpensTheNext(t *testing.T) {
 	require.Equal(t, 2, led.Requests)
 	sizes := map[int]int{}
 	for _, id := range ids {
-		for _, ev := range eventsOf(ts.Events(t, id), contract.EventSent) {
+		for _, ev := range harness.EventsOf(ts.Events(t, id), contract.EventSent) {
 			require.NotEmpty(t, ev.CarriedBy)
 			if ev.CarriedBy == ev.JobID {
 				sizes[ev.DigestSize]++

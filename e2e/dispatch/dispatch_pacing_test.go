@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"fmt"
@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -26,37 +28,37 @@ func TestDispatchPacingThreeReplicas(t *testing.T) { testPacing(t, 3) }
 
 func testPacing(t *testing.T, replicas int) {
 	const rate, burst, n = 100, 5, 1000
-	e := newDispatchEnv(t, dispatch.Config{})
-	_, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, rate+burst)
-	e.ts.PutAccount(t, "pace", webhookAccount(rec.URL, fmt.Sprintf(
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
+	_, rec := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, rate+burst)
+	e.TS.PutAccount(t, "pace", harness.WebhookAccount(rec.URL, fmt.Sprintf(
 		`"rate_per_sec":%d,"burst":%d,"concurrency":8,"min_rate_per_sec":%d`, rate, burst, rate)))
 	for range replicas {
-		e.startReplica()
+		e.StartReplica()
 	}
 	task := contract.Task{ID: fmt.Sprintf("pace-%d", replicas), Channel: "webhook", Template: "hi {{.to}}",
-		Recipients: recipients("p", n)}
-	submit(t, e.ts, task)
-	p := e.ts.WaitFinal(t, task.ID, 40*time.Second)
+		Recipients: pipelinetest.Recipients("p", n)}
+	harness.Submit(t, e.TS, task)
+	p := e.TS.WaitFinal(t, task.ID, 40*time.Second)
 
-	acc := rec.accepted()
-	f := measurePacing(acc, rate+burst)
-	issued := e.issuePacing(rate + burst)
-	p50, p99, worst := e.transportDelays(rec)
+	acc := rec.Accepted()
+	f := harness.MeasurePacing(acc, rate+burst)
+	issued := e.IssuePacing(rate + burst)
+	p50, p99, worst := e.TransportDelays(rec)
 	t.Logf("send start -> gateway handler: median %s, p99 %s, max %s", p50, p99, worst)
 	t.Logf("%d replica(s): configured %d/s burst %d; achieved %.1f/s (%.1f%%); at the gateway %s; window refusals %d; send starts in dispatch: %s; sends per replica %v",
-		replicas, rate, burst, f.rate, 100*f.rate/rate, f, rec.refusedByWindow(), issued, e.sendsBy())
+		replicas, rate, burst, f.Rate, 100*f.Rate/rate, f, rec.RefusedByWindow(), issued, e.SendsBy())
 
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Len(t, acc, n, "every recipient accepted once")
-	require.LessOrEqual(t, issued.maxInSecond, rate+burst, "send starts in any one-second window")
-	require.Zero(t, issued.overLimitSecs)
+	require.LessOrEqual(t, issued.MaxInSecond, rate+burst, "send starts in any one-second window")
+	require.Zero(t, issued.OverLimitSecs)
 	if raceDetector {
 		t.Log("race detector: arrival-time assertions skipped")
 		return
 	}
-	require.Zero(t, rec.refusedByWindow(), "the strict gateway never had to refuse")
-	require.LessOrEqual(t, f.maxInSecond, rate+burst, "requests in any one-second window")
-	require.Zero(t, f.overLimitSecs)
-	require.GreaterOrEqual(t, f.rate, 0.95*rate, "achieved rate while the account had work")
+	require.Zero(t, rec.RefusedByWindow(), "the strict gateway never had to refuse")
+	require.LessOrEqual(t, f.MaxInSecond, rate+burst, "requests in any one-second window")
+	require.Zero(t, f.OverLimitSecs)
+	require.GreaterOrEqual(t, f.Rate, 0.95*rate, "achieved rate while the account had work")
 }

@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
@@ -70,31 +71,31 @@ func TestDispatchPoolFailover(t *testing.T) {
 	t.Parallel()
 	const n, concurrency = 200, 4
 	ts := pipelinetest.Start(t)
-	bad := startRecorder(t, unauthorized, 0)
-	gw, good := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	ts.PutAccount(t, "hook-a", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
-	ts.PutAccount(t, "hook-b", webhookAccount(good.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	bad := harness.StartRecorder(t, unauthorized, 0)
+	gw, good := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	ts.PutAccount(t, "hook-a", harness.WebhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "hook-b", harness.WebhookAccount(good.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond}})
 	drainedA := queueDrained(t, ts, "hook-a")
 
-	task := contract.Task{ID: "pool", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-a", "hook-b"}, Recipients: recipients("u", n)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "pool", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-a", "hook-b"}, Recipients: pipelinetest.Recipients("u", n)}
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 
-	h := accountHealth(t, ts, "hook-a")
+	h := harness.AccountHealth(t, ts, "hook-a")
 	require.NotNil(t, h, "hook-a has a health value")
 	l := gw.Ledger()
-	acc := good.accepted()
-	lastSend := acc[len(acc)-1].at
-	dead := deadLetters(t, ts, task.ID)
+	acc := good.Accepted()
+	lastSend := acc[len(acc)-1].At
+	dead := harness.DeadLetters(t, ts, task.ID)
 	moved := 0
 	for _, hit := range acc {
-		if hit.account == "hook-b" {
+		if hit.Account == "hook-b" {
 			moved++
 		}
 	}
 	t.Logf("pool: hook-a got %d requests (all 401) and was paused (%q); progress sent %d failed %d; hook-b accepted %d (%d keys, %d duplicates); dead letters %d",
-		len(bad.all()), h.Reason, p.Sent, p.Failed, l.Accepted, l.AcceptedKeys(), l.Duplicates, len(dead))
+		len(bad.All()), h.Reason, p.Sent, p.Failed, l.Accepted, l.AcceptedKeys(), l.Duplicates, len(dead))
 	t.Logf("time to move work off the failed account: pause -> hook-a's queue empty %s, pause -> last send at hook-b %s",
 		drainedA().Sub(h.Since).Round(time.Millisecond), lastSend.Sub(h.Since).Round(time.Millisecond))
 
@@ -104,7 +105,7 @@ func TestDispatchPoolFailover(t *testing.T) {
 	require.Equal(t, n, p.Sent, "every recipient sent, the ones hook-a refused included")
 	require.Zero(t, p.Failed, "an account's 401 never fails a recipient")
 	require.Empty(t, dead)
-	require.LessOrEqual(t, len(bad.all()), 3+concurrency, "hook-a got only the requests before its pause")
+	require.LessOrEqual(t, len(bad.All()), 3+concurrency, "hook-a got only the requests before its pause")
 	require.Equal(t, n, l.Accepted)
 	require.Equal(t, n, l.AcceptedKeys())
 	require.Zero(t, l.Duplicates)
@@ -117,23 +118,23 @@ func TestDispatchPoolDisable(t *testing.T) {
 	t.Parallel()
 	const n = 200
 	ts := pipelinetest.Start(t)
-	gwC, recC := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	gwD, recD := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
-	ts.PutAccount(t, "hook-c", webhookAccount(recC.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
-	ts.PutAccount(t, "hook-d", webhookAccount(recD.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
+	gwC, recC := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gwD, recD := harness.StartRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	ts.PutAccount(t, "hook-c", harness.WebhookAccount(recC.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "hook-d", harness.WebhookAccount(recD.URL, `"rate_per_sec":40,"burst":5,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
 	drainedC := queueDrained(t, ts, "hook-c")
 
-	task := contract.Task{ID: "disable", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-c", "hook-d"}, Recipients: recipients("d", n)}
-	submit(t, ts, task)
-	waitCount(t, 15*time.Second, 20, func() int { return len(recC.accepted()) }, "hook-c sends before it is disabled")
+	task := contract.Task{ID: "disable", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-c", "hook-d"}, Recipients: pipelinetest.Recipients("d", n)}
+	harness.Submit(t, ts, task)
+	harness.WaitCount(t, 15*time.Second, 20, func() int { return len(recC.Accepted()) }, "hook-c sends before it is disabled")
 	disabledAt := time.Now()
-	ts.PutAccount(t, "hook-c", webhookAccount(recC.URL, `"rate_per_sec":40,"burst":5,"concurrency":4,"enabled":false`))
+	ts.PutAccount(t, "hook-c", harness.WebhookAccount(recC.URL, `"rate_per_sec":40,"burst":5,"concurrency":4,"enabled":false`))
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 
 	lc, ld := gwC.Ledger(), gwD.Ledger()
-	cHits := recC.all()
-	lastC := cHits[len(cHits)-1].at
+	cHits := recC.All()
+	lastC := cHits[len(cHits)-1].At
 	both := 0
 	for key := range lc.AcceptedByKey {
 		if ld.AcceptedByKey[key] > 0 {
@@ -159,16 +160,16 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 	t.Parallel()
 	const n, concurrency = 50, 4
 	ts := pipelinetest.Start(t)
-	bad := startRecorder(t, unauthorized, 0)
-	ts.PutAccount(t, "hook-e", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
-	ts.PutAccount(t, "hook-f", webhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	bad := harness.StartRecorder(t, unauthorized, 0)
+	ts.PutAccount(t, "hook-e", harness.WebhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "hook-f", harness.WebhookAccount(bad.URL, `"rate_per_sec":100,"burst":5,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
-	task := contract.Task{ID: "nohealthy", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-e", "hook-f"}, Recipients: recipients("h", n)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "nohealthy", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"hook-e", "hook-f"}, Recipients: pipelinetest.Recipients("h", n)}
+	harness.Submit(t, ts, task)
 
 	waiting := func() map[string]contract.Event {
 		out := map[string]contract.Event{}
-		for _, e := range eventsOf(ts.Events(t, task.ID), contract.EventRetrying) {
+		for _, e := range harness.EventsOf(ts.Events(t, task.ID), contract.EventRetrying) {
 			if e.Code == "no_healthy_account" {
 				out[e.JobID] = e
 			}
@@ -184,14 +185,14 @@ func TestDispatchPoolNoHealthyAccount(t *testing.T) {
 		sample = e
 		break
 	}
-	he, hf := waitAccountHealth(t, ts, "hook-e", nil), waitAccountHealth(t, ts, "hook-f", nil)
+	he, hf := harness.WaitAccountHealth(t, ts, "hook-e", nil), harness.WaitAccountHealth(t, ts, "hook-f", nil)
 	t.Logf("no healthy account: %d requests (all 401), progress failed %d retrying %d state %s error %q; %d jobs waiting, e.g. %q",
-		len(bad.all()), p.Failed, p.Retrying, p.State, p.Error, len(w), sample.Error)
+		len(bad.All()), p.Failed, p.Retrying, p.State, p.Error, len(w), sample.Error)
 	require.Equal(t, contract.HealthPaused, he.State)
 	require.Equal(t, contract.HealthPaused, hf.State)
 	require.Zero(t, p.Failed, "an account's 401 never fails a recipient")
-	require.Empty(t, deadLetters(t, ts, task.ID))
-	require.LessOrEqual(t, len(bad.all()), 2*(3+concurrency), "only the requests before the pauses")
+	require.Empty(t, harness.DeadLetters(t, ts, task.ID))
+	require.LessOrEqual(t, len(bad.All()), 2*(3+concurrency), "only the requests before the pauses")
 	require.False(t, p.State.Final(), "the task waits, it does not fail")
 	require.Contains(t, p.Error, "no healthy webhook account", "progress says why it waits")
 	require.True(t, strings.Contains(sample.Error, "no healthy webhook account"), sample.Error)
@@ -206,14 +207,14 @@ func TestDeletedAccountIsReaped(t *testing.T) {
 	t.Parallel()
 	const n = 150
 	ts := pipelinetest.Start(t)
-	gwA, recA := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	gwB, recB := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
-	ts.PutAccount(t, "rp-a", webhookAccount(recA.URL, `"rate_per_sec":60,"burst":5,"concurrency":4`))
-	ts.PutAccount(t, "rp-b", webhookAccount(recB.URL, `"rate_per_sec":30,"burst":5,"concurrency":4`))
+	gwA, recA := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gwB, recB := harness.StartRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	ts.PutAccount(t, "rp-a", harness.WebhookAccount(recA.URL, `"rate_per_sec":60,"burst":5,"concurrency":4`))
+	ts.PutAccount(t, "rp-b", harness.WebhookAccount(recB.URL, `"rate_per_sec":30,"burst":5,"concurrency":4`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{ReapInterval: 300 * time.Millisecond}})
-	task := contract.Task{ID: "reap", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"rp-a", "rp-b"}, Recipients: recipients("r", n)}
-	submit(t, ts, task)
-	waitCount(t, 15*time.Second, 10, func() int { return len(recB.accepted()) }, "rp-b sends before it is deleted")
+	task := contract.Task{ID: "reap", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"rp-a", "rp-b"}, Recipients: pipelinetest.Recipients("r", n)}
+	harness.Submit(t, ts, task)
+	harness.WaitCount(t, 15*time.Second, 10, func() int { return len(recB.Accepted()) }, "rp-b sends before it is deleted")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv, err := ts.JS.KeyValue(ctx, contract.BucketAccounts)
@@ -246,33 +247,33 @@ func TestDispatchPoolOfManyAccounts(t *testing.T) {
 	t.Parallel()
 	const n, named = 300, contract.MaxJobPool + 4
 	ts := pipelinetest.Start(t)
-	bad := startRecorder(t, unauthorized, 0)
-	gw, good := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	_, outside := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	bad := harness.StartRecorder(t, unauthorized, 0)
+	gw, good := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	_, outside := harness.StartRecordedGateway(t, gateway.Config{Seed: 2}, 0)
 	var pool []string
 	for i := range named {
 		name, url := fmt.Sprintf("many-%02d", i), good.URL
 		if i == 0 {
 			url = bad.URL
 		}
-		ts.PutAccount(t, name, webhookAccount(url, `"rate_per_sec":200,"burst":5,"concurrency":2`))
+		ts.PutAccount(t, name, harness.WebhookAccount(url, `"rate_per_sec":200,"burst":5,"concurrency":2`))
 		pool = append(pool, name)
 	}
 	// Far more capacity than the others: a move that could reach it would
 	// (PickAccount weighs by capacity).
-	ts.PutAccount(t, "outside", webhookAccount(outside.URL, `"rate_per_sec":100000,"burst":5,"concurrency":2`))
+	ts.PutAccount(t, "outside", harness.WebhookAccount(outside.URL, `"rate_per_sec":100000,"burst":5,"concurrency":2`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond}})
 
-	task := contract.Task{ID: "manypool", Channel: "webhook", Template: "hi {{.to}}", Accounts: pool, Recipients: recipients("m", n)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "manypool", Channel: "webhook", Template: "hi {{.to}}", Accounts: pool, Recipients: pipelinetest.Recipients("m", n)}
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 	l := gw.Ledger()
 	t.Logf("%d named accounts: many-00 got %d requests (all 401); sent %d failed %d; the others accepted %d (%d duplicates); the account not named got %d",
-		named, len(bad.all()), p.Sent, p.Failed, l.AcceptedKeys(), l.Duplicates, len(outside.all()))
-	require.NotEmpty(t, bad.all(), "many-00 got its share first")
+		named, len(bad.All()), p.Sent, p.Failed, l.AcceptedKeys(), l.Duplicates, len(outside.All()))
+	require.NotEmpty(t, bad.All(), "many-00 got its share first")
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Equal(t, n, l.AcceptedKeys())
 	require.Zero(t, l.Duplicates)
-	require.Empty(t, outside.all(), "no job moved beyond the task's accounts")
+	require.Empty(t, outside.All(), "no job moved beyond the task's accounts")
 }

@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
@@ -35,27 +36,27 @@ func runAgainstThrottlingGateway(t *testing.T, extra string, circuitWindow int) 
 	ts := pipelinetest.Start(t)
 	gw, err := gateway.New(gateway.Config{Seed: 1, RatePerSec: 20, Burst: 2, RetryAfter: time.Second})
 	require.NoError(t, err)
-	rec := startRecorder(t, gw, 0)
-	ts.PutAccount(t, "adapt", webhookAccount(rec.URL, `"rate_per_sec":60,"burst":5,"concurrency":8,"recover_after":10`+extra))
+	rec := harness.StartRecorder(t, gw, 0)
+	ts.PutAccount(t, "adapt", harness.WebhookAccount(rec.URL, `"rate_per_sec":60,"burst":5,"concurrency":8,"recover_after":10`+extra))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{
 		Dispatch: dispatch.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
 		Status:   status.Config{CircuitWindow: circuitWindow},
 	})
-	task := contract.Task{ID: "adaptive", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("a", 400), MaxAttempts: 100}
-	submit(t, ts, task)
-	waitCount(t, 10*time.Second, 1, func() int { return len(rec.all()) }, "first request")
-	start := rec.all()[0].at
+	task := contract.Task{ID: "adaptive", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("a", 400), MaxAttempts: 100}
+	harness.Submit(t, ts, task)
+	harness.WaitCount(t, 10*time.Second, 1, func() int { return len(rec.All()) }, "first request")
+	start := rec.All()[0].At
 	time.Sleep(time.Until(start.Add(adaptiveWindow)))
 
 	var run adaptiveRun
-	for _, h := range rec.all() {
-		if h.at.Sub(start) >= adaptiveWindow {
+	for _, h := range rec.All() {
+		if h.At.Sub(start) >= adaptiveWindow {
 			break
 		}
 		switch {
-		case h.status == 429:
+		case h.Status == 429:
 			run.refused++
-		case h.status/100 == 2:
+		case h.Status/100 == 2:
 			run.accepted++
 		}
 	}

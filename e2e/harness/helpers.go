@@ -1,4 +1,4 @@
-package e2e
+package harness
 
 import (
 	"context"
@@ -18,38 +18,31 @@ import (
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
-// fastRetries is the pipeline with dispatch's backoff cut to 50 ms-500 ms,
+// FastRetries is the pipeline with dispatch's backoff cut to 50 ms-500 ms,
 // so retries take a test's seconds, not minutes.
-func fastRetries() pipelinetest.PipelineConfig {
+func FastRetries() pipelinetest.PipelineConfig {
 	return pipelinetest.PipelineConfig{Dispatch: dispatch.Config{BackoffBase: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}}
 }
 
-// withSecrets makes dispatch read secrets from a map instead of the
+// WithSecrets makes dispatch read secrets from a map instead of the
 // process environment (tests run in parallel).
-func withSecrets(secrets map[string]string) pipelinetest.PipelineConfig {
-	cfg := fastRetries()
+func WithSecrets(secrets map[string]string) pipelinetest.PipelineConfig {
+	cfg := FastRetries()
 	cfg.Dispatch.Getenv = func(name string) string { return secrets[name] }
 	return cfg
 }
 
-// webhookAccount is an account JSON for a webhook endpoint with extra fields.
-func webhookAccount(endpoint string, fields string) string {
+// WebhookAccount is an account JSON for a webhook endpoint with extra fields.
+func WebhookAccount(endpoint string, fields string) string {
 	if fields != "" {
 		fields = "," + fields
 	}
 	return fmt.Sprintf(`{"channel":"webhook","endpoint":%q%s}`, endpoint, fields)
 }
 
-// recipients and recipientsWithRejects build recipient lists (see
-// pipelinetest.Recipients and RecipientsWithRejects).
-var (
-	recipients            = pipelinetest.Recipients
-	recipientsWithRejects = pipelinetest.RecipientsWithRejects
-)
-
-// submit publishes a task as JSON without a Nats-Msg-Id, so only ingest's
+// Submit publishes a task as JSON without a Nats-Msg-Id, so only ingest's
 // own ledger can recognise a repeated id.
-func submit(t *testing.T, ts *pipelinetest.Server, task any) {
+func Submit(t *testing.T, ts *pipelinetest.Server, task any) {
 	t.Helper()
 	var data []byte
 	switch v := task.(type) {
@@ -68,8 +61,8 @@ func submit(t *testing.T, ts *pipelinetest.Server, task any) {
 	require.NoError(t, err)
 }
 
-// submitWithMsgID publishes raw bytes with a Nats-Msg-Id header.
-func submitWithMsgID(t *testing.T, ts *pipelinetest.Server, data []byte, msgID string) {
+// SubmitWithMsgID publishes raw bytes with a Nats-Msg-Id header.
+func SubmitWithMsgID(t *testing.T, ts *pipelinetest.Server, data []byte, msgID string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -82,9 +75,9 @@ func submitWithMsgID(t *testing.T, ts *pipelinetest.Server, data []byte, msgID s
 	require.NoError(t, err)
 }
 
-// putObject stores a recipient list in the broadcast_recipients object
+// PutObject stores a recipient list in the broadcast_recipients object
 // store.
-func putObject(t *testing.T, ts *pipelinetest.Server, name, data string) {
+func PutObject(t *testing.T, ts *pipelinetest.Server, name, data string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -94,8 +87,8 @@ func putObject(t *testing.T, ts *pipelinetest.Server, name, data string) {
 	require.NoError(t, err)
 }
 
-// control sends an operator action for a task and returns the reply.
-func control(t *testing.T, ts *pipelinetest.Server, taskID, action string) *contract.ControlReply {
+// Control sends an operator action for a task and returns the reply.
+func Control(t *testing.T, ts *pipelinetest.Server, taskID, action string) *contract.ControlReply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -104,8 +97,8 @@ func control(t *testing.T, ts *pipelinetest.Server, taskID, action string) *cont
 	return r
 }
 
-// kvGet reads a key of a bucket.
-func kvGet(t *testing.T, ts *pipelinetest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
+// KVGet reads a key of a bucket.
+func KVGet(t *testing.T, ts *pipelinetest.Server, bucket, key string) (jetstream.KeyValueEntry, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -114,10 +107,10 @@ func kvGet(t *testing.T, ts *pipelinetest.Server, bucket, key string) (jetstream
 	return kv.Get(ctx, key)
 }
 
-// accountHealth reads an account's health value, or nil.
-func accountHealth(t *testing.T, ts *pipelinetest.Server, name string) *contract.AccountHealth {
+// AccountHealth reads an account's health value, or nil.
+func AccountHealth(t *testing.T, ts *pipelinetest.Server, name string) *contract.AccountHealth {
 	t.Helper()
-	e, err := kvGet(t, ts, contract.BucketHealth, name)
+	e, err := KVGet(t, ts, contract.BucketHealth, name)
 	if err != nil {
 		return nil
 	}
@@ -126,21 +119,21 @@ func accountHealth(t *testing.T, ts *pipelinetest.Server, name string) *contract
 	return &h
 }
 
-// waitAccountHealth waits until the account's health value (KV
+// WaitAccountHealth waits until the account's health value (KV
 // broadcast_health, written by dispatch shortly after a change) exists
 // and ok holds for it (nil: any value), and returns it.
-func waitAccountHealth(t *testing.T, ts *pipelinetest.Server, name string, ok func(*contract.AccountHealth) bool) *contract.AccountHealth {
+func WaitAccountHealth(t *testing.T, ts *pipelinetest.Server, name string, ok func(*contract.AccountHealth) bool) *contract.AccountHealth {
 	t.Helper()
 	var h *contract.AccountHealth
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		h = accountHealth(t, ts, name)
+		h = AccountHealth(t, ts, name)
 		return h != nil && (ok == nil || ok(h))
 	}, "health of account %s", name)
 	return h
 }
 
-// deadLetters reads every dead letter of a task.
-func deadLetters(t *testing.T, ts *pipelinetest.Server, taskID string) []contract.DeadLetter {
+// DeadLetters reads every dead letter of a task.
+func DeadLetters(t *testing.T, ts *pipelinetest.Server, taskID string) []contract.DeadLetter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -161,8 +154,25 @@ func deadLetters(t *testing.T, ts *pipelinetest.Server, taskID string) []contrac
 	return out
 }
 
-// eventsOf filters events by kind.
-func eventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
+// PutSignals writes an account's provider signals as an operator would
+// (nats kv put broadcast_signals <account> '<json>').
+func PutSignals(t *testing.T, ts *pipelinetest.Server, account string, s contract.AccountSignals) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketSignals)
+	require.NoError(t, err)
+	if s.At.IsZero() {
+		s.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(&s)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, account, data)
+	require.NoError(t, err)
+}
+
+// EventsOf filters events by kind.
+func EventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
 	var out []contract.Event
 	for _, e := range evs {
 		if e.Kind == kind {
@@ -172,8 +182,8 @@ func eventsOf(evs []contract.Event, kind contract.EventKind) []contract.Event {
 	return out
 }
 
-// countByKind tallies events per kind.
-func countByKind(evs []contract.Event) map[contract.EventKind]int {
+// CountByKind tallies events per kind.
+func CountByKind(evs []contract.Event) map[contract.EventKind]int {
 	out := map[contract.EventKind]int{}
 	for _, e := range evs {
 		out[e.Kind]++
@@ -181,8 +191,8 @@ func countByKind(evs []contract.Event) map[contract.EventKind]int {
 	return out
 }
 
-// waitCount polls until count() reaches want or timeout passes.
-func waitCount(t *testing.T, timeout time.Duration, want int, count func() int, what string) {
+// WaitCount polls until count() reaches want or timeout passes.
+func WaitCount(t *testing.T, timeout time.Duration, want int, count func() int, what string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var n int

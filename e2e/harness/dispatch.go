@@ -1,4 +1,4 @@
-package e2e
+package harness
 
 import (
 	"context"
@@ -18,61 +18,63 @@ import (
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
-// dispatchEnv is a server with ingest, render and status running, and
+// DispatchEnv is a server with ingest, render and status running, and
 // dispatch replicas the test starts and stops one by one. The pipeline's own
 // dispatch is given no channels, so it starts no account and the replicas
 // are the only senders.
-type dispatchEnv struct {
+type DispatchEnv struct {
 	t   *testing.T
-	ts  *pipelinetest.Server
+	TS  *pipelinetest.Server
 	cfg dispatch.Config
 
 	mu       sync.Mutex
-	replicas []*replica
-	sends    []replicaSend
+	replicas []*Replica
+	sends    []ReplicaSend
 }
 
-// replicaSend is one provider call made by a replica.
-type replicaSend struct {
-	replica int
-	at      time.Time
-	to      string
+// ReplicaSend is one provider call made by a replica.
+type ReplicaSend struct {
+	Replica int
+	At      time.Time
+	To      string
 }
 
-// replica is one dispatch process: its own connection and context.
-type replica struct {
-	id     int
+// Replica is one dispatch process: its own connection and context.
+type Replica struct {
+	ID     int
 	nc     *nats.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
 }
 
-func newDispatchEnv(t *testing.T, cfg dispatch.Config) *dispatchEnv {
+// NewDispatchEnv starts a server and the pipeline without senders; cfg
+// configures the replicas StartReplica adds.
+func NewDispatchEnv(t *testing.T, cfg dispatch.Config) *DispatchEnv {
 	t.Helper()
 	ts := pipelinetest.Start(t)
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: dispatch.Config{Channels: channels.Registry{}}})
-	return &dispatchEnv{t: t, ts: ts, cfg: cfg}
+	return &DispatchEnv{t: t, TS: ts, cfg: cfg}
 }
 
-// startReplica runs one more dispatch replica on its own connection.
-func (e *dispatchEnv) startReplica() *replica {
+// StartReplica runs one more dispatch replica on its own connection.
+func (e *DispatchEnv) StartReplica() *Replica {
 	e.t.Helper()
-	nc, err := nats.Connect(e.ts.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(e.TS.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	require.NoError(e.t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(e.t, err)
 	e.mu.Lock()
-	r := &replica{id: len(e.replicas) + 1, nc: nc, done: make(chan struct{})}
+	r := &Replica{ID: len(e.replicas) + 1, nc: nc, done: make(chan struct{})}
 	e.replicas = append(e.replicas, r)
 	e.mu.Unlock()
 	cfg := e.cfg
-	cfg.Logger = logtest.Logger().With("replica", r.id)
+	cfg.Logger = logtest.Logger().With("replica", r.ID)
 	cfg.Channels = channels.Registry{}
 	for name, ch := range channels.Builtin() {
 		cfg.Channels[name] = notingChannel{Channel: ch, note: func(to string) {
 			e.mu.Lock()
-			e.sends = append(e.sends, replicaSend{replica: r.id, at: time.Now(), to: to})
+			e.sends = append(e.sends, ReplicaSend{Replica: r.ID, At: time.Now(), To: to})
 			e.mu.Unlock()
 		}}
 	}
@@ -83,16 +85,16 @@ func (e *dispatchEnv) startReplica() *replica {
 	go func() {
 		defer close(r.done)
 		if err := svc.Run(ctx); err != nil {
-			e.t.Errorf("replica %d: %v", r.id, err)
+			e.t.Errorf("replica %d: %v", r.ID, err)
 		}
 	}()
-	e.t.Cleanup(r.stop)
+	e.t.Cleanup(r.Stop)
 	return r
 }
 
-// stop cancels the replica, waits for its in-flight sends and closes its
+// Stop cancels the replica, waits for its in-flight sends and closes its
 // connection, as a process that exits does. Calling it twice is safe.
-func (r *replica) stop() {
+func (r *Replica) Stop() {
 	r.once.Do(func() {
 		r.cancel()
 		select {
@@ -103,46 +105,53 @@ func (r *replica) stop() {
 	})
 }
 
-// sendLog returns every provider call the replicas made, in time order.
-func (e *dispatchEnv) sendLog() []replicaSend {
+// SendLog returns every provider call the replicas made, in time order.
+func (e *DispatchEnv) SendLog() []ReplicaSend {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := append([]replicaSend(nil), e.sends...)
-	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	out := append([]ReplicaSend(nil), e.sends...)
+	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
 }
 
-// sendsBy counts the provider calls per replica.
-func (e *dispatchEnv) sendsBy() map[int]int {
+// SendCount is how many provider calls the replicas made.
+func (e *DispatchEnv) SendCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.sends)
+}
+
+// SendsBy counts the provider calls per replica.
+func (e *DispatchEnv) SendsBy() map[int]int {
 	out := map[int]int{}
-	for _, s := range e.sendLog() {
-		out[s.replica]++
+	for _, s := range e.SendLog() {
+		out[s.Replica]++
 	}
 	return out
 }
 
-// issuePacing measures the replicas' send starts (the dispatch side, before
+// IssuePacing measures the replicas' send starts (the dispatch side, before
 // any transport delay) against a limit.
-func (e *dispatchEnv) issuePacing(limit int) pacingFigures {
-	var hs []hit
-	for _, s := range e.sendLog() {
-		hs = append(hs, hit{at: s.at, to: s.to})
+func (e *DispatchEnv) IssuePacing(limit int) PacingFigures {
+	var hs []Hit
+	for _, s := range e.SendLog() {
+		hs = append(hs, Hit{At: s.At, To: s.To})
 	}
-	return measurePacing(hs, limit)
+	return MeasurePacing(hs, limit)
 }
 
-// transportDelays returns the median, 99th percentile and largest delay
+// TransportDelays returns the median, 99th percentile and largest delay
 // from a replica starting a send to the provider's handler seeing it, for
 // recipients sent once.
-func (e *dispatchEnv) transportDelays(rec *recorder) (p50, p99, worst time.Duration) {
+func (e *DispatchEnv) TransportDelays(rec *Recorder) (p50, p99, worst time.Duration) {
 	starts := map[string][]time.Time{}
-	for _, s := range e.sendLog() {
-		starts[s.to] = append(starts[s.to], s.at)
+	for _, s := range e.SendLog() {
+		starts[s.To] = append(starts[s.To], s.At)
 	}
 	var ds []time.Duration
-	for _, h := range rec.all() {
-		if st := starts[h.to]; len(st) == 1 {
-			ds = append(ds, h.at.Sub(st[0]))
+	for _, h := range rec.All() {
+		if st := starts[h.To]; len(st) == 1 {
+			ds = append(ds, h.At.Sub(st[0]))
 		}
 	}
 	if len(ds) == 0 {
@@ -177,15 +186,4 @@ func (s notingSender) Send(ctx context.Context, msgs []channels.Message) []chann
 		s.note(m.To)
 	}
 	return s.Sender.Send(ctx, msgs)
-}
-
-// capWaits returns the distinct jobs of a task with a daily_cap retrying event.
-func capWaits(t *testing.T, ts *pipelinetest.Server, taskID string) map[string]contract.Event {
-	out := map[string]contract.Event{}
-	for _, e := range eventsOf(ts.Events(t, taskID), contract.EventRetrying) {
-		if e.Code == "daily_cap" {
-			out[e.JobID] = e
-		}
-	}
-	return out
 }

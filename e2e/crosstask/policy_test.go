@@ -1,4 +1,4 @@
-package e2e
+package crosstask
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/internal/policy"
@@ -32,7 +33,7 @@ func putPolicy(t *testing.T, ts *pipelinetest.Server, key, value string) {
 // codesOf counts a task's events of kind by code.
 func codesOf(evs []contract.Event, kind contract.EventKind) map[string]int {
 	out := map[string]int{}
-	for _, ev := range eventsOf(evs, kind) {
+	for _, ev := range harness.EventsOf(evs, kind) {
 		out[ev.Code]++
 	}
 	return out
@@ -48,47 +49,47 @@ func codesOf(evs []contract.Event, kind contract.EventKind) map[string]int {
 // counts live in JetStream, not in a process.
 func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	e := newDispatchEnv(t, dispatch.Config{})
-	_, rec := startRecordedGateway(t, gatewayOK(), 0)
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
+	_, rec := harness.StartRecordedGateway(t, harness.GatewayOK(), 0)
 	for _, a := range []string{"fa", "fb"} {
-		e.ts.PutAccount(t, a, webhookAccount(rec.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
+		e.TS.PutAccount(t, a, harness.WebhookAccount(rec.URL, `"rate_per_sec":200,"burst":20,"concurrency":4`))
 	}
-	putPolicy(t, e.ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":2,"window":"24h"}]}`)
-	r1, r2 := e.startReplica(), e.startReplica()
+	putPolicy(t, e.TS, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":2,"window":"24h"}]}`)
+	r1, r2 := e.StartReplica(), e.StartReplica()
 	// The fair share gives each replica one of the two accounts: wait for
 	// it, so the tasks race across replicas, not within one.
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		a, errA := kvGet(t, e.ts, contract.BucketLeases, "fa")
-		b, errB := kvGet(t, e.ts, contract.BucketLeases, "fb")
+		a, errA := harness.KVGet(t, e.TS, contract.BucketLeases, "fa")
+		b, errB := harness.KVGet(t, e.TS, contract.BucketLeases, "fb")
 		return errA == nil && errB == nil && string(a.Value()) != string(b.Value())
 	}, "each replica holds one account's lease")
 	const n = 10
-	people := recipients("fc", n)
+	people := pipelinetest.Recipients("fc", n)
 	var ids []string
 	for i := range 4 {
 		id := fmt.Sprintf("fcap-%d", i)
 		ids = append(ids, id)
 		acct := []string{"fa", "fb"}[i%2]
-		submit(t, e.ts, contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: people, Accounts: []string{acct}})
+		harness.Submit(t, e.TS, contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: people, Accounts: []string{acct}})
 	}
 	sent, skipped := 0, 0
 	for _, id := range ids {
-		p := e.ts.WaitFinal(t, id, 60*time.Second)
+		p := e.TS.WaitFinal(t, id, 60*time.Second)
 		sent, skipped = sent+p.Sent, skipped+p.Skipped
 		want := map[string]int{}
 		if p.Skipped > 0 {
 			want[contract.CodeFrequencyCap] = p.Skipped
 		}
-		require.Equal(t, want, codesOf(e.ts.Events(t, id), contract.EventSkipped), id)
+		require.Equal(t, want, codesOf(e.TS.Events(t, id), contract.EventSkipped), id)
 	}
 	perRecipient := map[string]int{}
-	for _, h := range rec.accepted() {
-		perRecipient[h.to]++
+	for _, h := range rec.Accepted() {
+		perRecipient[h.To]++
 	}
-	by := e.sendsBy()
-	t.Logf("4 tasks x %d recipients, cap 2: sent %d, skipped %d, provider calls %d, calls per replica %v", n, sent, skipped, len(rec.all()), by)
+	by := e.SendsBy()
+	t.Logf("4 tasks x %d recipients, cap 2: sent %d, skipped %d, provider calls %d, calls per replica %v", n, sent, skipped, len(rec.All()), by)
 	require.Equal(t, [2]int{2 * n, 2 * n}, [2]int{sent, skipped}, "sent, skipped")
-	require.Len(t, rec.all(), 2*n, "no provider call beyond the cap")
+	require.Len(t, rec.All(), 2*n, "no provider call beyond the cap")
 	require.Len(t, perRecipient, n)
 	for to, c := range perRecipient {
 		require.Equal(t, 2, c, to)
@@ -98,7 +99,7 @@ func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	// every skip, whichever task it hit, names the cap.
 	skips := 0
 	for _, id := range ids {
-		for _, ev := range eventsOf(e.ts.Events(t, id), contract.EventSkipped) {
+		for _, ev := range harness.EventsOf(e.TS.Events(t, id), contract.EventSkipped) {
 			skips++
 			require.Contains(t, ev.Error, "frequency cap reached (marketing: 2 per 24h0m0s)", id)
 		}
@@ -106,18 +107,18 @@ func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	require.Equal(t, 2*n, skips, "skipped events")
 
 	tr := contract.Task{ID: "fcap-tx", Channel: "webhook", Template: "receipt", Recipients: people, Category: contract.CategoryTransactional}
-	submit(t, e.ts, tr)
-	p := e.ts.WaitFinal(t, tr.ID, 30*time.Second)
+	harness.Submit(t, e.TS, tr)
+	p := e.TS.WaitFinal(t, tr.ID, 30*time.Second)
 	require.Equal(t, [2]int{n, 0}, [2]int{p.Sent, p.Skipped}, "transactional bypasses the cap")
 
-	r1.stop()
-	r2.stop()
-	e.startReplica()
-	e.startReplica()
+	r1.Stop()
+	r2.Stop()
+	e.StartReplica()
+	e.StartReplica()
 	late := contract.Task{ID: "fcap-late", Channel: "webhook", Template: "one more", Recipients: people}
-	submit(t, e.ts, late)
-	p = e.ts.WaitFinal(t, late.ID, 60*time.Second)
-	require.Equal(t, [3]int{0, n, 3 * n}, [3]int{p.Sent, p.Skipped, len(rec.all())}, "after a restart: sent, skipped, provider calls")
+	harness.Submit(t, e.TS, late)
+	p = e.TS.WaitFinal(t, late.ID, 60*time.Second)
+	require.Equal(t, [3]int{0, n, 3 * n}, [3]int{p.Sent, p.Skipped, len(rec.All())}, "after a restart: sent, skipped, provider calls")
 	require.Equal(t, contract.StateFailed, p.State)
 }
 
@@ -159,11 +160,11 @@ func TestPolicyQuietHours(t *testing.T) {
 	y, m, d := start.In(sh).Date()
 	nine := time.Date(y, m, d+1, 9, 0, 0, 0, sh)
 	clock := newFakeClock(nine.Add(-4 * time.Second))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Dispatch.Now = clock.Now
 	ts := pipelinetest.Start(t)
-	_, rec := startRecordedGateway(t, gatewayOK(), 0)
-	ts.PutAccount(t, "night", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	_, rec := harness.StartRecordedGateway(t, harness.GatewayOK(), 0)
+	ts.PutAccount(t, "night", harness.WebhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
 	putPolicy(t, ts, contract.PolicyDefault, `{"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai","categories":["marketing"]}}`)
 	pipelinetest.StartPipeline(t, ts, cfg)
 
@@ -173,13 +174,13 @@ func TestPolicyQuietHours(t *testing.T) {
 		{To: "nozone"},
 		{To: "newyork", Vars: map[string]any{"tz": "America/New_York"}},
 	}}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	expiring := contract.Task{ID: "quiet-exp", Channel: "webhook", Template: "too late", ExpiresAt: time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano),
 		Recipients: []contract.Recipient{{To: "nairobi-2", Vars: map[string]any{"tz": "Africa/Nairobi"}}}}
-	submit(t, ts, expiring)
+	harness.Submit(t, ts, expiring)
 	tx := contract.Task{ID: "quiet-tx", Channel: "webhook", Template: "your code", Category: contract.CategoryTransactional,
 		Recipients: []contract.Recipient{{To: "nairobi", Vars: map[string]any{"tz": "Africa/Nairobi"}}}}
-	submit(t, ts, tx)
+	harness.Submit(t, ts, tx)
 
 	require.Equal(t, contract.StateSucceeded, ts.WaitFinal(t, tx.ID, 20*time.Second).State, "transactional is not held")
 	ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Sent == 3 }, "three sent after 09:00")
@@ -189,10 +190,10 @@ func TestPolicyQuietHours(t *testing.T) {
 
 	firstSent := map[string]time.Time{}
 	var calls []string
-	for _, h := range rec.accepted() {
-		calls = append(calls, h.to)
-		if _, ok := firstSent[h.to]; !ok {
-			firstSent[h.to] = clock.at(h.at)
+	for _, h := range rec.Accepted() {
+		calls = append(calls, h.To)
+		if _, ok := firstSent[h.To]; !ok {
+			firstSent[h.To] = clock.at(h.At)
 		}
 	}
 	sort.Strings(calls)
@@ -203,7 +204,7 @@ func TestPolicyQuietHours(t *testing.T) {
 		require.False(t, firstSent[to].Before(nine), "%s sent at %s Shanghai, before 09:00", to, firstSent[to].In(sh))
 	}
 	holds := map[string]string{}
-	for _, ev := range eventsOf(ts.Events(t, task.ID), contract.EventRetrying) {
+	for _, ev := range harness.EventsOf(ts.Events(t, task.ID), contract.EventRetrying) {
 		require.Equal(t, contract.CodeQuietHours, ev.Code)
 		holds[ev.To] = ev.Error
 	}
@@ -232,11 +233,11 @@ func TestPolicyQuietHours(t *testing.T) {
 func TestPolicyQuietHoursTaskTZ(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock(shanghaiAt(t, 0, 3))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Dispatch.Now = clock.Now
 	ts := pipelinetest.Start(t)
-	_, rec := startRecordedGateway(t, gatewayOK(), 0)
-	ts.PutAccount(t, "night", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	_, rec := harness.StartRecordedGateway(t, harness.GatewayOK(), 0)
+	ts.PutAccount(t, "night", harness.WebhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
 	putPolicy(t, ts, contract.PolicyDefault, `{"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai","categories":["marketing"]}}`)
 	pipelinetest.StartPipeline(t, ts, cfg)
 
@@ -247,24 +248,24 @@ func TestPolicyQuietHoursTaskTZ(t *testing.T) {
 			{To: "badtz", Vars: map[string]any{"tz": "Nowhere/Else"}},
 			{To: "tokyo", Vars: map[string]any{"tz": "Asia/Tokyo"}},
 		}}
-	submit(t, ts, day)
+	harness.Submit(t, ts, day)
 	night := contract.Task{ID: "quiet-tasktz-night", Channel: "webhook", Template: "hello", Defaults: map[string]any{"tz": "Asia/Kolkata"},
 		Recipients: []contract.Recipient{{To: "nozone-2"}}}
-	submit(t, ts, night)
+	harness.Submit(t, ts, night)
 
 	ts.WaitProgress(t, day.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Sent == 3 }, "three sent in the task's zone")
 	ts.WaitProgress(t, night.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Retrying == 1 }, "the night task's recipient waits")
 	time.Sleep(time.Second) // a wrongly released Tokyo or Kolkata send would show now
 
 	var calls []string
-	for _, h := range rec.accepted() {
-		calls = append(calls, h.to)
+	for _, h := range rec.Accepted() {
+		calls = append(calls, h.To)
 	}
 	sort.Strings(calls)
 	require.Equal(t, []string{"+8613800000001", "badtz", "nozone"}, calls, "one call each, none for tokyo or nozone-2")
 	holds := map[string]string{}
 	for _, id := range []string{day.ID, night.ID} {
-		for _, ev := range eventsOf(ts.Events(t, id), contract.EventRetrying) {
+		for _, ev := range harness.EventsOf(ts.Events(t, id), contract.EventRetrying) {
 			require.Equal(t, contract.CodeQuietHours, ev.Code)
 			holds[ev.To] = ev.Error
 		}
@@ -287,12 +288,12 @@ func TestPolicyQuietHoursTaskTZ(t *testing.T) {
 func TestPolicyTestRecipientsBypass(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock(shanghaiAt(t, 0, 3))
-	cfg := fastRetries()
+	cfg := harness.FastRetries()
 	cfg.Dispatch.Now = clock.Now
 	ts := pipelinetest.Start(t)
 	ctx := t.Context()
-	_, rec := startRecordedGateway(t, gatewayOK(), 0)
-	ts.PutAccount(t, "qa", webhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
+	_, rec := harness.StartRecordedGateway(t, harness.GatewayOK(), 0)
+	ts.PutAccount(t, "qa", harness.WebhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":2`))
 	putPolicy(t, ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}],
 		"quiet_hours":{"start":"21:00","end":"09:00","default_tz":"Asia/Shanghai"}}`)
 	counter, err := policy.OpenCounter(ctx, ts.JS)
@@ -311,11 +312,11 @@ func TestPolicyTestRecipientsBypass(t *testing.T) {
 	task := contract.Task{ID: "policy-qa", Channel: "webhook", Template: "preview",
 		TestRecipients: []contract.Recipient{{To: "qa-1"}, {To: "qa-2"}, {To: "qa-3"}},
 		Recipients:     []contract.Recipient{{To: "r-1"}}}
-	submit(t, ts, task)
+	harness.Submit(t, ts, task)
 	ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateAwaitingApproval }, "awaiting approval")
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		evs := ts.Events(t, task.ID)
-		return len(eventsOf(evs, contract.EventSent))+len(eventsOf(evs, contract.EventSkipped)) == 3
+		return len(harness.EventsOf(evs, contract.EventSent))+len(harness.EventsOf(evs, contract.EventSkipped)) == 3
 	}, "each test recipient sent or skipped")
 	time.Sleep(time.Second) // a late or second send would show now
 
@@ -327,22 +328,22 @@ func TestPolicyTestRecipientsBypass(t *testing.T) {
 	require.Len(t, sends, 1, "qa-1's count is unchanged: %v", sends)
 	require.Equal(t, "earlier.0", sends[0].Job)
 	var calls []string
-	for _, h := range rec.accepted() {
-		calls = append(calls, h.to)
+	for _, h := range rec.Accepted() {
+		calls = append(calls, h.To)
 	}
 	sort.Strings(calls)
 	require.Equal(t, []string{"qa-1", "qa-2"}, calls, "the test recipients at the cap and in quiet hours are sent; the suppressed one is not")
 	evs := ts.Events(t, task.ID)
-	require.Empty(t, eventsOf(evs, contract.EventRetrying), "no test recipient was held")
-	skipped := eventsOf(evs, contract.EventSkipped)
+	require.Empty(t, harness.EventsOf(evs, contract.EventRetrying), "no test recipient was held")
+	skipped := harness.EventsOf(evs, contract.EventSkipped)
 	require.Len(t, skipped, 1)
 	require.Equal(t, [2]string{"qa-3", contract.CodeSuppressed}, [2]string{skipped[0].To, skipped[0].Code})
 
-	control(t, ts, task.ID, contract.ActionResume)
+	harness.Control(t, ts, task.ID, contract.ActionResume)
 	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool { return p.Retrying == 1 }, "the task's recipient waits")
 	require.Zero(t, p.Sent)
 	require.Equal(t, map[string]int{contract.CodeQuietHours: 1}, codesOf(ts.Events(t, task.ID), contract.EventRetrying))
-	require.Len(t, rec.accepted(), 2, "no send beyond the test recipients")
+	require.Len(t, rec.Accepted(), 2, "no send beyond the test recipients")
 }
 
 // TestPolicyJobWaitingForCapsHoldsNoReservation: a marketing job that
@@ -356,42 +357,42 @@ func TestPolicyJobWaitingForCapsHoldsNoReservation(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
 	ctx := t.Context()
-	_, rec := startRecordedGateway(t, gatewayOK(), 0)
-	ts.PutAccount(t, "gap", webhookAccount(rec.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"per_recipient_interval":"5s"`))
+	_, rec := harness.StartRecordedGateway(t, harness.GatewayOK(), 0)
+	ts.PutAccount(t, "gap", harness.WebhookAccount(rec.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"per_recipient_interval":"5s"`))
 	putPolicy(t, ts, contract.PolicyDefault, `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}]}`)
 	counter, err := policy.OpenCounter(ctx, ts.JS)
 	require.NoError(t, err)
-	pipelinetest.StartPipeline(t, ts, fastRetries())
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
 
 	people := []contract.Recipient{{To: "exp-1"}, {To: "can-1"}}
 	warm := contract.Task{ID: "rel-warm", Channel: "webhook", Template: "receipt", Recipients: people, Category: contract.CategoryTransactional}
-	submit(t, ts, warm)
+	harness.Submit(t, ts, warm)
 	require.Equal(t, 2, ts.WaitFinal(t, warm.ID, 20*time.Second).Sent)
 	// Both marketing jobs now wait out the 5 s interval.
 	expiring := contract.Task{ID: "rel-exp", Channel: "webhook", Template: "offer", Recipients: people[:1],
 		ExpiresAt: time.Now().Add(2500 * time.Millisecond).UTC().Format(time.RFC3339Nano)}
 	cancelled := contract.Task{ID: "rel-can", Channel: "webhook", Template: "offer", Recipients: people[1:]}
-	submit(t, ts, expiring)
-	submit(t, ts, cancelled)
+	harness.Submit(t, ts, expiring)
+	harness.Submit(t, ts, cancelled)
 	ts.WaitProgress(t, cancelled.ID, 10*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateProcessing }, "processing")
 	time.Sleep(500 * time.Millisecond) // the jobs reach dispatch and wait
 	next := contract.Task{ID: "rel-next", Channel: "webhook", Template: "offer", Recipients: people}
-	submit(t, ts, next)
+	harness.Submit(t, ts, next)
 	for _, to := range []string{"exp-1", "can-1"} {
 		sends, err := counter.Sends(ctx, "webhook", to)
 		require.NoError(t, err)
 		require.Empty(t, sends, "no reservation for %s while its jobs wait for the interval", to)
 	}
-	require.True(t, control(t, ts, cancelled.ID, "cancel").OK)
+	require.True(t, harness.Control(t, ts, cancelled.ID, "cancel").OK)
 	require.Equal(t, contract.StateFailed, ts.WaitFinal(t, expiring.ID, 20*time.Second).State)
-	require.Len(t, eventsOf(ts.Events(t, expiring.ID), contract.EventExpired), 1, "expired events")
+	require.Len(t, harness.EventsOf(ts.Events(t, expiring.ID), contract.EventExpired), 1, "expired events")
 	require.Equal(t, contract.StateCancelled, ts.WaitFinal(t, cancelled.ID, 20*time.Second).State)
 
 	p := ts.WaitFinal(t, next.ID, 30*time.Second)
 	require.Equal(t, [2]int{2, 0}, [2]int{p.Sent, p.Skipped}, "the marketing task submitted during the wait is sent: sent, skipped")
 	var calls []string
-	for _, h := range rec.accepted() {
-		calls = append(calls, h.to)
+	for _, h := range rec.Accepted() {
+		calls = append(calls, h.To)
 	}
 	sort.Strings(calls)
 	require.Equal(t, []string{"can-1", "can-1", "exp-1", "exp-1"}, calls, "the warm-up and the next task reached each recipient")

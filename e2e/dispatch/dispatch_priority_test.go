@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
 
@@ -44,54 +46,54 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 		require.NoError(t, err, "BROADCAST_PRIO_QUEUE")
 	}
 	const nHigh, nLow = 1000, 200
-	e := newDispatchEnv(t, dispatch.Config{})
-	e.ts.PutAccount(t, "prio", prioAccount)
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
+	e.TS.PutAccount(t, "prio", prioAccount)
 	for range 2 {
-		e.startReplica()
+		e.StartReplica()
 	}
 
 	var b strings.Builder
 	for i := range queued {
 		fmt.Fprintf(&b, `{"to":"n-%07d"}`+"\n", i)
 	}
-	putObject(t, e.ts, "lists/bulk.jsonl", b.String())
+	harness.PutObject(t, e.TS, "lists/bulk.jsonl", b.String())
 	bulkAt := time.Now()
-	submit(t, e.ts, `{"id":"bulk","channel":"sandbox","template":"bulk","recipients_object":"lists/bulk.jsonl"}`)
+	harness.Submit(t, e.TS, `{"id":"bulk","channel":"sandbox","template":"bulk","recipients_object":"lists/bulk.jsonl"}`)
 
 	// Wait until every normal job is in the queue (or sent) and the account
 	// is sending: the high task then arrives behind the whole backlog.
 	// Only normal jobs are sent so far.
-	waitCount(t, 3*time.Minute, queued, func() int {
+	harness.WaitCount(t, 3*time.Minute, queued, func() int {
 		time.Sleep(100 * time.Millisecond)
-		pending, inFlight := e.laneDepth("prio", contract.PriorityNormal)
-		return pending + inFlight + e.sendCount()
+		pending, inFlight := laneDepth(e.TS, "prio", contract.PriorityNormal)
+		return pending + inFlight + e.SendCount()
 	}, "normal jobs enqueued")
-	pendingAtSubmit, _ := e.laneDepth("prio", contract.PriorityNormal)
-	t.Logf("%d normal jobs enqueued after %s; %d still queued, %d sent", queued, time.Since(bulkAt).Round(time.Millisecond), pendingAtSubmit, e.sendCount())
+	pendingAtSubmit, _ := laneDepth(e.TS, "prio", contract.PriorityNormal)
+	t.Logf("%d normal jobs enqueued after %s; %d still queued, %d sent", queued, time.Since(bulkAt).Round(time.Millisecond), pendingAtSubmit, e.SendCount())
 	require.Greater(t, pendingAtSubmit, queued/2, "the normal queue is deep when the high task arrives")
 
-	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: recipients("l", nLow)}
-	submit(t, e.ts, low)
-	high := contract.Task{ID: "high", Channel: "sandbox", Template: "high", Priority: contract.PriorityHigh, Recipients: recipients("h", nHigh)}
+	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: pipelinetest.Recipients("l", nLow)}
+	harness.Submit(t, e.TS, low)
+	high := contract.Task{ID: "high", Channel: "sandbox", Template: "high", Priority: contract.PriorityHigh, Recipients: pipelinetest.Recipients("h", nHigh)}
 	submitAt := time.Now()
-	submit(t, e.ts, high)
-	ph := e.ts.WaitFinal(t, high.ID, 30*time.Second)
+	harness.Submit(t, e.TS, high)
+	ph := e.TS.WaitFinal(t, high.ID, 30*time.Second)
 	require.Equal(t, contract.StateSucceeded, ph.State)
 	require.Equal(t, nHigh, ph.Sent)
 
 	// Normal work goes on after the high task; the low task waits behind it.
 	time.Sleep(2 * time.Second)
-	pendingAtEnd, _ := e.laneDepth("prio", contract.PriorityNormal)
-	log := e.sendLog()
+	pendingAtEnd, _ := laneDepth(e.TS, "prio", contract.PriorityNormal)
+	log := e.SendLog()
 	var highs, lows, normals []time.Time
 	for _, s := range log {
-		switch s.to[0] {
+		switch s.To[0] {
 		case 'h':
-			highs = append(highs, s.at)
+			highs = append(highs, s.At)
 		case 'l':
-			lows = append(lows, s.at)
+			lows = append(lows, s.At)
 		case 'n':
-			normals = append(normals, s.at)
+			normals = append(normals, s.At)
 		}
 	}
 	require.Len(t, highs, nHigh, "every high recipient sent once")
@@ -110,11 +112,11 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 			normalAfter++
 		}
 	}
-	all := e.issuePacing(prioRate + prioBurst)
+	all := e.IssuePacing(prioRate + prioBurst)
 	t.Logf("high task: first send %s after submission; %d sends in %s = %.1f/s (%.1f%% of %d/s); normal sends meanwhile %d, after it %d",
 		latency.Round(time.Millisecond), len(highs), last.Sub(first).Round(time.Millisecond), highRate, 100*highRate/prioRate, prioRate, normalDuring, normalAfter)
 	t.Logf("low task: %d sends while normal jobs were queued (%d normal jobs still queued at the end)", len(lows), pendingAtEnd)
-	t.Logf("all sends: %s; sends per replica %v", all, e.sendsBy())
+	t.Logf("all sends: %s; sends per replica %v", all, e.SendsBy())
 
 	require.Less(t, latency, time.Second, "a high task's first send, behind %d queued normal jobs", pendingAtSubmit)
 	require.GreaterOrEqual(t, highRate, prioRateShare()*prioRate, "the high task runs at the account's rate")
@@ -122,8 +124,8 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	require.Greater(t, normalAfter, prioRate/2, "normal work resumes after the high task")
 	require.Positive(t, pendingAtEnd, "normal work was still queued")
 	require.Empty(t, lows, "low work yields while normal work is queued")
-	require.LessOrEqual(t, all.maxInSecond, prioRate+prioBurst, "send starts in any one-second window")
-	require.Zero(t, all.overLimitSecs)
+	require.LessOrEqual(t, all.MaxInSecond, prioRate+prioBurst, "send starts in any one-second window")
+	require.Zero(t, all.OverLimitSecs)
 }
 
 // TestDispatchPriorityLowLast sends a normal task and a low task submitted
@@ -131,46 +133,46 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 // normal one, and the account runs at its rate throughout.
 func TestDispatchPriorityLowLast(t *testing.T) {
 	const nNormal, nLow = 2000, 300
-	e := newDispatchEnv(t, dispatch.Config{})
-	e.ts.PutAccount(t, "prio", prioAccount)
-	e.startReplica()
+	e := harness.NewDispatchEnv(t, dispatch.Config{})
+	e.TS.PutAccount(t, "prio", prioAccount)
+	e.StartReplica()
 
-	normal := contract.Task{ID: "normal", Channel: "sandbox", Template: "normal", Recipients: recipients("n", nNormal)}
-	submit(t, e.ts, normal)
-	waitCount(t, 20*time.Second, 1, func() int { return len(e.sendLog()) }, "normal sends")
-	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: recipients("l", nLow)}
-	submit(t, e.ts, low)
-	pl := e.ts.WaitFinal(t, low.ID, 30*time.Second)
-	pn := e.ts.WaitFinal(t, normal.ID, 5*time.Second)
+	normal := contract.Task{ID: "normal", Channel: "sandbox", Template: "normal", Recipients: pipelinetest.Recipients("n", nNormal)}
+	harness.Submit(t, e.TS, normal)
+	harness.WaitCount(t, 20*time.Second, 1, func() int { return len(e.SendLog()) }, "normal sends")
+	low := contract.Task{ID: "low", Channel: "sandbox", Template: "low", Priority: contract.PriorityLow, Recipients: pipelinetest.Recipients("l", nLow)}
+	harness.Submit(t, e.TS, low)
+	pl := e.TS.WaitFinal(t, low.ID, 30*time.Second)
+	pn := e.TS.WaitFinal(t, normal.ID, 5*time.Second)
 	require.Equal(t, contract.StateSucceeded, pl.State)
 	require.Equal(t, contract.StateSucceeded, pn.State)
 
-	log := e.sendLog()
-	sort.Slice(log, func(i, j int) bool { return log[i].at.Before(log[j].at) })
+	log := e.SendLog()
+	sort.Slice(log, func(i, j int) bool { return log[i].At.Before(log[j].At) })
 	var lastNormal, firstLow time.Time
 	lowBefore := 0
 	for _, s := range log {
-		if s.to[0] == 'n' {
-			lastNormal = s.at
+		if s.To[0] == 'n' {
+			lastNormal = s.At
 		}
 	}
 	for _, s := range log {
-		if s.to[0] == 'l' {
+		if s.To[0] == 'l' {
 			if firstLow.IsZero() {
-				firstLow = s.at
+				firstLow = s.At
 			}
-			if s.at.Before(lastNormal) {
+			if s.At.Before(lastNormal) {
 				lowBefore++
 			}
 		}
 	}
-	all := e.issuePacing(prioRate + prioBurst)
+	all := e.IssuePacing(prioRate + prioBurst)
 	t.Logf("last normal send at +%s, first low send at +%s (%d low sends before the last normal one); all sends: %s",
-		lastNormal.Sub(log[0].at).Round(time.Millisecond), firstLow.Sub(log[0].at).Round(time.Millisecond), lowBefore, all)
+		lastNormal.Sub(log[0].At).Round(time.Millisecond), firstLow.Sub(log[0].At).Round(time.Millisecond), lowBefore, all)
 	require.Zero(t, lowBefore, "low sends before the last normal send")
 	require.Len(t, log, nNormal+nLow)
-	require.LessOrEqual(t, all.maxInSecond, prioRate+prioBurst)
-	require.GreaterOrEqual(t, all.rate, prioRateShare()*prioRate, "the account's rate, whatever the lane")
+	require.LessOrEqual(t, all.MaxInSecond, prioRate+prioBurst)
+	require.GreaterOrEqual(t, all.Rate, prioRateShare()*prioRate, "the account's rate, whatever the lane")
 }
 
 // prioRateShare is the share of the account's rate the priority tests
@@ -184,19 +186,12 @@ func prioRateShare() float64 {
 	return 0.9
 }
 
-// sendCount is how many provider calls the replicas made.
-func (e *dispatchEnv) sendCount() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.sends)
-}
-
 // laneDepth returns the jobs waiting in one lane of an account (not yet
 // delivered) and those delivered but not acknowledged.
-func (e *dispatchEnv) laneDepth(account string, p contract.Priority) (pending, inFlight int) {
+func laneDepth(ts *pipelinetest.Server, account string, p contract.Priority) (pending, inFlight int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := e.ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, p))
+	c, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, p))
 	if err != nil {
 		return 0, 0
 	}

@@ -1,4 +1,4 @@
-package e2e
+package dispatch
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/e2e/harness"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 )
@@ -32,12 +33,12 @@ func capReachedAt(t *testing.T, ts *pipelinetest.Server, taskID string) time.Tim
 func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gw, rec := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gw, rec := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
 	fields := `"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":%d`
-	ts.PutAccount(t, "cap-a", webhookAccount(rec.URL, fmt.Sprintf(fields, 40)))
+	ts.PutAccount(t, "cap-a", harness.WebhookAccount(rec.URL, fmt.Sprintf(fields, 40)))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
-	task := contract.Task{ID: "capwake", Channel: "webhook", Template: "hi {{.to}}", Recipients: recipients("w", 100)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "capwake", Channel: "webhook", Template: "hi {{.to}}", Recipients: pipelinetest.Recipients("w", 100)}
+	harness.Submit(t, ts, task)
 
 	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
 		return strings.Contains(p.Error, "daily_cap 40 reached")
@@ -54,10 +55,10 @@ func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 	require.Contains(t, p.Error, "daily_cap 40 reached", "the reason stays while recipients wait")
 
 	edited := time.Now()
-	ts.PutAccount(t, "cap-a", webhookAccount(rec.URL, fmt.Sprintf(fields, 200)))
+	ts.PutAccount(t, "cap-a", harness.WebhookAccount(rec.URL, fmt.Sprintf(fields, 200)))
 	p = ts.WaitFinal(t, task.ID, 15*time.Second)
-	acc := rec.accepted()
-	last := acc[len(acc)-1].at
+	acc := rec.Accepted()
+	last := acc[len(acc)-1].At
 	t.Logf("cap raised to 200: the remaining 60 sent %s after the edit; state %s sent %d, error %q",
 		last.Sub(edited).Round(time.Millisecond), p.State, p.Sent, p.Error)
 	require.Equal(t, contract.StateSucceeded, p.State)
@@ -77,13 +78,13 @@ func TestDispatchDailyCapSaysWhyAndWakesOnEdit(t *testing.T) {
 func TestDispatchDailyCapMovesToCapacity(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	gwA, recA := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	gwB, recB := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
-	ts.PutAccount(t, "cm-a", webhookAccount(recA.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
-	ts.PutAccount(t, "cm-b", webhookAccount(recB.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
+	gwA, recA := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gwB, recB := harness.StartRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	ts.PutAccount(t, "cm-a", harness.WebhookAccount(recA.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
+	ts.PutAccount(t, "cm-b", harness.WebhookAccount(recB.URL, `"rate_per_sec":200,"burst":10,"concurrency":4,"daily_cap":60`))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
-	task := contract.Task{ID: "capmove", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"cm-a", "cm-b"}, Recipients: recipients("m", 120)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "capmove", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"cm-a", "cm-b"}, Recipients: pipelinetest.Recipients("m", 120)}
+	harness.Submit(t, ts, task)
 	p := ts.WaitFinal(t, task.ID, 30*time.Second)
 	la, lb := gwA.Ledger(), gwB.Ledger()
 	t.Logf("pool of two capped accounts: cm-a sent %d, cm-b sent %d (caps 60 each); %d daily_cap waits; state %s",
@@ -101,23 +102,23 @@ func TestDispatchDailyCapMovesToCapacity(t *testing.T) {
 func TestDispatchHeldJobsWakeWhenAccountEnabled(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	_, recA := startRecordedGateway(t, gateway.Config{Seed: 1}, 0)
-	gwB, recB := startRecordedGateway(t, gateway.Config{Seed: 2}, 0)
-	ts.PutAccount(t, "en-a", webhookAccount(recA.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":20`))
+	_, recA := harness.StartRecordedGateway(t, gateway.Config{Seed: 1}, 0)
+	gwB, recB := harness.StartRecordedGateway(t, gateway.Config{Seed: 2}, 0)
+	ts.PutAccount(t, "en-a", harness.WebhookAccount(recA.URL, `"rate_per_sec":100,"burst":10,"concurrency":4,"daily_cap":20`))
 	off := `"rate_per_sec":100,"burst":10,"concurrency":4,"enabled":false`
-	ts.PutAccount(t, "en-b", webhookAccount(recB.URL, off))
+	ts.PutAccount(t, "en-b", harness.WebhookAccount(recB.URL, off))
 	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{})
-	task := contract.Task{ID: "enwake", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"en-a", "en-b"}, Recipients: recipients("e", 60)}
-	submit(t, ts, task)
+	task := contract.Task{ID: "enwake", Channel: "webhook", Template: "hi {{.to}}", Accounts: []string{"en-a", "en-b"}, Recipients: pipelinetest.Recipients("e", 60)}
+	harness.Submit(t, ts, task)
 	p := ts.WaitProgress(t, task.ID, 20*time.Second, func(p *contract.Progress) bool {
 		return p.Sent == 20 && p.Retrying == 40 && strings.Contains(p.Error, "daily_cap")
 	}, "20 sent, 40 waiting for the cap")
 	enabled := time.Now()
-	ts.PutAccount(t, "en-b", webhookAccount(recB.URL, strings.Replace(off, "false", "true", 1)))
+	ts.PutAccount(t, "en-b", harness.WebhookAccount(recB.URL, strings.Replace(off, "false", "true", 1)))
 	p = ts.WaitFinal(t, task.ID, 15*time.Second)
-	acc := recB.accepted()
+	acc := recB.Accepted()
 	require.NotEmpty(t, acc)
-	last := acc[len(acc)-1].at
+	last := acc[len(acc)-1].At
 	t.Logf("second account enabled: %d sent through it, the last %s after the edit; state %s",
 		len(acc), last.Sub(enabled).Round(time.Millisecond), p.State)
 	require.Equal(t, contract.StateSucceeded, p.State)

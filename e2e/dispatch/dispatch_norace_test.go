@@ -1,6 +1,6 @@
 //go:build !race
 
-package e2e
+package dispatch
 
 // raceDetector reports a -race build (see dispatch_race_test.go).
 const raceDetector = false
