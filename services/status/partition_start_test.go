@@ -55,8 +55,18 @@ func TestNewPartitionsStartWhereTheFoldStopped(t *testing.T) {
 		}
 		return c.CachedInfo()
 	}
-	run(1, func() bool { i := consumer(contract.ConsumerStatus); return i != nil && i.AckFloor.Stream == last })
-	run(4, func() bool { return consumer("status-3-of-4") != nil })
+	run(1, func() bool { i := consumer(contract.ConsumerStatus); return i != nil && i.AckFloor.Stream == last }) // acked: it folds
+	leases, err := ts.JS.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	// Stopped once it folds every partition, not while it still starts.
+	run(4, func() bool {
+		for k := range 4 {
+			if _, err := leases.Get(ctx, status.FoldLeaseKey(k, 4)); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 	for k := range 4 {
 		i := consumer(fmt.Sprintf("status-%d-of-4", k))
 		require.NotNil(t, i, "partition %d", k)
