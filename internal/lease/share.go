@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -169,6 +170,10 @@ func (f *FairShare) Released() {
 	f.owned--
 	f.mu.Unlock()
 }
+
+// ErrGiveBack ends a worker's session whose lease it hands to a replica
+// holding fewer (ShouldGiveBack).
+var ErrGiveBack = errors.New("handing the lease to a replica holding fewer")
 
 // ShouldGiveBack reports whether the calling worker should hand its lease
 // to another replica, because this process holds more than its share; if

@@ -282,7 +282,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 			case <-t.C:
 				if r.svc.share.ShouldGiveBack() {
 					gaveBack = true
-					end(errGiveBack)
+					end(lease.ErrGiveBack)
 					return
 				}
 			}

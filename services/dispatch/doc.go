@@ -245,9 +245,8 @@
 //   - lease.go: waiting for the account's lease and keeping it while sending.
 //   - idle.go: sleeping accounts without work (no lease, no pull), waking
 //     them when the lane finder shows jobs, ending idle sessions.
-//   - inflight.go: the replica's in-flight budget, and errGiveBack (an
-//     account handed to a replica with fewer; the share itself is
-//     lease.FairShare).
+//   - inflight.go: the replica's in-flight budget (the share of the
+//     accounts over replicas is lease.FairShare).
 //   - sched.go: priority and the in-flight cap.
 //   - live.go: the JOBS messages being handled here, so a redelivery
 //     that comes while its earlier delivery is still handled is left to it.

@@ -1,13 +1,6 @@
 package dispatch
 
-import (
-	"context"
-	"errors"
-)
-
-// errGiveBack ends a session whose account goes to a replica with fewer
-// accounts (lease.FairShare).
-var errGiveBack = errors.New("handing the account to a replica with fewer accounts")
+import "context"
 
 // inFlightSlot is one of the replica's Config.MaxInFlight slots.
 type inFlightSlot struct {

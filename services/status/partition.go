@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -105,14 +104,6 @@ func (p *partition) mayWrite() bool {
 	return l != nil && l.Valid()
 }
 
-// label names the partition in logs ("" with one).
-func (p *partition) label() string {
-	if p.n == 1 {
-		return ""
-	}
-	return strconv.Itoa(p.k) + " of " + strconv.Itoa(p.n)
-}
-
 // consumerConfig is the partition's consumer of EVENTS, starting after
 // start when it is not 0 (see startAfter).
 func (p *partition) consumerConfig(start uint64) jetstream.ConsumerConfig {
@@ -199,10 +190,6 @@ func (s *Service) foreignLayout(ctx context.Context) (string, error) {
 	}
 	return "", nil
 }
-
-// errGiveBack ends the fold of a partition this process hands to a
-// status process holding fewer.
-var errGiveBack = errors.New("handing the partition to a status process with fewer")
 
 // shareCheck is how often a folding partition asks whether this process
 // holds more than its share.

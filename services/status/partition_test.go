@@ -29,7 +29,8 @@ func TestPartitionNames(t *testing.T) {
 }
 
 // TestPartitionOfSpreadsTasksAndOwnsEachOnce: every task belongs to
-// exactly one partition, the same every time, and ids spread evenly.
+// exactly one partition, ids spread evenly, and the hash does not change
+// (a running fold would split a task between two partitions).
 func TestPartitionOfSpreadsTasksAndOwnsEachOnce(t *testing.T) {
 	const n, tasks = 4, 4000
 	parts := newPartitions(n)
@@ -44,8 +45,10 @@ func TestPartitionOfSpreadsTasksAndOwnsEachOnce(t *testing.T) {
 			}
 		}
 		require.Equal(t, 1, owners, id)
-		require.Equal(t, PartitionOf(id, n), PartitionOf(id, n))
 		require.Zero(t, PartitionOf(id, 1))
+	}
+	for id, k := range map[string]int{"parts-0": 0, "parts-3": 1, "parts-6": 2, "parts-9": 3} {
+		require.Equal(t, k, PartitionOf(id, n), id)
 	}
 	for k, c := range count {
 		require.InDelta(t, tasks/n, c, tasks/n/5, "partition %d has %d of %d tasks", k, c, tasks)

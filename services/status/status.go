@@ -171,12 +171,12 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) runPartition(ctx context.Context, p *partition, cons jetstream.Consumer, l *lease.Lease) {
 	log := s.log
 	if p.n > 1 {
-		log = log.With("partition", p.label())
+		log = log.With("partition", fmt.Sprintf("%d of %d", p.k, p.n))
 	}
 	released := s.watchFoldLease(ctx, p, log)
 	for s.acquireFold(ctx, p, l, released, log) {
 		err := s.foldWhileHeld(ctx, p, cons, l)
-		if s.share != nil && !errors.Is(err, errGiveBack) {
+		if s.share != nil && !errors.Is(err, lease.ErrGiveBack) {
 			s.share.Released()
 		}
 		if ctx.Err() != nil {
@@ -265,7 +265,7 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 		case <-shareCheckC:
 			if s.share.ShouldGiveBack() {
 				leave() // ShouldGiveBack counted the partition as released
-				return errGiveBack
+				return lease.ErrGiveBack
 			}
 		case m := <-msgs:
 			if err := s.fold(ctx, p, m); err != nil {
