@@ -21,7 +21,8 @@ import (
 	"github.com/broadcastd/broadcast/internal/fakes"
 )
 
-// smtpSinkChildEnv makes TestSMTPBenchSink serve instead of skipping.
+// smtpSinkChildEnv makes TestSMTPBenchSink serve instead of skipping:
+// "1" offers PIPELINING, "serial" does not.
 const smtpSinkChildEnv = "BROADCAST_SMTP_BENCH_SINK"
 
 // TestSMTPBenchSink is the benchmark's SMTP server when the test binary
@@ -31,10 +32,11 @@ const smtpSinkChildEnv = "BROADCAST_SMTP_BENCH_SINK"
 // each line "cpu" on stdin with "cpu NS ACCEPTED" (its user+system CPU
 // time and the messages it accepted), and exits when stdin closes.
 func TestSMTPBenchSink(t *testing.T) {
-	if os.Getenv(smtpSinkChildEnv) != "1" {
+	mode := os.Getenv(smtpSinkChildEnv)
+	if mode != "1" && mode != "serial" {
 		t.Skip("the SMTP benchmark's child process")
 	}
-	sink, err := fakes.StartSMTP(fakes.SMTPConfig{Discard: true})
+	sink, err := fakes.StartSMTP(fakes.SMTPConfig{Discard: true, NoPipelining: mode == "serial"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +67,14 @@ type smtpBenchSink struct {
 	port int
 }
 
-func startSMTPBenchSink(b *testing.B) *smtpBenchSink {
+func startSMTPBenchSink(b *testing.B, pipelining bool) *smtpBenchSink {
 	b.Helper()
+	mode := "1"
+	if !pipelining {
+		mode = "serial"
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSMTPBenchSink$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), smtpSinkChildEnv+"=1")
+	cmd.Env = append(os.Environ(), smtpSinkChildEnv+"="+mode)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -117,20 +123,27 @@ func (s *smtpBenchSink) cpu(b *testing.B) (time.Duration, int) {
 // has concurrency conc. Besides ns/op and allocs/op it reports the CPU
 // time per message of this process (client-µs/msg: the sender, its
 // connections and the benchmark loop) and of the sink (sink-µs/msg).
+// Each case runs against a sink without PIPELINING (serial: go-mail's
+// transaction) and then one with it (pipelined), one after the other.
 //
 //	go test -run '^$' -bench BenchmarkSMTPSend -benchtime 20000x ./channels
 func BenchmarkSMTPSend(b *testing.B) {
-	sink := startSMTPBenchSink(b)
-	for _, bc := range []struct {
-		name string
-		conc int
-		html bool
-	}{
-		{"plain/conc=1", 1, false},
-		{"plain/conc=4", 4, false},
-		{"plain/conc=16", 16, false},
-		{"html/conc=4", 4, true},
-	} {
+	sinks := map[bool]*smtpBenchSink{false: startSMTPBenchSink(b, false), true: startSMTPBenchSink(b, true)}
+	type benchCase struct {
+		name       string
+		conc       int
+		html       bool
+		pipelining bool
+	}
+	var cases []benchCase
+	for _, c := range []benchCase{{"plain/conc=1", 1, false, false}, {"plain/conc=4", 4, false, false},
+		{"plain/conc=16", 16, false, false}, {"html/conc=4", 4, true, false}} {
+		serial, pipelined := c, c
+		serial.name, pipelined.name, pipelined.pipelining = "serial/"+c.name, "pipelined/"+c.name, true
+		cases = append(cases, serial, pipelined)
+	}
+	for _, bc := range cases {
+		sink := sinks[bc.pipelining]
 		b.Run(bc.name, func(b *testing.B) {
 			js := fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 				"from":"Bench <bench@example.org>","subject":"Hello","html":%t,"concurrency":%d}`,

@@ -35,20 +35,36 @@ type smtpServer struct {
 	// greeting, mailReply, dataReply replace the normal reply when set;
 	// dataReply "stall" never answers the message.
 	greeting, mailReply, dataReply string
+	// once limits mailReply and dataReply to the server's first
+	// transaction.
+	once bool
 	// rcptReply replaces the reply to RCPT for the given addresses.
 	rcptReply map[string]string
 	// closeAfter closes a connection after that many messages, like a
 	// server's idle timeout would.
 	closeAfter int
+	// pipelining offers PIPELINING (RFC 2920); replies then wait until
+	// every command received so far is answered, as Postfix's do.
+	pipelining bool
+	// lenientData answers DATA with 354 even when no recipient was
+	// accepted (the quirk RFC 2920 section 3.1 tells clients to expect),
+	// and refuses the message that follows.
+	lenientData bool
 
 	ln       net.Listener
 	port     int
 	accepted atomic.Int32
 	quits    atomic.Int32
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    []net.Conn
-	mails    []receivedMail
+	// grouped counts MAIL commands that arrived with the next command
+	// already in the same read: pipelined transactions.
+	grouped atomic.Int32
+	resets  atomic.Int32
+	// transactions counts MAIL commands.
+	transactions atomic.Int32
+	wg           sync.WaitGroup
+	mu           sync.Mutex
+	conns        []net.Conn
+	mails        []receivedMail
 }
 
 type receivedMail struct {
@@ -104,7 +120,13 @@ func (s *smtpServer) received() []receivedMail {
 
 func (s *smtpServer) serve(c net.Conn) {
 	tp := textproto.NewConn(c)
-	reply := func(line string) bool { return tp.PrintfLine("%s", line) == nil }
+	reply := func(line string) bool {
+		_, _ = tp.W.WriteString(line + "\r\n")
+		if s.pipelining && tp.R.Buffered() > 0 {
+			return true
+		}
+		return tp.W.Flush() == nil
+	}
 	if s.greeting != "" {
 		reply(s.greeting)
 		return
@@ -112,6 +134,7 @@ func (s *smtpServer) serve(c net.Conn) {
 	reply("220 test.local ESMTP ready")
 	var from string
 	var to []string
+	inMail := false
 	delivered := 0
 	for {
 		line, err := tp.ReadLine()
@@ -121,7 +144,11 @@ func (s *smtpServer) serve(c net.Conn) {
 		verb, arg, _ := strings.Cut(line, " ")
 		switch strings.ToUpper(verb) {
 		case "EHLO":
+			from, to, inMail = "", nil, false
 			lines := []string{"250-test.local", "250-8BITMIME", "250-ENHANCEDSTATUSCODES"}
+			if s.pipelining {
+				lines = append(lines, "250-PIPELINING")
+			}
 			if s.user != "" {
 				lines = append(lines, "250-AUTH PLAIN")
 			}
@@ -139,13 +166,25 @@ func (s *smtpServer) serve(c net.Conn) {
 				reply("535 5.7.8 Authentication credentials invalid")
 			}
 		case "MAIL":
-			if s.mailReply != "" {
+			if tp.R.Buffered() > 0 {
+				s.grouped.Add(1)
+			}
+			if inMail {
+				reply("503 5.5.1 Error: nested MAIL command")
+				continue
+			}
+			first := s.transactions.Add(1) == 1
+			if s.mailReply != "" && (first || !s.once) {
 				reply(s.mailReply)
 				continue
 			}
-			from, to = addrArg(arg), nil
+			from, to, inMail = addrArg(arg), nil, true
 			reply("250 2.1.0 Ok")
 		case "RCPT":
+			if !inMail {
+				reply("503 5.5.1 Error: need MAIL command")
+				continue
+			}
 			addr := addrArg(arg)
 			if r := s.rcptReply[addr]; r != "" {
 				reply(r)
@@ -154,7 +193,7 @@ func (s *smtpServer) serve(c net.Conn) {
 			to = append(to, addr)
 			reply("250 2.1.5 Ok")
 		case "DATA":
-			if len(to) == 0 {
+			if len(to) == 0 && !s.lenientData {
 				reply("503 5.5.1 Error: need RCPT command")
 				continue
 			}
@@ -163,12 +202,18 @@ func (s *smtpServer) serve(c net.Conn) {
 			if err != nil {
 				return
 			}
-			if s.dataReply == "stall" {
+			if len(to) == 0 {
+				reply("554 5.5.1 Error: no valid recipients")
+				from, inMail = "", false
+				continue
+			}
+			refuse := s.dataReply != "" && (s.transactions.Load() == 1 || !s.once)
+			if refuse && s.dataReply == "stall" {
 				continue // never answer; the next read ends when the client hangs up
 			}
-			if s.dataReply != "" {
+			if refuse {
 				reply(s.dataReply)
-				from, to = "", nil
+				from, to, inMail = "", nil, false
 				continue
 			}
 			s.mu.Lock()
@@ -176,13 +221,14 @@ func (s *smtpServer) serve(c net.Conn) {
 			n := len(s.mails)
 			s.mu.Unlock()
 			reply("250 2.0.0 Ok: queued as Q" + strconv.Itoa(n))
-			from, to = "", nil
+			from, to, inMail = "", nil, false
 			delivered++
 			if s.closeAfter > 0 && delivered >= s.closeAfter {
 				return
 			}
 		case "RSET":
-			from, to = "", nil
+			s.resets.Add(1)
+			from, to, inMail = "", nil, false
 			reply("250 2.0.0 Ok")
 		case "NOOP":
 			reply("250 2.0.0 Ok")
@@ -203,6 +249,17 @@ func addrArg(arg string) string {
 		return ""
 	}
 	return arg[start+1 : end]
+}
+
+// eachTransaction runs test against a server without PIPELINING (go-mail's
+// transaction, a round trip per command) and one with it (pipelined).
+func eachTransaction(t *testing.T, test func(t *testing.T, pipelining bool)) {
+	for _, pipelining := range []bool{false, true} {
+		t.Run(map[bool]string{false: "serial", true: "pipelined"}[pipelining], func(t *testing.T) {
+			t.Parallel()
+			test(t, pipelining)
+		})
+	}
 }
 
 func smtpAccount(t *testing.T, srv *smtpServer, extra string) *contract.Account {
@@ -293,7 +350,11 @@ func TestSMTPNewSenderValidation(t *testing.T) {
 
 func TestSMTPSendPlain(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{}).start(t)
+	eachTransaction(t, testSMTPSendPlain)
+}
+
+func testSMTPSendPlain(t *testing.T, pipelining bool) {
+	srv := (&smtpServer{pipelining: pipelining}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	body := "Hello Li,\n你好！Your code is X-1."
@@ -379,7 +440,11 @@ func TestSMTPAuth(t *testing.T) {
 
 func TestSMTPConnectionReuse(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{}).start(t)
+	eachTransaction(t, testSMTPConnectionReuse)
+}
+
+func testSMTPConnectionReuse(t *testing.T, pipelining bool) {
+	srv := (&smtpServer{pipelining: pipelining}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	for i := range 5 {
@@ -391,6 +456,12 @@ func TestSMTPConnectionReuse(t *testing.T) {
 
 	require.Len(t, srv.received(), 7)
 	require.EqualValues(t, 1, srv.accepted.Load(), "every Send reuses the one connection")
+	if pipelining {
+		require.EqualValues(t, 7, srv.grouped.Load(), "MAIL, RCPT and DATA of each message arrive together")
+	} else {
+		require.Zero(t, srv.grouped.Load(), "one command at a time")
+	}
+	require.Zero(t, srv.resets.Load(), "a finished transaction needs no RSET")
 
 	require.NoError(t, s.(io.Closer).Close())
 	require.Eventually(t, func() bool { return srv.quits.Load() == 1 }, 5*time.Second, 10*time.Millisecond, "Close says QUIT")
@@ -422,7 +493,11 @@ func TestSMTPPoolBoundedByConcurrency(t *testing.T) {
 
 func TestSMTPRedialsAfterServerClosed(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{closeAfter: 1}).start(t)
+	eachTransaction(t, testSMTPRedialsAfterServerClosed)
+}
+
+func testSMTPRedialsAfterServerClosed(t *testing.T, pipelining bool) {
+	srv := (&smtpServer{closeAfter: 1, pipelining: pipelining}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	for i := range 3 {
@@ -435,11 +510,25 @@ func TestSMTPRedialsAfterServerClosed(t *testing.T) {
 
 func TestSMTPReplyClasses(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{rcptReply: map[string]string{
+	eachTransaction(t, func(t *testing.T, pipelining bool) { testSMTPReplyClasses(t, pipelining) })
+	// A server that answers DATA with 354 after refusing every recipient
+	// gets an empty message's end and a RSET, and keeps the connection.
+	t.Run("pipelined/lenient data", func(t *testing.T) {
+		t.Parallel()
+		testSMTPReplyClasses(t, true, func(s *smtpServer) { s.lenientData = true })
+	})
+}
+
+func testSMTPReplyClasses(t *testing.T, pipelining bool, quirks ...func(*smtpServer)) {
+	srv := &smtpServer{pipelining: pipelining, rcptReply: map[string]string{
 		"busy@example.com":   "450 4.2.1 Mailbox busy, try again later",
 		"nouser@example.com": "550 5.1.1 No such user",
 		"full@example.com":   "452 4.2.2 Mailbox full",
-	}}).start(t)
+	}}
+	for _, q := range quirks {
+		q(srv)
+	}
+	srv.start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	rs := s.Send(context.Background(), []Message{
@@ -459,6 +548,7 @@ func TestSMTPReplyClasses(t *testing.T) {
 	require.Equal(t, "452", rs[3].Code)
 	require.Len(t, srv.received(), 1)
 	require.EqualValues(t, 1, srv.accepted.Load(), "rejected recipients do not cost the connection")
+	require.EqualValues(t, 3, srv.resets.Load(), "each refused transaction is reset")
 }
 
 func TestSMTPTransactionFailures(t *testing.T) {
@@ -480,14 +570,25 @@ func TestSMTPTransactionFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := tt.srv.start(t)
-			s := smtpSenderFor(t, smtpAccount(t, srv, ""))
-			rs := s.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi")})
-			require.Equal(t, tt.class, rs[0].Class, "%+v", rs[0])
-			require.Equal(t, tt.code, rs[0].Code)
-			require.NotEmpty(t, rs[0].Err)
-			require.Empty(t, rs[0].ProviderID)
-			require.Empty(t, srv.received())
+			eachTransaction(t, func(t *testing.T, pipelining bool) {
+				srv := &smtpServer{greeting: tt.srv.greeting, mailReply: tt.srv.mailReply, dataReply: tt.srv.dataReply,
+					pipelining: pipelining, once: true}
+				srv.start(t)
+				s := smtpSenderFor(t, smtpAccount(t, srv, ""))
+				rs := s.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi")})
+				require.Equal(t, tt.class, rs[0].Class, "%+v", rs[0])
+				require.Equal(t, tt.code, rs[0].Code)
+				require.NotEmpty(t, rs[0].Err)
+				require.Empty(t, rs[0].ProviderID)
+				require.Empty(t, srv.received())
+				if tt.class == contract.ClassAccountFatal || tt.srv.greeting != "" {
+					return
+				}
+				// A refused transaction leaves the connection fit for the next.
+				rs = s.Send(context.Background(), []Message{mailTo("t1.1", "li@example.com", "hi")})
+				require.True(t, rs[0].OK(), "%+v", rs[0])
+				require.Len(t, srv.received(), 1)
+			})
 		})
 	}
 }
@@ -517,7 +618,11 @@ func TestSMTPCancelledContext(t *testing.T) {
 
 func TestSMTPContextEndsStalledSend(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{dataReply: "stall"}).start(t)
+	eachTransaction(t, testSMTPContextEndsStalledSend)
+}
+
+func testSMTPContextEndsStalledSend(t *testing.T, pipelining bool) {
+	srv := (&smtpServer{dataReply: "stall", pipelining: pipelining}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, "")) // timeout 5s
 
 	for i := range 2 {

@@ -21,6 +21,10 @@ type SMTPConfig struct {
 	// Discard counts accepted messages without keeping them, for long
 	// benchmark runs; Received is then empty.
 	Discard bool
+	// NoPipelining leaves PIPELINING (RFC 2920) out of the EHLO reply,
+	// as a server without it would; by default it is offered, as
+	// Postfix, Exim and the big providers' submission servers do.
+	NoPipelining bool
 }
 
 // Mail is one message an SMTP fake received.
@@ -34,7 +38,10 @@ type Mail struct {
 
 // SMTP is just enough of an SMTP server for a sender under test: EHLO,
 // HELO, MAIL, RCPT, DATA, RSET, NOOP and QUIT on a loopback port, without
-// TLS or AUTH.
+// TLS or AUTH. Like a real server it keeps the commands' order (RCPT
+// needs MAIL, DATA an accepted recipient) and, with pipelining, holds its
+// replies until it has answered every command already received, so a
+// pipelined group's replies leave in one write.
 type SMTP struct {
 	cfg SMTPConfig
 	ln  net.Listener
@@ -116,8 +123,22 @@ func (s *SMTP) serve(c net.Conn) {
 		s.mu.Unlock()
 	}()
 	tp := textproto.NewConn(c)
-	_ = tp.PrintfLine("220 fake ESMTP")
+	// reply writes one reply and sends what is written once no command
+	// waits to be read.
+	reply := func(line string) {
+		_, _ = tp.W.WriteString(line)
+		_, _ = tp.W.WriteString("\r\n")
+		if tp.R.Buffered() == 0 {
+			_ = tp.W.Flush()
+		}
+	}
+	ehlo := "250-fake\r\n250-PIPELINING\r\n250 8BITMIME"
+	if s.cfg.NoPipelining {
+		ehlo = "250-fake\r\n250 8BITMIME"
+	}
+	reply("220 fake ESMTP")
 	var m Mail
+	inMail := false
 	for {
 		line, err := tp.ReadLine()
 		if err != nil {
@@ -126,36 +147,53 @@ func (s *SMTP) serve(c net.Conn) {
 		verb, arg, _ := strings.Cut(line, " ")
 		switch strings.ToUpper(verb) {
 		case "EHLO", "HELO":
-			_ = tp.PrintfLine("250-fake\r\n250 8BITMIME")
+			m, inMail = Mail{}, false
+			reply(ehlo)
 		case "MAIL":
-			m = Mail{At: time.Now()}
-			_ = tp.PrintfLine("250 Ok")
+			if inMail {
+				reply("503 5.5.1 Error: nested MAIL command")
+				continue
+			}
+			m, inMail = Mail{At: time.Now()}, true
+			reply("250 Ok")
 		case "RSET":
-			m = Mail{}
-			_ = tp.PrintfLine("250 Ok")
+			m, inMail = Mail{}, false
+			reply("250 Ok")
 		case "NOOP":
-			_ = tp.PrintfLine("250 Ok")
+			reply("250 Ok")
 		case "RCPT":
+			if !inMail {
+				reply("503 5.5.1 Error: need MAIL command")
+				continue
+			}
 			addr := strings.Trim(strings.TrimPrefix(arg, "TO:"), "<> ")
 			if s.cfg.Rcpt != nil {
-				if reply := s.cfg.Rcpt(addr); reply != "" {
-					_ = tp.PrintfLine("%s", reply)
+				if r := s.cfg.Rcpt(addr); r != "" {
+					reply(r)
 					continue
 				}
 			}
 			m.To = append(m.To, addr)
-			_ = tp.PrintfLine("250 Ok")
+			reply("250 Ok")
 		case "DATA":
-			_ = tp.PrintfLine("354 go ahead")
+			if !inMail {
+				reply("503 5.5.1 Error: need RCPT command")
+				continue
+			}
+			if len(m.To) == 0 {
+				reply("554 5.5.1 Error: no valid recipients")
+				continue
+			}
+			reply("354 go ahead")
 			if m.Data, err = tp.ReadDotBytes(); err != nil {
 				return
 			}
-			reply := ""
+			answer := ""
 			if s.cfg.Data != nil {
-				reply = s.cfg.Data(m)
+				answer = s.cfg.Data(m)
 			}
-			if reply != "" {
-				_ = tp.PrintfLine("%s", reply)
+			if answer != "" {
+				reply(answer)
 			} else {
 				s.mu.Lock()
 				s.accepted++
@@ -163,14 +201,14 @@ func (s *SMTP) serve(c net.Conn) {
 					s.mails = append(s.mails, m)
 				}
 				s.mu.Unlock()
-				_ = tp.PrintfLine("250 queued")
+				reply("250 queued")
 			}
-			m = Mail{}
+			m, inMail = Mail{}, false
 		case "QUIT":
-			_ = tp.PrintfLine("221 bye")
+			reply("221 bye")
 			return
 		default:
-			_ = tp.PrintfLine("502 unknown")
+			reply("502 unknown")
 		}
 	}
 }
