@@ -1,11 +1,13 @@
 package crosstask
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -135,33 +137,65 @@ func TestDigestWithoutWindowSendsAlone(t *testing.T) {
 	require.Equal(t, 10, gw.Ledger().Requests)
 }
 
-// TestDigestBacklogRule: on an account with digest_backlog 5, tasks with a
-// digest_key and no window merge (with dispatch's DigestWindow) while more
-// than 5 jobs are queued on it. The account is disabled while the tasks
-// are queued, so its backlog is 30 when it is enabled.
+// TestDigestBacklogRule: on an account with digest_backlog 5, a job of a
+// task with a digest_key and no window merges (with dispatch's
+// DigestWindow) when more than 5 jobs are queued on the account as it is
+// delivered, and goes alone otherwise. The jobs are queued before a
+// dispatch replica starts, in this order: three such tasks to ten
+// recipients (each job with at least ten more behind it: 10 digests of
+// 3), ten jobs of a task without a key (alone), and last two more jobs
+// with the key to two of the recipients (at most 1 behind each and 4
+// being handled, the account's concurrency: alone, beside their
+// recipients' open digests). Queued while dispatch
+// runs, a burst's first and last jobs would meet a queue of any length
+// and the counts would be a race.
 func TestDigestBacklogRule(t *testing.T) {
 	t.Parallel()
-	ts := pipelinetest.Start(t)
+	cfg := harness.FastRetries().Dispatch
+	cfg.DigestWindow = 5 * time.Second // the tail is delivered before the first carrier is back
+	e := harness.NewDispatchEnv(t, cfg)
 	gw := harness.StartGateway(t, harness.GatewayOK())
-	account := `"rate_per_sec":200,"burst":20,"concurrency":4,"digest_backlog":5`
-	ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, account+`,"enabled":false`))
-	cfg := harness.FastRetries()
-	cfg.Dispatch.DigestWindow = 2 * time.Second
-	pipelinetest.StartPipeline(t, ts, cfg)
+	e.TS.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, `"rate_per_sec":200,"burst":20,"concurrency":4,"digest_backlog":5`))
+	queue := func(n int, tasks ...contract.Task) {
+		t.Helper()
+		for _, task := range tasks {
+			harness.Submit(t, e.TS, task)
+		}
+		natstest.Eventually(t, 20*time.Second, func() bool { return queuedJobs(t, e.TS, "hook") == n }, "%d jobs queued", n)
+	}
 	merged := []string{"db-a", "db-b", "db-c"}
-	for _, id := range merged {
-		harness.Submit(t, ts, digestTask(id, "u", 10, "news", ""))
+	queue(30, digestTask("db-a", "u", 10, "news", ""), digestTask("db-b", "u", 10, "news", ""), digestTask("db-c", "u", 10, "news", ""))
+	plain := digestTask("db-plain", "w", 10, "", "")
+	plain.DigestTemplate = ""
+	queue(40, plain)
+	queue(42, digestTask("db-tail", "u", 2, "news", ""))
+	e.StartReplica()
+
+	for _, id := range append(merged, "db-plain") {
+		require.Equal(t, 10, e.TS.WaitFinal(t, id, 40*time.Second).Sent, "%s sent", id)
 	}
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		return totals(t, ts, merged) == 30
-	}, "tasks accepted")
-	time.Sleep(time.Second) // rendered and queued
-	ts.PutAccount(t, "hook", harness.WebhookAccount(gw.URL, account))
-	for _, id := range merged {
-		require.Equal(t, 10, ts.WaitFinal(t, id, 30*time.Second).Sent, "%s sent", id)
+	require.Equal(t, 2, e.TS.WaitFinal(t, "db-tail", 40*time.Second).Sent, "db-tail sent")
+	time.Sleep(500 * time.Millisecond) // nothing more may arrive
+	require.Equal(t, 10+10+2, gw.Ledger().Requests, "10 digests of 3, 10 jobs without a key, 2 jobs at the queue's tail alone")
+	checkDigests(t, e.TS, gw, merged, 10)
+	for _, id := range []string{"db-plain", "db-tail"} {
+		for _, ev := range harness.EventsOf(e.TS.Events(t, id), contract.EventSent) {
+			require.Empty(t, ev.CarriedBy, "%s to %s was sent alone", id, ev.To)
+		}
 	}
-	require.Equal(t, 10, gw.Ledger().Requests, "one digest per recipient while the backlog was above 5")
-	checkDigests(t, ts, gw, merged, 10)
+}
+
+// queuedJobs is how many normal jobs JOBS holds for account.
+func queuedJobs(t *testing.T, ts *pipelinetest.Server, account string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := ts.JS.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	subject := contract.JobSubject(account, contract.PriorityNormal)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	require.NoError(t, err)
+	return int(info.State.Subjects[subject])
 }
 
 // TestDigestSurvivesDispatchRestart stops the only dispatch replica in the

@@ -241,14 +241,31 @@ func (r *accountRunner) digestWait(ctx context.Context, d *delivery) error {
 // digestWindow is how long job's digest gathers: the task's digest_window,
 // else Config.DigestWindow while the account's backlog is above its
 // digest_backlog, else 0 (sent alone).
+//
+// The backlog is the normal lane's jobs not yet acknowledged. For a job
+// of that lane it is the count its own delivery carries (d.queued), as
+// current as the delivery and free: a depth looked up once and kept for
+// a second sent a whole burst alone when it was read at the burst's
+// first job, and merged the jobs after a backlog drained. A job of the
+// high or low lane adds its own lane's count to the normal lane's,
+// looked up at most once a second (backlogs).
 func (r *accountRunner) digestWindow(ctx context.Context, d *delivery) time.Duration {
 	if w := d.job.DigestWindow.D(); w > 0 {
 		return w
 	}
-	if d.acct.DigestBacklog <= 0 {
+	limit := d.acct.DigestBacklog
+	if limit <= 0 {
 		return 0
 	}
-	if n, ok := r.svc.backlogs.get(ctx, r.svc.js, d.acct.Name); ok && n > d.acct.DigestBacklog {
+	n := d.queued
+	if n <= limit && (d.lane != laneNormal || d.queued == 0) {
+		normal, ok := r.svc.backlogs.get(ctx, r.svc.js, d.acct.Name)
+		if !ok {
+			return 0
+		}
+		n += normal
+	}
+	if n > limit {
 		return r.svc.cfg.DigestWindow
 	}
 	return 0
@@ -769,7 +786,8 @@ func isConflict(err error) bool {
 }
 
 // backlogs caches each account's queued jobs (its normal lane's pending
-// and unacknowledged count) for a second: the backlog rule asks per job.
+// and unacknowledged count) for a second, for the backlog rule's jobs of
+// the high and low lanes (a normal one's delivery carries the count).
 type backlogs struct {
 	mu sync.Mutex
 	m  map[string]backlogLook

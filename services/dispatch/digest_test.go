@@ -452,3 +452,73 @@ func redeliverCarrier(t *testing.T, js jetstream.JetStream, carrier *contract.Jo
 	_, err = js.Publish(t.Context(), contract.JobSubject("a", contract.PriorityNormal), data)
 	require.NoError(t, err)
 }
+
+// TestDigestBacklogFollowsEachDelivery: the backlog rule (digest_backlog
+// 5) sees the normal lane's queue as each job was delivered. A burst's
+// first job, delivered while it alone is queued, goes alone; the next,
+// delivered once 20 more are queued, merges (a depth read at the first
+// job and kept for a second sent a whole burst alone); once the queue is
+// down to 5, jobs go alone again at once. A high job merges while the
+// normal lane's queue is long.
+func TestDigestBacklogFollowsEachDelivery(t *testing.T) {
+	t.Parallel()
+	g := newHandoffRig(t)
+	sched := newScheduler(nil, 4)
+	publish := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			job := digestJob("burst", 0)
+			job.ID, job.Index, job.To = contract.JobID("burst", i, false), i, fmt.Sprintf("user-%d", i)
+			data, err := json.Marshal(&job)
+			require.NoError(t, err)
+			_, err = g.js.Publish(t.Context(), contract.JobSubject("a", contract.PriorityNormal), data)
+			require.NoError(t, err)
+		}
+	}
+	// take delivers the next job as handle does (its queue noted while it
+	// is being handled) on an account with digest_backlog 5, and
+	// acknowledges it.
+	take := func() *delivery {
+		tk := g.next(t)
+		meta, err := tk.msg.Metadata()
+		require.NoError(t, err)
+		turn := sched.begin(laneNormal)
+		tk.noteQueue(sched, laneNormal, meta)
+		turn.finish()
+		require.NoError(t, tk.msg.Ack())
+		a := *tk.acct
+		a.DigestBacklog = 5
+		tk.acct = &a
+		return tk.delivery
+	}
+	window := g.svc.cfg.DigestWindow
+	require.Positive(t, window)
+
+	publish(0, 1)
+	d := take()
+	require.Equal(t, 1, d.queued)
+	require.Zero(t, g.r.digestWindow(t.Context(), d), "the burst's first job: 1 queued, sent alone")
+
+	publish(1, 20)
+	// The server counts a stored message in its consumers' pending
+	// counts a moment later (a signal): deliver once it has.
+	require.Eventually(t, func() bool {
+		info, err := g.cons.Info(t.Context())
+		return err == nil && info.NumPending == 20
+	}, 5*time.Second, 5*time.Millisecond)
+	d = take()
+	require.Equal(t, 20, d.queued)
+	require.Equal(t, window, g.r.digestWindow(t.Context(), d), "right after, 20 queued: merges")
+
+	high := *d
+	high.lane, high.queued = laneHigh, 1
+	require.Equal(t, window, g.r.digestWindow(t.Context(), &high), "a high job while the normal lane holds 19: merges")
+
+	for range 14 {
+		d = take()
+	}
+	require.Equal(t, 6, d.queued)
+	require.Equal(t, window, g.r.digestWindow(t.Context(), d), "6 queued: merges")
+	d = take()
+	require.Equal(t, 5, d.queued)
+	require.Zero(t, g.r.digestWindow(t.Context(), d), "5 queued, not above digest_backlog: sent alone")
+}

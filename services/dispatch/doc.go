@@ -189,7 +189,10 @@
 // broadcast_sends (limits.go, portfolio.go).
 //
 // Digests (digest.go): a job whose task has a digest_key (and a
-// digest_window, or an account over its digest_backlog) joins the digest
+// digest_window, or an account over its digest_backlog: more jobs queued
+// on its normal lane than that as the job is delivered, counted from the
+// delivery's NumPending and the lane's jobs being handled, so a burst
+// merges from the job that finds it queued; digestWindow) joins the digest
 // of its channel, recipient and key, an entry of KV broadcast_ledger
 // (key dg=<channel>.<recipient hash>.<key hash>, changed by compare-and-set)
 // and is acknowledged; the job that opened it carries it, scheduled for the

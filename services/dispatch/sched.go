@@ -314,6 +314,14 @@ func (s *scheduler) laneIdle(lane int) (idle bool, began uint64) {
 	return s.live[lane] == 0 && len(s.waiting[lane]) == 0, s.began[lane]
 }
 
+// handling is how many of lane's jobs are being handled here (begun, not
+// finished): delivered and not yet acknowledged.
+func (s *scheduler) handling(lane int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live[lane]
+}
+
 // beganSoFar returns how many jobs lane has begun: taken before asking the
 // server, and given back to setBacklogAsOf with its answer.
 func (s *scheduler) beganSoFar(lane int) uint64 {

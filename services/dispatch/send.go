@@ -67,6 +67,7 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	if err != nil {
 		return err
 	}
+	d.noteQueue(sched, lane, meta)
 	if d.batch != nil {
 		// Until this job reaches the batcher or leaves, partial groups
 		// wait for it.
@@ -125,6 +126,12 @@ type delivery struct {
 	// one (live.go), so the one that ran before it is
 	// delivered-1-justLeft.
 	seq, delivered, justLeft uint64
+	// lane is the lane that delivered the job and queued that lane's jobs
+	// on the account when it did (noteQueue): the ones behind it (the
+	// message's NumPending) plus the ones being handled here, itself
+	// included; queued is 0 when not known (a delivery not handled by a
+	// lane's loop).
+	lane, queued int
 	// acct and sender are the account as the delivery began; batch is the
 	// session's batcher (nil unless max_batch > 1).
 	acct   *contract.Account
@@ -214,6 +221,14 @@ func (r *accountRunner) receive(msg jetstream.Msg, meta *jetstream.MsgMetadata, 
 	r.lastActive = time.Now()
 	r.mu.Unlock()
 	return d, nil
+}
+
+// noteQueue records the queue of lane, which delivered the job, as it
+// did (delivery.queued), for the digest backlog rule: free with the
+// delivery, and as current as it (the server counts a message stored a
+// moment before the delivery a little later).
+func (d *delivery) noteQueue(sched *scheduler, lane int, meta *jetstream.MsgMetadata) {
+	d.lane, d.queued = lane, int(meta.NumPending)+sched.handling(lane)
 }
 
 // sentBefore checks a job that may have been handled before (redelivered,
