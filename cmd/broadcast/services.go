@@ -149,7 +149,9 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 	errs := make(chan error, len(runners))
 	for i, r := range runners {
 		wg.Go(func() {
-			if err := r.Run(ctx); err != nil {
+			// An error once ctx ended is the stop's (a signal, or
+			// another service's failure, reported already), not news.
+			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
 				errs <- fmt.Errorf("%s: %w", names[i], err)
 				cancel()
 			}

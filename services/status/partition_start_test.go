@@ -74,3 +74,25 @@ func TestNewPartitionsStartWhereTheFoldStopped(t *testing.T) {
 		require.Equal(t, last+1, i.Config.OptStartSeq, "partition %d starts after the folded events", k)
 	}
 }
+
+// TestRunStoppedWhileStartingIsNoFailure: a status stopped at any point of
+// its start returns nil, as a stop is not a failure (a process stopped by
+// a signal while it starts exits 0, and an embedding test sees no error).
+func TestRunStoppedWhileStartingIsNoFailure(t *testing.T) {
+	ts := pipelinetest.Start(t)
+	for _, after := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond} {
+		svc, err := status.New(ts.JS, status.Config{Partitions: 2, Logger: logtest.Logger()})
+		require.NoError(t, err)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		time.Sleep(after)
+		stop()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "stopped %v after it began", after)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("stopped %v after it began: Run did not return", after)
+		}
+	}
+}

@@ -110,9 +110,15 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 }
 
 // Run folds events until ctx is cancelled, flushing once more before it
-// returns.
-func (s *Service) Run(ctx context.Context) error {
-	var err error
+// returns. Cancelled while it starts, it returns nil: a stop is not a
+// failure, whatever step it cut short.
+func (s *Service) Run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			s.log.Debug("status stopped while starting", "err", err)
+			err = nil
+		}
+	}()
 	if s.progress, err = s.js.KeyValue(ctx, contract.BucketProgress); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
