@@ -92,6 +92,23 @@ func (pw *progressWatch) requireMonotonic(t *testing.T, task string) {
 	}
 }
 
+// longestGap is the longest time in [from, to] without a new value of
+// task, counting from from to the first value and from the last to to.
+func (pw *progressWatch) longestGap(task string, from, to time.Time) time.Duration {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	var longest time.Duration
+	prev := from
+	for _, v := range pw.values[task] {
+		if v.at.Before(from) || v.at.After(to) {
+			continue
+		}
+		longest = max(longest, v.at.Sub(prev))
+		prev = v.at
+	}
+	return max(longest, to.Sub(prev))
+}
+
 // logLast logs the last values of each task, for a failure that follows.
 func (pw *progressWatch) logLast(t *testing.T, since time.Time, tasks ...string) {
 	t.Helper()

@@ -12,5 +12,6 @@
 //   - conn.go: whether this process's connection has stayed up since the
 //     lease was last confirmed.
 //   - share.go: how many leases of a kind each replica takes
-//     (FairShare), so the work spreads over the replicas.
+//     (FairShare), so the work spreads over the replicas; a replica the
+//     server says is gone stops counting at once.
 package lease

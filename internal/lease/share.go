@@ -16,8 +16,10 @@ import (
 // Refresh (a prefix no lease key of the bucket begins with). A worker
 // takes its lease only while its process holds fewer than its share,
 // ceil(leases / live replicas), and a process holding more (a replica
-// joined) hands the surplus back, so the work spreads evenly. Without
-// other replicas nothing changes: the share is every lease.
+// joined) hands the surplus back, so the work spreads evenly. A replica
+// found gone while taking its lease (Gone) stops counting at once, not
+// when its announcement is stale, so no lease is handed back for it to
+// take. Without other replicas nothing changes: the share is every lease.
 type FairShare struct {
 	kv jetstream.KeyValue
 	// Replica names this service instance; its workers' lease values
@@ -30,6 +32,7 @@ type FairShare struct {
 
 	mu    sync.Mutex
 	seen  map[string]time.Time // replica key -> when its announcement arrived
+	gone  map[string]time.Time // replica key -> when Gone counted it out
 	owned int
 	// roundStart and roundLeft pace hand-backs (shouldGiveBack).
 	roundStart   time.Time
@@ -50,8 +53,13 @@ const giveBackEvery = 2 * Refresh
 // replicas announcing themselves in kv under prefix (ending in a dot).
 func NewFairShare(kv jetstream.KeyValue, prefix string, total func() int) *FairShare {
 	replica := NewReplicaID()
-	return &FairShare{kv: kv, Replica: replica, prefix: prefix, self: prefix + strings.NewReplacer("/", "-", ".", "-").Replace(replica),
-		total: total, seen: map[string]time.Time{}, announced: make(chan struct{})}
+	return &FairShare{kv: kv, Replica: replica, prefix: prefix, self: replicaKey(prefix, replica),
+		total: total, seen: map[string]time.Time{}, gone: map[string]time.Time{}, announced: make(chan struct{})}
+}
+
+// replicaKey is the announcement key of replica under prefix.
+func replicaKey(prefix, replica string) string {
+	return prefix + strings.NewReplacer("/", "-", ".", "-").Replace(replica)
 }
 
 // Run announces this replica and follows the others until ctx ends.
@@ -105,7 +113,10 @@ func (f *FairShare) Run(ctx context.Context) {
 			}
 			f.mu.Lock()
 			if e.Operation() == jetstream.KeyValuePut {
-				f.seen[e.Key()] = time.Now()
+				if at, gone := f.gone[e.Key()]; !gone || time.Since(at) >= replicaStale {
+					delete(f.gone, e.Key())
+					f.seen[e.Key()] = time.Now()
+				}
 			} else {
 				delete(f.seen, e.Key())
 			}
@@ -126,6 +137,11 @@ func (f *FairShare) Total() int { return f.total() }
 func (f *FairShare) share() int {
 	live := 0
 	now := time.Now()
+	for k, at := range f.gone {
+		if now.Sub(at) >= replicaStale {
+			delete(f.gone, k)
+		}
+	}
 	for k, at := range f.seen {
 		if now.Sub(at) < replicaStale {
 			live++
@@ -154,9 +170,33 @@ func (f *FairShare) MayTake(ctx context.Context) bool {
 	return true
 }
 
+// Gone counts the replica holding owner's lease (an OwnerID) out of the
+// replicas at once, when the server says its connection is gone
+// (Presence.Gone): its last announcement would otherwise count for up to
+// replicaStale more, and the share, too small meanwhile, would have
+// ShouldGiveBack hand leases on to a replica that can no longer take
+// them. An announcement arriving within replicaStale after (one already
+// on its way) is ignored; a replica that reconnects counts again with the
+// first one after that.
+func (f *FairShare) Gone(owner string) {
+	i := strings.LastIndex(owner, "/")
+	if i < 0 {
+		return
+	}
+	key := replicaKey(f.prefix, owner[:i])
+	if key == f.self {
+		return
+	}
+	f.mu.Lock()
+	delete(f.seen, key)
+	f.gone[key] = time.Now()
+	f.mu.Unlock()
+}
+
 // TakeBeyond counts a lease taken beyond the share: one whose holder is
-// gone must not wait until the holder's announcement is stale;
-// ShouldGiveBack hands the surplus on later.
+// gone must not wait until the other replicas hold fewer (call Gone
+// first, so that the share counts the replicas left); ShouldGiveBack
+// hands the surplus on later, to a live replica holding fewer.
 func (f *FairShare) TakeBeyond() {
 	f.mu.Lock()
 	f.owned++

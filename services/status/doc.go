@@ -25,8 +25,10 @@
 // also counts every event into the accounts' health scores, and does the
 // work that is not by task (retention, scores, alerts of account pauses).
 // A process answers on broadcast.alive.status.<replica> so that a standby
-// takes a killed holder's lease at once, beyond its share if need be
-// (package lease).
+// takes a killed holder's lease at once, beyond its share if need be; the
+// killed process then no longer counts among those sharing the
+// partitions, so none is handed back to it while its last announcement is
+// still fresh (package lease).
 //
 // Publishes: KV broadcast_progress (key = task id, value = contract.Progress),
 // written at most every flush interval (not once per event), a

@@ -22,9 +22,10 @@ import (
 // progress from their part. A stopping holder
 // flushes, acknowledges and releases the lease, and a standby (watching
 // the key) takes over at once; a killed holder's lease is taken as soon as
-// the server has closed its connection (lease.Presence), and the events it
-// had not acknowledged come back to the new holder after the consumer's ack
-// wait, to be folded onto the checkpoints. A holder writes a checkpoint or
+// the server has closed its connection (lease.Presence), and its process
+// stops counting toward the fair share then (lease.FairShare.Gone); the
+// events it had not acknowledged come back to the new holder after the
+// consumer's ack wait, to be folded onto the checkpoints. A holder writes a checkpoint or
 // a progress value only while its lease is valid (partition.mayWrite), so progress
 // stays monotonic across a take-over.
 
@@ -126,17 +127,22 @@ func (s *Service) acquireFold(ctx context.Context, p *partition, l *lease.Lease,
 // fold (foreignLayout, logged once per key in lastForeign).
 func (s *Service) tryFold(ctx context.Context, l *lease.Lease, lastForeign *string, log *slog.Logger) (bool, error) {
 	free, gone, err := s.leaseState(ctx, l)
-	if err != nil || !free && !gone {
+	if err != nil || !free && gone == "" {
 		return false, err
 	}
 	if s.share != nil {
+		if gone != "" {
+			// A killed holder's replica no longer counts toward the share,
+			// so the partitions it leaves stay with the replicas left.
+			s.share.Gone(gone)
+		}
 		if !s.share.MayTake(ctx) {
-			if !gone {
+			if gone == "" {
 				return false, nil
 			}
-			// A killed holder's partition is taken beyond the share at
-			// once (its announcement counts for a few seconds more); the
-			// share hands it on once the replicas are counted again.
+			// A killed holder's partition is taken at once, beyond the
+			// share if need be; the share hands it on to a live replica
+			// holding fewer.
 			s.share.TakeBeyond()
 		}
 	}
@@ -167,21 +173,24 @@ func (s *Service) tryFoldLayout(ctx context.Context, l *lease.Lease, lastForeign
 }
 
 // leaseState reads l's key: free (no holder, or this holder), or held by
-// a process whose connection the server says is gone.
-func (s *Service) leaseState(ctx context.Context, l *lease.Lease) (free, gone bool, err error) {
+// gone, a holder whose connection the server says is gone ("" if none).
+func (s *Service) leaseState(ctx context.Context, l *lease.Lease) (free bool, gone string, err error) {
 	gctx, cancel := context.WithTimeout(ctx, lease.OpTimeout)
 	defer cancel()
 	e, err := s.leases.Get(gctx, l.Key())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return true, false, nil
+		return true, "", nil
 	}
 	if err != nil {
-		return false, false, err
+		return false, "", err
 	}
 	if holder := string(e.Value()); holder != l.Owner {
-		return false, s.presence.Gone(gctx, holder), nil
+		if s.presence.Gone(gctx, holder) {
+			return false, holder, nil
+		}
+		return false, "", nil
 	}
-	return true, false, nil
+	return true, "", nil
 }
 
 // keepFoldLease refreshes the lease every lease.Refresh until ctx ends; a

@@ -1,0 +1,76 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+)
+
+// TestFairShareAfterAKill: two replicas share 4 leases, two each; one is
+// killed (its connection closes, its announcement stays). The survivor,
+// told its holder is gone as it takes the killed replica's leases, counts
+// it out at once: it takes them within its share, and hands none back
+// while the killed replica's last announcement (or one still on its way)
+// would have counted, since nobody live could take them then. A replica
+// joining later gets its share handed on.
+func TestFairShareAfterAKill(t *testing.T) {
+	t.Parallel()
+	js, kv := leasesBucket(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const prefix = "test-replica."
+	total := func() int { return 4 }
+	share := func(f *FairShare) int { f.mu.Lock(); defer f.mu.Unlock(); return f.share() }
+
+	// The replica to be killed runs on a connection of its own.
+	killedConn, err := nats.Connect(js.Conn().ConnectedUrl())
+	require.NoError(t, err)
+	defer killedConn.Close()
+	killedJS, err := jetstream.New(killedConn)
+	require.NoError(t, err)
+	killedKV, err := killedJS.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	killed, survivor := NewFairShare(killedKV, prefix, total), NewFairShare(kv, prefix, total)
+	go killed.Run(ctx)
+	go survivor.Run(ctx)
+	require.Eventually(t, func() bool { return share(killed) == 2 && share(survivor) == 2 }, 5*time.Second, 50*time.Millisecond,
+		"each replica counts both")
+	for _, f := range []*FairShare{killed, survivor} {
+		require.True(t, f.MayTake(ctx))
+		require.True(t, f.MayTake(ctx))
+		require.False(t, f.MayTake(ctx), "two each")
+	}
+
+	killedConn.Close()
+	killedAt := time.Now()
+	// The survivor takes the killed replica's two leases, as status does
+	// when the server says their holder is gone.
+	for range 2 {
+		survivor.Gone(OwnerID(killed.Replica))
+		require.True(t, survivor.MayTake(ctx), "the killed replica no longer counts")
+	}
+	// Its last announcement, delivered late, does not count it back in.
+	_, err = kv.Put(ctx, replicaKey(prefix, killed.Replica), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	require.NoError(t, err)
+	for time.Since(killedAt) < replicaStale+giveBackEvery {
+		require.False(t, survivor.ShouldGiveBack(), "nothing handed back with no live replica to take it (%v after the kill)", time.Since(killedAt))
+		require.Equal(t, 4, share(survivor))
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	joined := NewFairShare(kv, prefix, total)
+	go joined.Run(ctx)
+	gaveBack := 0
+	require.Eventually(t, func() bool {
+		if survivor.ShouldGiveBack() {
+			gaveBack++
+		}
+		return gaveBack == 2
+	}, 10*time.Second, 100*time.Millisecond, "a replica joining gets its share handed on")
+}
