@@ -13,6 +13,9 @@
 //   - dispatch_kill_test.go, status_replicas_test.go: the lease holder of
 //     two dispatch or two status replicas killed (how soon the other takes
 //     over; progress stays exact).
+//   - dispatch_kill_accounts_test.go: two dispatch processes holding two
+//     accounts each, one killed; the survivor, already at its share, takes
+//     the killed one's accounts within about a second.
 //   - status_partitions_test.go: the fold in four partitions over two
 //     status processes, one killed and restarted (the share, the take-over,
 //     exact progress of a task in each partition).

@@ -17,9 +17,10 @@ import (
 // takes its lease only while its process holds fewer than its share,
 // ceil(leases / live replicas), and a process holding more (a replica
 // joined) hands the surplus back, so the work spreads evenly. A replica
-// found gone while taking its lease (Gone) stops counting at once, not
-// when its announcement is stale, so no lease is handed back for it to
-// take. Without other replicas nothing changes: the share is every lease.
+// found gone while taking its lease (Gone), or by MayTake before it
+// refuses (ReplicaGone), stops counting at once, not when its
+// announcement is stale, so its leases are taken then and none is handed
+// back for it to take. Without other replicas nothing changes: the share is every lease.
 type FairShare struct {
 	kv jetstream.KeyValue
 	// Replica names this service instance; its workers' lease values
@@ -30,10 +31,18 @@ type FairShare struct {
 	self  string
 	total func() int // the leases this process may take
 
-	mu    sync.Mutex
-	seen  map[string]time.Time // replica key -> when its announcement arrived
-	gone  map[string]time.Time // replica key -> when Gone counted it out
-	owned int
+	// ReplicaGone, when set, reports whether the server says a replica's
+	// connection is gone (Presence.Gone, which takes a replica id). Before
+	// MayTake refuses, it asks it of the other replicas it counts, so a
+	// killed replica's leases are taken at once, not after its last
+	// announcement went stale. Set it before Run.
+	ReplicaGone func(ctx context.Context, replica string) bool
+
+	mu       sync.Mutex
+	seen     map[string]time.Time // replica key -> when its announcement arrived
+	gone     map[string]time.Time // replica key -> when Gone counted it out
+	replicas map[string]string    // replica key -> its replica id, from its announcement
+	owned    int
 	// roundStart and roundLeft pace hand-backs (shouldGiveBack).
 	roundStart   time.Time
 	roundLeft    int
@@ -54,7 +63,8 @@ const giveBackEvery = 2 * Refresh
 func NewFairShare(kv jetstream.KeyValue, prefix string, total func() int) *FairShare {
 	replica := NewReplicaID()
 	return &FairShare{kv: kv, Replica: replica, prefix: prefix, self: replicaKey(prefix, replica),
-		total: total, seen: map[string]time.Time{}, gone: map[string]time.Time{}, announced: make(chan struct{})}
+		total: total, seen: map[string]time.Time{}, gone: map[string]time.Time{}, replicas: map[string]string{},
+		announced: make(chan struct{})}
 }
 
 // replicaKey is the announcement key of replica under prefix.
@@ -82,7 +92,7 @@ func (f *FairShare) Run(ctx context.Context) {
 			}
 			return
 		}
-		if _, err := f.kv.Put(actx, f.self, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err == nil {
+		if _, err := f.kv.Put(actx, f.self, []byte(time.Now().UTC().Format(time.RFC3339Nano)+" "+f.Replica)); err == nil {
 			present = true
 		}
 	}
@@ -116,9 +126,14 @@ func (f *FairShare) Run(ctx context.Context) {
 				if at, gone := f.gone[e.Key()]; !gone || time.Since(at) >= replicaStale {
 					delete(f.gone, e.Key())
 					f.seen[e.Key()] = time.Now()
+					// The value is "<time> <replica id>".
+					if _, id, ok := strings.Cut(string(e.Value()), " "); ok {
+						f.replicas[e.Key()] = id
+					}
 				}
 			} else {
 				delete(f.seen, e.Key())
+				delete(f.replicas, e.Key())
 			}
 			f.mu.Unlock()
 		}
@@ -147,6 +162,7 @@ func (f *FairShare) share() int {
 			live++
 		} else {
 			delete(f.seen, k)
+			delete(f.replicas, k)
 		}
 	}
 	live = max(live, 1)
@@ -162,12 +178,50 @@ func (f *FairShare) MayTake(ctx context.Context) bool {
 		return false
 	}
 	f.mu.Lock()
+	full := f.owned >= f.share()
+	f.mu.Unlock()
+	if full && !f.countOutGone(ctx) {
+		return false
+	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.owned >= f.share() {
 		return false
 	}
 	f.owned++
 	return true
+}
+
+// countOutGone asks ReplicaGone about every other replica counted and
+// counts out those the server says are gone (as Gone does). It reports
+// whether it counted any out. Presence caches its answers, so this costs
+// at most a request per replica every PresenceCache, however many
+// workers ask.
+func (f *FairShare) countOutGone(ctx context.Context) bool {
+	if f.ReplicaGone == nil {
+		return false
+	}
+	f.mu.Lock()
+	others := make(map[string]string, len(f.seen))
+	for k := range f.seen {
+		if id := f.replicas[k]; k != f.self && id != "" {
+			others[k] = id
+		}
+	}
+	f.mu.Unlock()
+	counted := false
+	for k, id := range others {
+		if !f.ReplicaGone(ctx, id) {
+			continue
+		}
+		f.mu.Lock()
+		delete(f.seen, k)
+		delete(f.replicas, k)
+		f.gone[k] = time.Now()
+		f.mu.Unlock()
+		counted = true
+	}
+	return counted
 }
 
 // Gone counts the replica holding owner's lease (an OwnerID) out of the
@@ -189,6 +243,7 @@ func (f *FairShare) Gone(owner string) {
 	}
 	f.mu.Lock()
 	delete(f.seen, key)
+	delete(f.replicas, key)
 	f.gone[key] = time.Now()
 	f.mu.Unlock()
 }

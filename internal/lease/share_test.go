@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -73,4 +74,57 @@ func TestFairShareAfterAKill(t *testing.T) {
 		}
 		return gaveBack == 2
 	}, 10*time.Second, 100*time.Millisecond, "a replica joining gets its share handed on")
+}
+
+// TestFairShareAsksWhetherReplicasAreGone: dispatch takes a killed
+// replica's leases without knowing their holder first. Two replicas, each
+// answering on its alive subject (Presence), share 4 leases, two each;
+// one is killed. The survivor's MayTake, full at its share, asks the
+// server about the replicas it counts and takes the two leases at once,
+// long before the killed replica's announcement would have gone stale. A
+// live replica is asked too, and still counts.
+func TestFairShareAsksWhetherReplicasAreGone(t *testing.T) {
+	t.Parallel()
+	js, kv := leasesBucket(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const prefix = "test-replica."
+	total := func() int { return 4 }
+
+	killedConn, err := nats.Connect(js.Conn().ConnectedUrl())
+	require.NoError(t, err)
+	defer killedConn.Close()
+	killedJS, err := jetstream.New(killedConn)
+	require.NoError(t, err)
+	killedKV, err := killedJS.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	killed, survivor := NewFairShare(killedKV, prefix, total), NewFairShare(kv, prefix, total)
+	for _, r := range []struct {
+		f  *FairShare
+		nc *nats.Conn
+	}{{killed, killedConn}, {survivor, js.Conn()}} {
+		p := NewPresence(r.nc, "test")
+		stop, err := p.Answer(r.f.Replica, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		defer stop()
+		r.f.ReplicaGone = p.Gone
+		go r.f.Run(ctx)
+	}
+	require.Eventually(t, func() bool {
+		survivor.mu.Lock()
+		defer survivor.mu.Unlock()
+		return survivor.share() == 2 && survivor.replicas[replicaKey(prefix, killed.Replica)] == killed.Replica
+	}, 5*time.Second, 50*time.Millisecond, "the survivor counts both and knows the other's id")
+	require.True(t, survivor.MayTake(ctx))
+	require.True(t, survivor.MayTake(ctx))
+	require.False(t, survivor.MayTake(ctx), "two each while both are live (the live one asked about)")
+
+	killedConn.Close()
+	killedAt := time.Now()
+	require.Eventually(t, func() bool { return survivor.MayTake(ctx) }, 2*time.Second, 20*time.Millisecond)
+	require.True(t, survivor.MayTake(ctx), "the killed replica's second lease too")
+	took := time.Since(killedAt)
+	require.Less(t, took, replicaStale/2, "taken once the server says it is gone, not when its announcement is stale")
+	t.Logf("the killed replica's leases taken %v after the kill", took.Round(time.Millisecond))
+	require.False(t, survivor.MayTake(ctx), "all four held")
 }

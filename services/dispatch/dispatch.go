@@ -120,6 +120,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.share = s.newShare()
 	s.presence = lease.NewPresence(s.js.Conn(), "dispatch")
+	s.share.ReplicaGone = s.presence.Gone // a killed replica's accounts are taken at once
 	s.conn = lease.WatchConn(s.js.Conn())
 	stopAnswering, err := s.presence.Answer(s.share.Replica, s.log)
 	if err != nil {

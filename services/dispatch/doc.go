@@ -31,7 +31,10 @@
 // lane finder shows jobs for the account) take over at once. A killed one's lease
 // is taken at the standbys' next try (lease.Presence: its alive subject,
 // broadcast.alive.dispatch.<id>, has no responders once the server closed
-// its connection); otherwise it expires. A holder whose connection drops
+// its connection); otherwise it expires. Replicas take the accounts in
+// equal shares (lease.FairShare); a standby at its share asks the same
+// question of the replicas it counts before it refuses, so a killed
+// replica stops counting at once and its accounts are taken then too. A holder whose connection drops
 // starts no send until it confirmed its lease after reconnecting. The
 // lanes' ack wait is 2 s, with progress acks every second for slow sends
 // and waiting jobs, so the jobs a killed holder took come back about 2 s

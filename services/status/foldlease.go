@@ -54,6 +54,9 @@ func (s *Service) foldLease(ctx context.Context) (func(key string) *lease.Lease,
 	}
 	presence := lease.NewPresence(s.js.Conn(), "status")
 	s.presence = presence
+	if s.share != nil {
+		s.share.ReplicaGone = presence.Gone
+	}
 	stop, err := presence.Answer(replica, s.log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("alive subject: %w", err)
