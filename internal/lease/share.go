@@ -72,14 +72,11 @@ func replicaKey(prefix, replica string) string {
 	return prefix + strings.NewReplacer("/", "-", ".", "-").Replace(replica)
 }
 
-// Run announces this replica and follows the others until ctx ends.
+// Run announces this replica and follows the others until ctx ends. A
+// watch that cannot start, or ends, is started again with the next
+// announcement: a replica that stopped following the others would count
+// itself alone and take every lease.
 func (f *FairShare) Run(ctx context.Context) {
-	w, err := f.kv.Watch(ctx, f.prefix+">")
-	if err != nil {
-		f.markAnnounced()
-		return
-	}
-	defer func() { _ = w.Stop() }()
 	// A replica without work it may take (dispatch: no account whose
 	// channel it can send on) does not count.
 	present := false
@@ -96,7 +93,24 @@ func (f *FairShare) Run(ctx context.Context) {
 			present = true
 		}
 	}
+	var w jetstream.KeyWatcher
+	var updates <-chan jetstream.KeyValueEntry
+	watch := func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+		w, updates = nil, nil
+		if nw, err := f.kv.Watch(ctx, f.prefix+">"); err == nil {
+			w, updates = nw, nw.Updates()
+		}
+	}
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
 	announce()
+	watch()
 	t := time.NewTicker(Refresh)
 	defer t.Stop()
 	// Replicas starting together see each other after one round of
@@ -114,9 +128,13 @@ func (f *FairShare) Run(ctx context.Context) {
 			startup = nil
 		case <-t.C:
 			announce()
-		case e, ok := <-w.Updates():
+			if updates == nil {
+				watch()
+			}
+		case e, ok := <-updates:
 			if !ok {
-				return
+				updates = nil // started again at the next tick
+				continue
 			}
 			if e == nil {
 				continue

@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +129,38 @@ func TestFairShareAsksWhetherReplicasAreGone(t *testing.T) {
 	require.Less(t, took, replicaStale/2, "taken once the server says it is gone, not when its announcement is stale")
 	t.Logf("the killed replica's leases taken %v after the kill", took.Round(time.Millisecond))
 	require.False(t, survivor.MayTake(ctx), "all four held")
+}
+
+// failingWatchKV fails its first Watch, as a server busy or restarting
+// when the replica starts would.
+type failingWatchKV struct {
+	jetstream.KeyValue
+	failed atomic.Bool
+}
+
+func (kv *failingWatchKV) Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	if kv.failed.CompareAndSwap(false, true) {
+		return nil, errors.New("watch: server not ready")
+	}
+	return kv.KeyValue.Watch(ctx, keys, opts...)
+}
+
+// TestFairShareWatchesAgain: a replica whose first watch of the others
+// fails starts it again and counts them; it neither stops following them
+// (and takes every lease) nor stops announcing itself.
+func TestFairShareWatchesAgain(t *testing.T) {
+	t.Parallel()
+	_, kv := leasesBucket(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const prefix = "test-replica."
+	total := func() int { return 4 }
+	flaky := &failingWatchKV{KeyValue: kv}
+	a, b := NewFairShare(flaky, prefix, total), NewFairShare(kv, prefix, total)
+	go a.Run(ctx)
+	go b.Run(ctx)
+	share := func(f *FairShare) int { f.mu.Lock(); defer f.mu.Unlock(); return f.share() }
+	require.Eventually(t, func() bool { return share(a) == 2 && share(b) == 2 }, 5*time.Second, 50*time.Millisecond,
+		"both count both, the one whose first watch failed too")
+	require.True(t, flaky.failed.Load())
 }
