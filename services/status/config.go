@@ -78,6 +78,12 @@ type Config struct {
 	// process must have the same. ConfigFromEnv reads STATUS_PARTITIONS.
 	// Defaults to 1 (one process folds every task).
 	Partitions int
+	// LayoutSweep is how long after taking partition 0, and how often
+	// then, its holder removes another partition count's fold consumers
+	// that no process folds (layouts.go). The wait leaves the partitions
+	// of a new count time to make their consumers again first. Defaults
+	// to 10 minutes.
+	LayoutSweep time.Duration
 	// SeriesLimit is how many task series, and as many account series, the
 	// dashboard's charts keep in memory (series.go, 262 KB each); a new
 	// one beyond it evicts the ended task, else the series, idle longest.
@@ -205,6 +211,9 @@ func (c *Config) validate() error {
 	if c.SeriesLimit < 0 {
 		return fmt.Errorf("SeriesLimit: must not be negative")
 	}
+	if c.LayoutSweep < 0 {
+		return fmt.Errorf("LayoutSweep: must not be negative")
+	}
 	if c.AlertInterval < 0 || c.AlertDeadThreshold < 0 {
 		return fmt.Errorf("AlertInterval, AlertDeadThreshold: must not be negative")
 	}
@@ -235,6 +244,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.AlertDeadThreshold == 0 {
 		c.AlertDeadThreshold = 100
+	}
+	if c.LayoutSweep == 0 {
+		c.LayoutSweep = 10 * time.Minute
 	}
 	if c.SeriesLimit == 0 {
 		c.SeriesLimit = 64

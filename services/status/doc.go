@@ -28,7 +28,10 @@
 // takes a killed holder's lease at once, beyond its share if need be; the
 // killed process then no longer counts among those sharing the
 // partitions, so none is handed back to it while its last announcement is
-// still fresh (package lease).
+// still fresh (package lease). The holder of partition 0 removes the fold
+// consumers of another partition count once no process of that count
+// holds a fold lease (layouts.go), and a fold consumer found gone (removed
+// by hand) is made again at the next pull, after the fold consumers left.
 //
 // Publishes: KV broadcast_progress (key = task id, value = contract.Progress),
 // written at most every flush interval (not once per event), a
@@ -81,7 +84,9 @@
 // control request with their sequences.
 //
 // Where to edit what: status.go (the consume and flush loop), partition.go
-// (the partitions: names, which tasks, where a new consumer starts),
+// (the partitions: names, which tasks, where a new consumer starts, making
+// a removed one again), layouts.go (removing another partition count's
+// consumers),
 // foldlease.go (taking, keeping and checking a partition's lease), fold.go (how
 // an event changes a task's progress, receipts included), checkpoint.go (saving and loading
 // fold state), rate.go (smoothed rate and ETA), dashboard.go (what the

@@ -143,6 +143,26 @@ func (s *Service) openConsumer(ctx context.Context, p *partition) (jetstream.Con
 	return stream.CreateOrUpdateConsumer(ctx, p.consumerConfig(start))
 }
 
+// remakeIfRemoved makes p's consumer again when a failed pull was
+// because it is gone from EVENTS (an operator removed it, or the sweep of
+// another partition count's consumers did while this process stood by),
+// starting after the fold consumers still there (openConsumer). Without
+// it the fold would stop for good. It reports whether it did; cons, a
+// handle by name, pulls from the new consumer.
+func (s *Service) remakeIfRemoved(ctx context.Context, p *partition, cons jetstream.Consumer) bool {
+	ictx, cancel := context.WithTimeout(ctx, lease.OpTimeout)
+	defer cancel()
+	if _, err := cons.Info(ictx); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false
+	}
+	if _, err := s.openConsumer(ictx, p); err != nil {
+		s.log.Warn("the fold consumer is gone from EVENTS and cannot be made again; retrying", "consumer", p.consumer, "err", err)
+		return false
+	}
+	s.log.Warn("the fold consumer was gone from EVENTS; made it again", "consumer", p.consumer)
+	return true
+}
+
 // startAfter is the lowest acknowledged sequence over the fold consumers
 // on EVENTS (of another partition count, or this count's partitions made
 // just before: a consumer that started after a sequence reports it as

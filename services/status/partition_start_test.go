@@ -96,3 +96,104 @@ func TestRunStoppedWhileStartingIsNoFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldConsumerRemovedIsMadeAgain: a fold consumer removed while status
+// runs (an operator's `nats consumer rm`, or the sweep of another
+// partition count's consumers removing those of a process standing by) is
+// made again at the next pull, starting after the fold consumers still on
+// EVENTS, and the fold goes on: the events published after the removal
+// are acknowledged.
+func TestFoldConsumerRemovedIsMadeAgain(t *testing.T) {
+	ts := pipelinetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	publish := func(from, n int) uint64 {
+		var seq uint64
+		for i := from; i < from+n; i++ {
+			data, err := contract.EncodeEvent(&contract.Event{TaskID: "removed", JobID: fmt.Sprintf("removed.%d", i), To: "+15550000000",
+				Account: "a", Kind: contract.EventSent, Index: i, Attempt: 1, At: time.Now().UTC()})
+			require.NoError(t, err)
+			ack, err := ts.JS.Publish(ctx, contract.EventSubject("removed", contract.EventSent), data)
+			require.NoError(t, err)
+			seq = ack.Sequence
+		}
+		return seq
+	}
+	svc, err := status.New(ts.JS, status.Config{Logger: logtest.Logger()})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(rctx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+	stream, err := ts.JS.Stream(ctx, contract.StreamEvents)
+	require.NoError(t, err)
+	ackedTo := func(seq uint64) func() bool {
+		return func() bool {
+			c, err := stream.Consumer(ctx, contract.ConsumerStatus)
+			return err == nil && c.CachedInfo().AckFloor.Stream >= seq
+		}
+	}
+	natstest.Eventually(t, 20*time.Second, ackedTo(publish(0, 20)), "the first events folded")
+	require.NoError(t, stream.DeleteConsumer(ctx, contract.ConsumerStatus))
+	last := publish(20, 20)
+	natstest.Eventually(t, 20*time.Second, ackedTo(last), "the consumer made again and the later events folded")
+}
+
+// TestOtherCountsFoldConsumersRemoved: after the partition count went
+// from 4 to 1, the holder of partition 0 removes the four consumers of
+// the old count, which nobody folds any more, and keeps other consumers.
+func TestOtherCountsFoldConsumersRemoved(t *testing.T) {
+	ts := pipelinetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, err := ts.JS.Stream(ctx, contract.StreamEvents)
+	require.NoError(t, err)
+	leases, err := ts.JS.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	consumers := func() map[string]bool {
+		out := map[string]bool{}
+		names := stream.ConsumerNames(ctx)
+		for n := range names.Name() {
+			out[n] = true
+		}
+		require.NoError(t, names.Err())
+		return out
+	}
+	run := func(partitions int, until func() bool) {
+		svc, err := status.New(ts.JS, status.Config{Partitions: partitions, LayoutSweep: 500 * time.Millisecond, Logger: logtest.Logger()})
+		require.NoError(t, err)
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(rctx) }()
+		natstest.Eventually(t, 20*time.Second, until)
+		stop()
+		require.NoError(t, <-done)
+	}
+	run(4, func() bool {
+		for k := range 4 {
+			if _, err := leases.Get(ctx, status.FoldLeaseKey(k, 4)); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	// Not a fold consumer, though its name is close: it stays.
+	_, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "status-audit", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	before := consumers()
+	for k := range 4 {
+		require.True(t, before[fmt.Sprintf("status-%d-of-4", k)])
+	}
+
+	run(1, func() bool {
+		c := consumers()
+		for k := range 4 {
+			if c[fmt.Sprintf("status-%d-of-4", k)] {
+				return false
+			}
+		}
+		return c[contract.ConsumerStatus]
+	})
+	after := consumers()
+	require.True(t, after["status-audit"], "not a fold consumer")
+}

@@ -205,6 +205,7 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 	go s.keepFoldLease(sctx, l, end)
 	if p.k == 0 {
 		go s.writeScores(sctx)
+		go s.sweepOtherLayouts(sctx, s.log)
 	}
 	var shareCheckC <-chan time.Time
 	if s.share != nil {
@@ -322,6 +323,7 @@ func (s *Service) receive(ctx context.Context, p *partition, cons jetstream.Cons
 	pull := func(b jetstream.MessageBatch, err error) int {
 		if err != nil {
 			s.log.Debug("pull", "err", err)
+			s.remakeIfRemoved(ctx, p, cons)
 			return -1
 		}
 		n := 0
@@ -335,6 +337,9 @@ func (s *Service) receive(ctx context.Context, p *partition, cons jetstream.Cons
 		}
 		if err := b.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			s.log.Debug("pull", "err", err)
+			if s.remakeIfRemoved(ctx, p, cons) && n == 0 {
+				return -1
+			}
 		}
 		return n
 	}
