@@ -56,30 +56,35 @@ func (s *smtpSender) transmitPipelined(conn *smtpConn, msg *gomail.Msg) error {
 	if err := t.W.Flush(); err != nil {
 		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err}
 	}
-	// A reply that is not an SMTP reply (a read error) leaves nothing to
-	// read in step: the connection is done.
-	_, _, mailErr := t.ReadResponse(250)
-	if mailErr != nil && !isReply(mailErr) {
-		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: mailErr}
-	}
-	_, _, rcptErr := t.ReadResponse(25)
-	if rcptErr != nil && !isReply(rcptErr) {
-		return &smtpStepError{reason: gomail.ErrSMTPRcptTo, err: rcptErr}
-	}
-	_, _, dataErr := t.ReadResponse(354)
-	if dataErr != nil && !isReply(dataErr) {
-		return &smtpStepError{reason: gomail.ErrSMTPData, err: dataErr}
-	}
-	if mailErr != nil || rcptErr != nil {
-		failed := &smtpStepError{reason: gomail.ErrSMTPRcptTo, err: rcptErr}
-		if mailErr != nil {
-			failed = &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: mailErr}
+	// The first refusal is the transaction's result. A failure to read a
+	// reply (not an SMTP reply) leaves nothing more to read: the session
+	// is done, and the result is the refusal before it if there was one
+	// (a 421 to MAIL, then the server hangs up).
+	var failed *smtpStepError
+	inData := false
+	for _, step := range []struct {
+		expect int
+		reason gomail.SendErrReason
+	}{{250, gomail.ErrSMTPMailFrom}, {25, gomail.ErrSMTPRcptTo}, {354, gomail.ErrSMTPData}} {
+		_, _, err := t.ReadResponse(step.expect)
+		switch {
+		case err == nil:
+			inData = step.expect == 354
+		case !isReply(err):
+			if failed == nil {
+				return &smtpStepError{reason: step.reason, err: err}
+			}
+			failed.broken = true
+			return failed
+		case failed == nil:
+			failed = &smtpStepError{reason: step.reason, err: err}
 		}
-		failed.broken = !abandonTransaction(t, dataErr == nil)
-		return failed
 	}
-	if dataErr != nil {
-		return &smtpStepError{reason: gomail.ErrSMTPData, err: dataErr}
+	if failed != nil {
+		if failed.reason != gomail.ErrSMTPData {
+			failed.broken = !abandonTransaction(t, inData)
+		}
+		return failed
 	}
 	dw := t.DotWriter()
 	if _, err := msg.WriteTo(dw); err != nil {

@@ -43,6 +43,10 @@ type smtpServer struct {
 	// closeAfter closes a connection after that many messages, like a
 	// server's idle timeout would.
 	closeAfter int
+	// refuseAfter answers the MAIL after that many messages of a
+	// connection with 421 and closes it, as a server ending a session
+	// does.
+	refuseAfter int
 	// pipelining offers PIPELINING (RFC 2920); replies then wait until
 	// every command received so far is answered, as Postfix's do.
 	pipelining bool
@@ -172,6 +176,11 @@ func (s *smtpServer) serve(c net.Conn) {
 			if inMail {
 				reply("503 5.5.1 Error: nested MAIL command")
 				continue
+			}
+			if s.refuseAfter > 0 && delivered >= s.refuseAfter {
+				reply("421 4.4.2 test.local Error: timeout exceeded, closing")
+				_ = tp.W.Flush() // a server says it before it hangs up
+				return
 			}
 			first := s.transactions.Add(1) == 1
 			if s.mailReply != "" && (first || !s.once) {
@@ -506,6 +515,23 @@ func testSMTPRedialsAfterServerClosed(t *testing.T, pipelining bool) {
 	}
 	require.Len(t, srv.received(), 3, "each message delivered exactly once")
 	require.EqualValues(t, 3, srv.accepted.Load())
+}
+
+// TestSMTPRedialsAfter421: a server that ends a pooled session with 421
+// to MAIL (and hangs up) costs no attempt: nothing was sent, so the
+// message goes out at once on a fresh connection, pipelined or not.
+func TestSMTPRedialsAfter421(t *testing.T) {
+	t.Parallel()
+	eachTransaction(t, func(t *testing.T, pipelining bool) {
+		srv := (&smtpServer{refuseAfter: 2, pipelining: pipelining}).start(t)
+		s := smtpSenderFor(t, smtpAccount(t, srv, ""))
+		for i := range 5 {
+			rs := s.Send(context.Background(), []Message{mailTo("t1."+strconv.Itoa(i), "li@example.com", "hi")})
+			require.True(t, rs[0].OK(), "send %d: %+v", i, rs[0])
+		}
+		require.Len(t, srv.received(), 5, "each message delivered exactly once")
+		require.EqualValues(t, 3, srv.accepted.Load(), "a connection per two messages")
+	})
 }
 
 func TestSMTPReplyClasses(t *testing.T) {
