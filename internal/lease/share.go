@@ -232,11 +232,7 @@ func (f *FairShare) countOutGone(ctx context.Context) bool {
 		if !f.ReplicaGone(ctx, id) {
 			continue
 		}
-		f.mu.Lock()
-		delete(f.seen, k)
-		delete(f.replicas, k)
-		f.gone[k] = time.Now()
-		f.mu.Unlock()
+		f.countOut(k)
 		counted = true
 	}
 	return counted
@@ -259,11 +255,17 @@ func (f *FairShare) Gone(owner string) {
 	if key == f.self {
 		return
 	}
+	f.countOut(key)
+}
+
+// countOut stops counting the replica announcing under key, and ignores
+// its announcements for replicaStale.
+func (f *FairShare) countOut(key string) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	delete(f.seen, key)
 	delete(f.replicas, key)
 	f.gone[key] = time.Now()
-	f.mu.Unlock()
 }
 
 // TakeBeyond counts a lease taken beyond the share: one whose holder is

@@ -32,13 +32,7 @@ func TestFairShareAfterAKill(t *testing.T) {
 	share := func(f *FairShare) int { f.mu.Lock(); defer f.mu.Unlock(); return f.share() }
 
 	// The replica to be killed runs on a connection of its own.
-	killedConn, err := nats.Connect(js.Conn().ConnectedUrl())
-	require.NoError(t, err)
-	defer killedConn.Close()
-	killedJS, err := jetstream.New(killedConn)
-	require.NoError(t, err)
-	killedKV, err := killedJS.KeyValue(ctx, contract.BucketLeases)
-	require.NoError(t, err)
+	killedConn, killedKV := ownConnection(t, js)
 	killed, survivor := NewFairShare(killedKV, prefix, total), NewFairShare(kv, prefix, total)
 	go killed.Run(ctx)
 	go survivor.Run(ctx)
@@ -59,7 +53,7 @@ func TestFairShareAfterAKill(t *testing.T) {
 		require.True(t, survivor.MayTake(ctx), "the killed replica no longer counts")
 	}
 	// Its last announcement, delivered late, does not count it back in.
-	_, err = kv.Put(ctx, replicaKey(prefix, killed.Replica), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	_, err := kv.Put(ctx, replicaKey(prefix, killed.Replica), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 	require.NoError(t, err)
 	for time.Since(killedAt) < replicaStale+giveBackEvery {
 		require.False(t, survivor.ShouldGiveBack(), "nothing handed back with no live replica to take it (%v after the kill)", time.Since(killedAt))
@@ -93,13 +87,7 @@ func TestFairShareAsksWhetherReplicasAreGone(t *testing.T) {
 	const prefix = "test-replica."
 	total := func() int { return 4 }
 
-	killedConn, err := nats.Connect(js.Conn().ConnectedUrl())
-	require.NoError(t, err)
-	defer killedConn.Close()
-	killedJS, err := jetstream.New(killedConn)
-	require.NoError(t, err)
-	killedKV, err := killedJS.KeyValue(ctx, contract.BucketLeases)
-	require.NoError(t, err)
+	killedConn, killedKV := ownConnection(t, js)
 	killed, survivor := NewFairShare(killedKV, prefix, total), NewFairShare(kv, prefix, total)
 	for _, r := range []struct {
 		f  *FairShare
@@ -163,4 +151,18 @@ func TestFairShareWatchesAgain(t *testing.T) {
 	require.Eventually(t, func() bool { return share(a) == 2 && share(b) == 2 }, 5*time.Second, 50*time.Millisecond,
 		"both count both, the one whose first watch failed too")
 	require.True(t, flaky.failed.Load())
+}
+
+// ownConnection is a connection of its own to js's server, to be closed
+// as a killed process's is, and the leases bucket through it.
+func ownConnection(t *testing.T, js jetstream.JetStream) (*nats.Conn, jetstream.KeyValue) {
+	t.Helper()
+	nc, err := nats.Connect(js.Conn().ConnectedUrl())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	njs, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := njs.KeyValue(context.Background(), contract.BucketLeases)
+	require.NoError(t, err)
+	return nc, kv
 }

@@ -39,14 +39,7 @@ func TestNewPartitionsStartWhereTheFoldStopped(t *testing.T) {
 	require.EqualValues(t, n, last)
 
 	run := func(partitions int, until func() bool) {
-		svc, err := status.New(ts.JS, status.Config{Partitions: partitions, Logger: logtest.Logger()})
-		require.NoError(t, err)
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- svc.Run(rctx) }()
-		natstest.Eventually(t, 20*time.Second, until)
-		stop()
-		require.NoError(t, <-done)
+		runStatusUntil(t, ts, status.Config{Partitions: partitions, Logger: logtest.Logger()}, until)
 	}
 	consumer := func(name string) *jetstream.ConsumerInfo {
 		c, err := stream.Consumer(ctx, name)
@@ -160,14 +153,7 @@ func TestOtherCountsFoldConsumersRemoved(t *testing.T) {
 		return out
 	}
 	run := func(partitions int, until func() bool) {
-		svc, err := status.New(ts.JS, status.Config{Partitions: partitions, LayoutSweep: 500 * time.Millisecond, Logger: logtest.Logger()})
-		require.NoError(t, err)
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- svc.Run(rctx) }()
-		natstest.Eventually(t, 20*time.Second, until)
-		stop()
-		require.NoError(t, <-done)
+		runStatusUntil(t, ts, status.Config{Partitions: partitions, LayoutSweep: 500 * time.Millisecond, Logger: logtest.Logger()}, until)
 	}
 	run(4, func() bool {
 		for k := range 4 {
@@ -196,4 +182,18 @@ func TestOtherCountsFoldConsumersRemoved(t *testing.T) {
 	})
 	after := consumers()
 	require.True(t, after["status-audit"], "not a fold consumer")
+}
+
+// runStatusUntil runs a status with cfg until until holds, then stops it
+// and checks it stopped without an error.
+func runStatusUntil(t *testing.T, ts *pipelinetest.Server, cfg status.Config, until func() bool) {
+	t.Helper()
+	svc, err := status.New(ts.JS, cfg)
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	natstest.Eventually(t, 20*time.Second, until)
+	stop()
+	require.NoError(t, <-done)
 }
