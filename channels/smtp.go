@@ -37,8 +37,8 @@ package channels
 // and the next send dials again. An idle connection the server has closed
 // is noticed at MAIL FROM, before anything was sent, and the message is
 // retried once on a fresh connection. Close (io.Closer) ends them all.
-// With a server that offers PIPELINING (RFC 2920; Postfix, Exim and the
-// large providers do) MAIL, RCPT and DATA leave together: two round trips
+// With a server that offers PIPELINING (RFC 2920; Postfix and Exim do
+// by default) MAIL, RCPT and DATA leave together: two round trips
 // per message instead of four (smtp_pipeline.go).
 //
 // Recipients are email addresses as net/mail parses them; the canonical form

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,8 +90,8 @@ func TestKillDispatchReplicaHandsOverEveryAccount(t *testing.T) {
 		out := map[string]int{}
 		for _, a := range names {
 			if e, err := kv.Get(ctx, a); err == nil {
-				if parts := strings.Split(string(e.Value()), "/"); len(parts) == 4 {
-					out[a], _ = strconv.Atoi(parts[1])
+				if pid, ok := ownerPid(string(e.Value())); ok {
+					out[a] = pid
 				}
 			}
 		}

@@ -104,10 +104,8 @@ func leaseHolder(t *testing.T, c *chaosClient, account string, procs []*proctest
 	require.NoError(t, err)
 	e, err := kv.Get(ctx, account)
 	require.NoError(t, err, "the account has a lease")
-	parts := strings.Split(string(e.Value()), "/")
-	require.Len(t, parts, 4, "owner id %q", e.Value())
-	pid, err := strconv.Atoi(parts[1])
-	require.NoError(t, err)
+	pid, ok := ownerPid(string(e.Value()))
+	require.True(t, ok, "owner id %q", e.Value())
 	for _, p := range procs {
 		if p.Pid() == pid {
 			return p
@@ -115,4 +113,14 @@ func leaseHolder(t *testing.T, c *chaosClient, account string, procs []*proctest
 	}
 	t.Fatalf("no process has pid %d (lease %q)", pid, e.Value())
 	return nil
+}
+
+// ownerPid is the pid in a lease's owner id (host/pid/random/seq).
+func ownerPid(owner string) (int, bool) {
+	parts := strings.Split(owner, "/")
+	if len(parts) != 4 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	return pid, err == nil
 }

@@ -23,7 +23,7 @@ type SMTPConfig struct {
 	Discard bool
 	// NoPipelining leaves PIPELINING (RFC 2920) out of the EHLO reply,
 	// as a server without it would; by default it is offered, as
-	// Postfix, Exim and the big providers' submission servers do.
+	// Postfix and Exim do by default.
 	NoPipelining bool
 }
 
