@@ -238,6 +238,9 @@ func TestDigestTwoReplicas(t *testing.T) {
 	}
 	e.StartReplica()
 	e.StartReplica()
+	// Submitted before the second replica has its account, a task's jobs
+	// may wait out the hand-over and miss the window.
+	e.WaitAccountsApart("hook-1", "hook-2")
 	merged := []string{"d2-a", "d2-b", "d2-c"}
 	for i, id := range merged {
 		task := digestTask(id, "u", 10, "news", "4s")

@@ -58,11 +58,7 @@ func TestPolicyFrequencyCapAcrossReplicas(t *testing.T) {
 	r1, r2 := e.StartReplica(), e.StartReplica()
 	// The fair share gives each replica one of the two accounts: wait for
 	// it, so the tasks race across replicas, not within one.
-	natstest.Eventually(t, 30*time.Second, func() bool {
-		a, errA := harness.KVGet(t, e.TS, contract.BucketLeases, "fa")
-		b, errB := harness.KVGet(t, e.TS, contract.BucketLeases, "fb")
-		return errA == nil && errB == nil && string(a.Value()) != string(b.Value())
-	}, "each replica holds one account's lease")
+	e.WaitAccountsApart("fa", "fb")
 	const n = 10
 	people := pipelinetest.Recipients("fc", n)
 	var ids []string

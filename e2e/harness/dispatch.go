@@ -14,6 +14,7 @@ import (
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
@@ -103,6 +104,25 @@ func (r *Replica) Stop() {
 		}
 		r.nc.Close()
 	})
+}
+
+// WaitAccountsApart waits until each account's lease is held, every one
+// by a different replica: the fair share gives two replicas one account
+// each only after the first has let one go, and a test that means to
+// race replicas must not start while one holds them all.
+func (e *DispatchEnv) WaitAccountsApart(accounts ...string) {
+	e.t.Helper()
+	natstest.Eventually(e.t, 30*time.Second, func() bool {
+		owners := map[string]bool{}
+		for _, a := range accounts {
+			v, err := KVGet(e.t, e.TS, contract.BucketLeases, a)
+			if err != nil {
+				return false
+			}
+			owners[string(v.Value())] = true
+		}
+		return len(owners) == len(accounts)
+	}, "each of %v held by its own replica", accounts)
 }
 
 // SendLog returns every provider call the replicas made, in time order.
