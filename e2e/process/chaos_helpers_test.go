@@ -13,18 +13,8 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/proctest"
 	"github.com/broadcastd/broadcast/shared"
 )
-
-// startService runs a service as a process with env and waits until it
-// says it started.
-func startService(t *testing.T, name string, env ...string) *proctest.Proc {
-	t.Helper()
-	p := proctest.StartService(t, name, env...)
-	p.WaitLog(name+" started", 30*time.Second)
-	return p
-}
 
 // chaosClient is the test's own connection to a nats-server run as a
 // process: it submits, configures accounts and reads progress.

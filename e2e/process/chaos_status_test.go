@@ -11,7 +11,6 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
 // TestChaosKillStatus kills the status service with SIGKILL again and again
@@ -32,20 +31,17 @@ func TestChaosKillStatus(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	t.Logf("chaos seed %d", seed)
 
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-fail-rate", "0.05", "-latency", "2ms", "-permanent-prefix", "bad-", "-seed", "5")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
+	st := startStack(t, 2*time.Millisecond, 5, "-fail-rate", "0.05", "-permanent-prefix", "bad-")
 	for _, name := range []string{"ingest", "render", "dispatch"} {
-		startService(t, name, natsEnv, "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s")
+		st.start(name, "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s")
 	}
-	status := startService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=500ms")
-	c.putHook(gw.URL, 150, 8)
+	status := st.start("status", "STATUS_FLUSH_INTERVAL=500ms")
+	st.c.putHook(st.gw.URL, 150, 8)
 
 	task := contract.Task{ID: "chaos-kill-status", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	var bad int
 	task.Recipients, bad = pipelinetest.RecipientsWithRejects(n, badEvery, 7)
-	c.submitTask(task)
+	st.c.submitTask(task)
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	final := func(p *contract.Progress) bool { return p.State.Final() }
@@ -54,7 +50,7 @@ func TestChaosKillStatus(t *testing.T) {
 	var last contract.Progress
 	for kills < wantKills {
 		killAt := time.Now().Add(time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
-		p := c.pollProgress(task.ID, killAt, final)
+		p := st.c.pollProgress(task.ID, killAt, final)
 		if p != nil && final(p) {
 			break
 		}
@@ -69,10 +65,10 @@ func TestChaosKillStatus(t *testing.T) {
 		time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
 		status.Restart()
 	}
-	got := c.pollProgress(task.ID, deadline, final)
+	got := st.c.pollProgress(task.ID, deadline, final)
 	require.NotNil(t, got)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	l, err := gateway.FetchLedger(ctx, gw.URL)
+	l, err := gateway.FetchLedger(ctx, st.gw.URL)
 	cancel()
 	require.NoError(t, err)
 	t.Logf("status chaos figures: kills=%d elapsed=%s sent=%d failed=%d accepted_keys=%d duplicates=%d",

@@ -13,7 +13,6 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
 // TestChaosKillDispatch runs every service as its own OS process and kills
@@ -40,28 +39,21 @@ func TestChaosKillDispatch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	t.Logf("chaos seed %d", seed)
 
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-fail-rate", "0.05", "-rate-limited-rate", "0.02", "-retry-after", "1s",
-		"-latency", "5ms", "-permanent-prefix", "bad-", "-seed", "11")
-	c := newChaosClient(t, ns.URL)
-
-	natsEnv := "NATS_URL=" + ns.URL
-	var others []*proctest.Proc
-	for _, name := range []string{"ingest", "render", "status"} {
-		others = append(others, startService(t, name, natsEnv))
-	}
-	dispatch := startService(t, "dispatch", natsEnv, "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s")
+	st := startStack(t, 5*time.Millisecond, 11,
+		"-fail-rate", "0.05", "-rate-limited-rate", "0.02", "-retry-after", "1s", "-permanent-prefix", "bad-")
+	others := st.startAll("ingest", "render", "status")
+	dispatch := st.start("dispatch", "DISPATCH_BACKOFF_BASE=100ms", "DISPATCH_BACKOFF_MAX=1s")
 	// The pinned rate (min_rate_per_sec): the gateway answers 2% of
 	// requests 429 at random, whatever the rate, and adaptive pacing
 	// answering each with a halving would bring the account down to ~15/s
 	// (measured). Retry-After pauses still apply.
-	c.putHook(gw.URL, 150, concurrency)
+	st.c.putHook(st.gw.URL, 150, concurrency)
 	dispatch.WaitLog("account started", 10*time.Second)
 
 	task := contract.Task{ID: "chaos-kill-dispatch", Channel: "webhook", Template: "Hello {{.to}}", MaxAttempts: 10}
 	var bad int
 	task.Recipients, bad = pipelinetest.RecipientsWithRejects(n, badEvery, badEvery/2)
-	c.submitTask(task)
+	st.c.submitTask(task)
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	final := func(p *contract.Progress) bool { return p.State.Final() }
@@ -77,7 +69,7 @@ func TestChaosKillDispatch(t *testing.T) {
 	requests := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		l, err := gateway.FetchLedger(ctx, gw.URL)
+		l, err := gateway.FetchLedger(ctx, st.gw.URL)
 		if err != nil {
 			return -1
 		}
@@ -94,12 +86,12 @@ func TestChaosKillDispatch(t *testing.T) {
 				time.Sleep(200 * time.Millisecond)
 			}
 		}
-		require.True(t, sending, "dispatch sent nothing after restart #%d; progress %+v", kills, c.progress(task.ID))
+		require.True(t, sending, "dispatch sent nothing after restart #%d; progress %+v", kills, st.c.progress(task.ID))
 		if kills > 0 {
 			recoveries = append(recoveries, time.Since(restarted).Round(10*time.Millisecond))
 		}
 		killAt := time.Now().Add(2*time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
-		p := c.pollProgress(task.ID, killAt, final)
+		p := st.c.pollProgress(task.ID, killAt, final)
 		if final(p) {
 			break
 		}
@@ -116,10 +108,10 @@ func TestChaosKillDispatch(t *testing.T) {
 		dispatch.Restart()
 	}
 
-	last := c.pollProgress(task.ID, deadline, final)
+	last := st.c.pollProgress(task.ID, deadline, final)
 	elapsed := time.Since(start)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	l, err := gateway.FetchLedger(ctx, gw.URL)
+	l, err := gateway.FetchLedger(ctx, st.gw.URL)
 	cancel()
 	require.NoError(t, err)
 	t.Logf("chaos figures: kills=%d duplicates=%d elapsed=%s requests=%d accepted=%d accepted_keys=%d injected=%v recoveries=%v",

@@ -13,7 +13,6 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
 // TestKillDispatchMidDigestWindow submits three tasks with one digest_key
@@ -25,28 +24,23 @@ func TestKillDispatchMidDigestWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the multi-process kill test")
 	}
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-seed", "5")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
-	for _, name := range []string{"ingest", "render", "status"} {
-		startService(t, name, natsEnv)
-	}
-	dispatch := startService(t, "dispatch", natsEnv)
-	c.putHook(gw.URL, 100, 4)
+	st := startStack(t, 0, 5)
+	st.startAll("ingest", "render", "status")
+	dispatch := st.start("dispatch")
+	st.c.putHook(st.gw.URL, 100, 4)
 	tasks := []string{"dk-a", "dk-b", "dk-c"}
 	for _, id := range tasks {
-		c.submitTask(contract.Task{ID: id, Channel: "webhook", Template: "news of " + id + " for {{.to}}",
+		st.c.submitTask(contract.Task{ID: id, Channel: "webhook", Template: "news of " + id + " for {{.to}}",
 			Recipients: pipelinetest.Recipients("u", 10), DigestKey: "news", DigestWindow: "8s",
 			DigestTemplate: `{{.count}} updates:{{range .items}} [{{.task_id}}] {{.body}};{{end}}`})
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		return pipelinetest.DigestItemsWaiting(t, c.js, "webhook") == 30
+		return pipelinetest.DigestItemsWaiting(t, st.c.js, "webhook") == 30
 	}, "every job joined its digest")
 	ledger := func() gateway.Ledger {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		l, err := gateway.FetchLedger(ctx, gw.URL)
+		l, err := gateway.FetchLedger(ctx, st.gw.URL)
 		require.NoError(t, err)
 		return l
 	}
@@ -55,7 +49,7 @@ func TestKillDispatchMidDigestWindow(t *testing.T) {
 	dispatch.Restart()
 
 	for _, id := range tasks {
-		p := c.pollProgress(id, time.Now().Add(60*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+		p := st.c.pollProgress(id, time.Now().Add(60*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
 		require.Equal(t, contract.StateSucceeded, p.State, "%s", id)
 		require.Equal(t, 10, p.Sent, "%s sent", id)
 	}
@@ -65,8 +59,8 @@ func TestKillDispatchMidDigestWindow(t *testing.T) {
 	require.Equal(t, 10, l.AcceptedKeys())
 	carriers := map[string]string{}
 	for _, id := range tasks {
-		require.Equal(t, 10, c.eventKinds(id)[contract.EventSent], "stored sent events of %s", id)
-		for _, ev := range c.sentEvents(id) {
+		require.Equal(t, 10, st.c.eventKinds(id)[contract.EventSent], "stored sent events of %s", id)
+		for _, ev := range st.c.sentEvents(id) {
 			require.NotEmpty(t, ev.CarriedBy)
 			if prev, ok := carriers[ev.To]; ok {
 				require.Equal(t, prev, ev.CarriedBy, "recipient %s", ev.To)

@@ -15,7 +15,6 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
 // TestKillDispatchReplicaHandsOverEveryAccount: two dispatch processes
@@ -37,29 +36,21 @@ func TestKillDispatchReplicaHandsOverEveryAccount(t *testing.T) {
 		rate        = 100 // per account
 		concurrency = 4
 	)
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-latency", "5ms", "-seed", "5")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
-	for _, name := range []string{"ingest", "render", "status"} {
-		startService(t, name, natsEnv)
-	}
-	var replicas [2]*proctest.Proc
-	for i := range replicas {
-		replicas[i] = startService(t, "dispatch", natsEnv)
-	}
+	st := startStack(t, 5*time.Millisecond, 5)
+	st.startAll("ingest", "render", "status")
+	replicas := st.replicas(2, "dispatch")
 	names := make([]string, accounts)
 	for i := range names {
 		names[i] = "hook-" + strconv.Itoa(i)
-		c.putAccount(names[i], fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":%d}`,
-			gw.URL, rate, rate, concurrency))
+		st.c.putAccount(names[i], fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":%d}`,
+			st.gw.URL, rate, rate, concurrency))
 	}
 	// When each account's sent events arrive (core subscription on the
 	// events' subjects: what the services publish, as they publish it).
 	var mu sync.Mutex
 	lastSent := map[string]time.Time{}
 	var resumed map[string]time.Time // set at the kill: first sent event after it, per account
-	sub, err := c.js.Conn().Subscribe(contract.EventSubject("kill-accounts", contract.EventSent), func(m *nats.Msg) {
+	sub, err := st.c.js.Conn().Subscribe(contract.EventSubject("kill-accounts", contract.EventSent), func(m *nats.Msg) {
 		var ev contract.Event
 		if contract.DecodeEvent(m.Data, &ev) != nil {
 			return
@@ -79,13 +70,13 @@ func TestKillDispatchReplicaHandsOverEveryAccount(t *testing.T) {
 
 	task := contract.Task{ID: "kill-accounts", Channel: "webhook", Template: "Hello {{.to}}",
 		Recipients: pipelinetest.Recipients("ka", n), Accounts: names}
-	c.submitTask(task)
+	st.c.submitTask(task)
 
 	// Wait until every account sends, two from each process.
 	holders := func() map[string]int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		kv, err := c.js.KeyValue(ctx, contract.BucketLeases)
+		kv, err := st.c.js.KeyValue(ctx, contract.BucketLeases)
 		require.NoError(t, err)
 		out := map[string]int{}
 		for _, a := range names {
@@ -159,9 +150,9 @@ func TestKillDispatchReplicaHandsOverEveryAccount(t *testing.T) {
 	t.Logf("kill of pid %d: its accounts %v taken over after %v, sending again after %v", victim.Pid(), victimAccounts,
 		tookOver.Round(time.Millisecond), gaps)
 
-	p := c.pollProgress(task.ID, time.Now().Add(120*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+	p := st.c.pollProgress(task.ID, time.Now().Add(120*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	l, err := gateway.FetchLedger(ctx, gw.URL)
+	l, err := gateway.FetchLedger(ctx, st.gw.URL)
 	cancel()
 	require.NoError(t, err)
 	t.Logf("requests %d, accepted keys %d, duplicates %d; progress %s sent=%d", l.Requests, l.AcceptedKeys(), l.Duplicates, p.State, p.Sent)

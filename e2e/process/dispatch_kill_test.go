@@ -34,25 +34,17 @@ func TestKillDispatchReplicaResumesSoon(t *testing.T) {
 		concurrency = 8
 		kills       = 2
 	)
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-latency", "5ms", "-seed", "3")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
-	for _, name := range []string{"ingest", "render", "status"} {
-		startService(t, name, natsEnv)
-	}
-	var replicas [2]*proctest.Proc
-	for i := range replicas {
-		replicas[i] = startService(t, "dispatch", natsEnv)
-	}
-	c.putHook(gw.URL, rate, concurrency)
+	st := startStack(t, 5*time.Millisecond, 3)
+	st.startAll("ingest", "render", "status")
+	replicas := st.replicas(2, "dispatch")
+	st.c.putHook(st.gw.URL, rate, concurrency)
 	task := contract.Task{ID: "kill-replica", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("k", n)}
-	c.submitTask(task)
+	st.c.submitTask(task)
 
 	requests := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		l, err := gateway.FetchLedger(ctx, gw.URL)
+		l, err := gateway.FetchLedger(ctx, st.gw.URL)
 		require.NoError(t, err)
 		return l.Requests
 	}
@@ -61,7 +53,7 @@ func TestKillDispatchReplicaResumesSoon(t *testing.T) {
 		// Sending, with the holder known.
 		want := (k + 1) * n / (kills + 2)
 		natstest.Eventually(t, 60*time.Second, func() bool { return requests() >= want }, "sends before kill %d", k+1)
-		holder := leaseHolder(t, c, "hook", replicas[:])
+		holder := leaseHolder(t, st.c, "hook", replicas)
 		killedAt := time.Now()
 		holder.Kill()
 		// Requests sent just before the kill may still reach the gateway;
@@ -78,9 +70,9 @@ func TestKillDispatchReplicaResumesSoon(t *testing.T) {
 		holder.Restart()
 	}
 
-	p := c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+	p := st.c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	l, err := gateway.FetchLedger(ctx, gw.URL)
+	l, err := gateway.FetchLedger(ctx, st.gw.URL)
 	cancel()
 	require.NoError(t, err)
 	t.Logf("recovery gaps %v; requests %d, accepted keys %d, duplicates %d; progress %s sent=%d failed=%d",

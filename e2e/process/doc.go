@@ -6,8 +6,10 @@
 // beside the in-process tests of e2e. See docs/testing.md.
 //
 // Files:
-//   - chaos_helpers_test.go: starting a service process, and the client of
-//     a nats-server run as a process (the account, the task, progress).
+//   - stack_test.go: a test's own nats-server, gateway and client, and
+//     starting the services on that server.
+//   - chaos_helpers_test.go: the client of a nats-server run as a process
+//     (the account, the task, progress).
 //   - chaos_test.go, chaos_status_test.go: dispatch and status killed again
 //     and again during a broadcast.
 //   - dispatch_kill_test.go, status_replicas_test.go: the lease holder of

@@ -37,26 +37,21 @@ func TestKillFeedbackDuringReceiptStorm(t *testing.T) {
 		secret = "storm-signing-secret"
 		kills  = 2
 	)
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-seed", "4")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
+	st := startStack(t, 0, 4)
 	secretEnv := "BROADCAST_SECRET_STORM=" + secret
-	for _, name := range []string{"ingest", "render", "status"} {
-		startService(t, name, natsEnv)
-	}
-	startService(t, "dispatch", natsEnv, secretEnv)
+	st.startAll("ingest", "render", "status")
+	st.start("dispatch", secretEnv)
 	port := proctest.FreePort(t)
 	fbURL := "http://127.0.0.1:" + strconv.Itoa(port)
-	fb := startService(t, "feedback", natsEnv, secretEnv, fmt.Sprintf("FEEDBACK_ADDR=127.0.0.1:%d", port))
-	c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_STORM","rate_per_sec":1000,"min_rate_per_sec":1000,"burst":50,"concurrency":16}`, gw.URL+"/send"))
+	fb := st.start("feedback", secretEnv, fmt.Sprintf("FEEDBACK_ADDR=127.0.0.1:%d", port))
+	st.c.putAccount("hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"secret_env":"BROADCAST_SECRET_STORM","rate_per_sec":1000,"min_rate_per_sec":1000,"burst":50,"concurrency":16}`, st.gw.URL+"/send"))
 	task := contract.Task{ID: "storm", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("s", n)}
-	c.submitTask(task)
-	p := c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+	st.c.submitTask(task)
+	p := st.c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
 	require.Equal(t, contract.StateSucceeded, p.State)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	l, err := gateway.FetchLedger(ctx, gw.URL)
+	l, err := gateway.FetchLedger(ctx, st.gw.URL)
 	cancel()
 	require.NoError(t, err)
 	require.Len(t, l.AcceptedByKey, n)
@@ -155,13 +150,13 @@ func TestKillFeedbackDuringReceiptStorm(t *testing.T) {
 		}
 	}
 	require.Equal(t, [3]int{800, 400, 200}, [3]int{delivered, read, undelivered}, "what the posters had answered 200")
-	p = c.pollProgress(task.ID, time.Now().Add(60*time.Second), func(p *contract.Progress) bool {
+	p = st.c.pollProgress(task.ID, time.Now().Add(60*time.Second), func(p *contract.Progress) bool {
 		return p.Delivered == delivered && p.Read == read && p.Undelivered == undelivered
 	})
 	require.Equal(t, [3]int{delivered, read, undelivered}, [3]int{p.Delivered, p.Read, p.Undelivered})
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
-	got := c.eventKinds(task.ID)
+	got := st.c.eventKinds(task.ID)
 	for _, k := range []contract.EventKind{contract.EventDelivered, contract.EventRead, contract.EventUndelivered} {
 		require.Equal(t, wantEvents[k], got[k], "%s events", k)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/internal/proctest"
 )
 
 // TestFrequencyCapSurvivesKill: under a marketing cap of 1 per 24 h, four
@@ -32,34 +31,29 @@ func TestFrequencyCapSurvivesKill(t *testing.T) {
 		tasks = 4
 		rate  = 150
 	)
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-latency", "5ms", "-seed", "5")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
-	for _, name := range []string{"ingest", "render", "status"} {
-		startService(t, name, natsEnv)
-	}
-	replicas := []*proctest.Proc{startService(t, "dispatch", natsEnv), startService(t, "dispatch", natsEnv)}
+	st := startStack(t, 5*time.Millisecond, 5)
+	st.startAll("ingest", "render", "status")
+	replicas := st.replicas(2, "dispatch")
 	ctx := context.Background()
-	kv, err := c.js.KeyValue(ctx, contract.BucketPolicy)
+	kv, err := st.c.js.KeyValue(ctx, contract.BucketPolicy)
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, contract.PolicyDefault, []byte(`{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}]}`))
 	require.NoError(t, err)
 	for _, a := range []string{"hook-a", "hook-b"} {
-		c.putAccount(a, fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"burst":10,"concurrency":8}`, gw.URL, rate))
+		st.c.putAccount(a, fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"burst":10,"concurrency":8}`, st.gw.URL, rate))
 	}
 	people := pipelinetest.Recipients("fk", n)
 	var ids []string
 	for i := range tasks {
 		id := fmt.Sprintf("fkill-%d", i)
 		ids = append(ids, id)
-		c.submitTask(contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: people,
+		st.c.submitTask(contract.Task{ID: id, Channel: "webhook", Template: "offer " + id, Recipients: people,
 			Accounts: []string{[]string{"hook-a", "hook-b"}[i%2]}})
 	}
 	ledger := func() gateway.Ledger {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		l, err := gateway.FetchLedger(ctx, gw.URL)
+		l, err := gateway.FetchLedger(ctx, st.gw.URL)
 		require.NoError(t, err)
 		return l
 	}
@@ -81,14 +75,14 @@ func TestFrequencyCapSurvivesKill(t *testing.T) {
 		l := ledger()
 		return l.Requests >= n/3 && sentByHookA(l) >= 20
 	}, "hook-a sending before the kill")
-	holder := leaseHolder(t, c, "hook-a", replicas)
+	holder := leaseHolder(t, st.c, "hook-a", replicas)
 	holder.Kill()
 	atKill := ledger().Requests
 	holder.Restart()
 
 	sent, skipped := 0, 0
 	for _, id := range ids {
-		p := c.pollProgress(id, time.Now().Add(2*time.Minute), func(p *contract.Progress) bool { return p.State.Final() })
+		p := st.c.pollProgress(id, time.Now().Add(2*time.Minute), func(p *contract.Progress) bool { return p.State.Final() })
 		sent, skipped = sent+p.Sent, skipped+p.Skipped
 	}
 	l := ledger()

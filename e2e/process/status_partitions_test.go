@@ -13,7 +13,6 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/gateway"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
-	"github.com/broadcastd/broadcast/internal/proctest"
 	"github.com/broadcastd/broadcast/services/status"
 )
 
@@ -35,24 +34,16 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 		n     = 800 // recipients per task
 		rate  = 40  // per task: each has an account of its own
 	)
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-latency", "2ms", "-seed", "11")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
-	for _, name := range []string{"ingest", "render", "dispatch"} {
-		startService(t, name, natsEnv)
-	}
-	var replicas [2]*proctest.Proc
-	for i := range replicas {
-		replicas[i] = startService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=250ms", fmt.Sprintf("STATUS_PARTITIONS=%d", parts))
-	}
+	st := startStack(t, 2*time.Millisecond, 11)
+	st.startAll("ingest", "render", "dispatch")
+	replicas := st.replicas(2, "status", "STATUS_FLUSH_INTERVAL=250ms", fmt.Sprintf("STATUS_PARTITIONS=%d", parts))
 	// holders counts the partitions each replica holds, by index in
 	// replicas (-1: a lease nobody holds, or one of a killed process). It
 	// reads each lease once: a lease may be handed on between two reads.
 	holders := func() map[int]int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		kv, err := c.js.KeyValue(ctx, contract.BucketLeases)
+		kv, err := st.c.js.KeyValue(ctx, contract.BucketLeases)
 		require.NoError(t, err)
 		count := map[int]int{}
 		for k := range parts {
@@ -93,8 +84,8 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 	}
 	waitHolders("the partitions spread two and two", spread, 30*time.Second)
 	for k := range parts {
-		c.putAccount(fmt.Sprintf("hook-%d", k), fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":8}`,
-			gw.URL, rate, rate))
+		st.c.putAccount(fmt.Sprintf("hook-%d", k), fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send","rate_per_sec":%d,"min_rate_per_sec":%d,"burst":10,"concurrency":8}`,
+			st.gw.URL, rate, rate))
 	}
 
 	// One task in each partition, each on an account of its own, so all
@@ -107,13 +98,13 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 				Accounts: []string{fmt.Sprintf("hook-%d", len(tasks))}, Recipients: pipelinetest.Recipients(id, n)})
 		}
 	}
-	pw := watchProgress(t, c)
+	pw := watchProgress(t, st.c)
 	var ids []string
 	for _, task := range tasks {
 		ids = append(ids, task.ID)
 	}
 	for _, task := range tasks {
-		c.submitTask(task)
+		st.c.submitTask(task)
 	}
 	require.Eventually(t, func() bool {
 		for _, task := range tasks {
@@ -174,13 +165,13 @@ func TestStatusPartitionsSpreadAndSurviveAKill(t *testing.T) {
 	waitHolders("the restarted process gets its share back", spread, 30*time.Second)
 
 	for _, task := range tasks {
-		p := c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+		p := st.c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
 		require.Equal(t, contract.StateSucceeded, p.State, task.ID)
 		require.Equal(t, n, p.Sent, task.ID)
 	}
 	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer lcancel()
-	l, err := gateway.FetchLedger(lctx, gw.URL)
+	l, err := gateway.FetchLedger(lctx, st.gw.URL)
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // the watch's last values
 	for _, task := range tasks {

@@ -28,34 +28,26 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 		rate  = 200
 		kills = 2
 	)
-	ns := proctest.StartNATS(t, t.TempDir(), 0)
-	gw := proctest.StartGateway(t, "-latency", "2ms", "-seed", "9")
-	c := newChaosClient(t, ns.URL)
-	natsEnv := "NATS_URL=" + ns.URL
-	for _, name := range []string{"ingest", "render", "dispatch"} {
-		startService(t, name, natsEnv)
-	}
-	var replicas [2]*proctest.Proc
-	for i := range replicas {
-		replicas[i] = startService(t, "status", natsEnv, "STATUS_FLUSH_INTERVAL=250ms")
-	}
-	c.putHook(gw.URL, rate, 8)
+	st := startStack(t, 2*time.Millisecond, 9)
+	st.startAll("ingest", "render", "dispatch")
+	replicas := st.replicas(2, "status", "STATUS_FLUSH_INTERVAL=250ms")
+	st.c.putHook(st.gw.URL, rate, 8)
 
 	task := contract.Task{ID: "status-replicas", Channel: "webhook", Template: "Hello {{.to}}", Recipients: pipelinetest.Recipients("s", n)}
 
-	pw := watchProgress(t, c)
+	pw := watchProgress(t, st.c)
 	lastSent := func() int {
 		v, _ := pw.last(task.ID)
 		return v.p.Sent
 	}
 
-	c.submitTask(task)
+	st.c.submitTask(task)
 
 	var gaps []time.Duration
 	for k := range kills {
 		want := (k + 1) * n / (kills + 2)
 		require.Eventually(t, func() bool { return lastSent() >= want }, 60*time.Second, 20*time.Millisecond, "progress before kill %d", k+1)
-		holder := foldHolder(t, c, replicas[:])
+		holder := foldHolder(t, st.c, replicas)
 		atKill := lastSent()
 		killedAt := time.Now()
 		holder.Kill()
@@ -69,9 +61,9 @@ func TestKillStatusReplicaKeepsProgressExact(t *testing.T) {
 		holder.Restart()
 	}
 
-	p := c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
+	p := st.c.pollProgress(task.ID, time.Now().Add(90*time.Second), func(p *contract.Progress) bool { return p.State.Final() })
 	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	l, err := gateway.FetchLedger(lctx, gw.URL)
+	l, err := gateway.FetchLedger(lctx, st.gw.URL)
 	lcancel()
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // the watch's last values
