@@ -32,6 +32,11 @@ const (
 	BucketControl    = "broadcast_control"
 	BucketSends      = "broadcast_sends"
 	BucketLeases     = "broadcast_leases"
+	// BucketLanes holds the mark a dispatch session leaves as its account
+	// goes to sleep (internal): it deleted the account's lane consumers
+	// while their subjects held no job, so the jobs queued after the JOBS
+	// sequence the mark names were never delivered.
+	BucketLanes = "broadcast_lanes"
 	// BucketProviderIDs maps the provider message ids of sent events (and
 	// email recipients of SMTP sends) to their task and recipient, for
 	// services/feedback (internal).

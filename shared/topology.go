@@ -180,6 +180,9 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		// sends for it. The owner refreshes it every second; one that stops
 		// refreshing (a crash) loses it LeaseTTL after its last refresh.
 		{Bucket: contract.BucketLeases, Description: "Which dispatch process sends for each account (short-lived leases).", History: 1, TTL: LeaseTTL, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// Each key is a sleeping account; its value the JOBS sequence after
+		// which its jobs were never delivered (contract.BucketLanes).
+		{Bucket: contract.BucketLanes, Description: "Sleeping accounts whose dispatch lanes were deleted with no job queued.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		// Each key is a hash of a sent message's provider id (or of an email
 		// recipient); feedback writes them from the sent events and matches
 		// receipts by them for as long as providers report (ReceiptRetention).

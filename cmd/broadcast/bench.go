@@ -52,6 +52,7 @@ func runBench(ctx context.Context, args []string) error {
 	floorAccountBatch := fs.Int("floor-accounts-batch", 0, "recipients per job message in the -floor-consumers, -floor-groups and -floor-shards runs (0: one job, opaque, as -floor)")
 	pipeline := fs.Bool("pipeline", true, "run the pipeline; with false, only the raw baseline and the floor runs asked for")
 	accounts := fs.Int("accounts", 1, "sandbox accounts the task is spread over (they share -rate)")
+	idleAccounts := fs.Int("idle-accounts", 0, "more sandbox accounts, configured like -accounts but not named by the task")
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
 	statusReplicas := fs.Int("status-replicas", 1, "status processes (each folds its share of the partitions, the others stand by)")
 	statusPartitions := fs.Int("status-partitions", 1, "partitions of the fold of the tasks (STATUS_PARTITIONS), spread over -status-replicas")
@@ -67,6 +68,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if *accounts < 1 || *statusReplicas < 1 {
 		return fmt.Errorf("bench: -accounts and -status-replicas must be at least 1")
+	}
+	if *idleAccounts < 0 {
+		return fmt.Errorf("bench: -idle-accounts must not be negative")
 	}
 	if *raw == 0 {
 		*raw = *n
@@ -139,7 +143,7 @@ func runBench(ctx context.Context, args []string) error {
 			burst = max(1, int(perAccount/10))
 		}
 		res, err = benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
-			*accounts, 1, serviceOverrides{statusReplicas: *statusReplicas, statusPartitions: *statusPartitions}, *idle)
+			*accounts, *idleAccounts, 1, serviceOverrides{statusReplicas: *statusReplicas, statusPartitions: *statusPartitions}, *idle)
 		if err != nil {
 			return err
 		}
@@ -273,13 +277,18 @@ type benchResult struct {
 	final               *contract.Progress
 	dispatchReplicas    int
 	accounts            int
+	idleAccounts        int // configured, not named by the task
 	statusReplicas      int
 	providerLatencyStr  string
 }
 
 func (r *benchResult) print() {
-	fmt.Printf("pipeline: %d recipients over %d account(s), %d dispatch replica(s), %d status replica(s)%s: final state %s, sent %d, skipped %d in %s\n",
-		r.n, r.accounts, r.dispatchReplicas, r.statusReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.final.Skipped, r.elapsed.Round(time.Millisecond))
+	idle := ""
+	if r.idleAccounts > 0 {
+		idle = fmt.Sprintf(" (and %d idle)", r.idleAccounts)
+	}
+	fmt.Printf("pipeline: %d recipients over %d account(s)%s, %d dispatch replica(s), %d status replica(s)%s: final state %s, sent %d, skipped %d in %s\n",
+		r.n, r.accounts, idle, r.dispatchReplicas, r.statusReplicas, r.providerLatencyStr, r.final.State, r.final.Sent, r.final.Skipped, r.elapsed.Round(time.Millisecond))
 	fmt.Printf("  stages: accepted (ingest expanded) after %s, all jobs rendered after %s, first send after %s, last send after %s, final progress read after %s\n",
 		r.ingestDone.Round(time.Millisecond), r.renderDone.Round(time.Millisecond), r.firstSend.Round(time.Millisecond),
 		r.lastSent.Sub(r.start).Round(time.Millisecond), r.finalSeen.Round(time.Millisecond))
@@ -294,23 +303,25 @@ func (r *benchResult) print() {
 }
 
 // benchPipeline runs the four services (dispatch with `replicas` copies)
-// and one task of n recipients through account.
-func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, replicas int, o serviceOverrides, idle time.Duration) (*benchResult, error) {
+// and one task of n recipients over `accounts` accounts configured as
+// account, with idleAccounts more of them the task does not name.
+func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, idleAccounts, replicas int, o serviceOverrides, idle time.Duration) (*benchResult, error) {
 	log, _ := shared.NewLogger(os.Stderr, shared.LogConfig{Format: os.Getenv("LOG_FORMAT"), Level: "error"})
 	name := fmt.Sprintf("bench-%d", time.Now().UnixNano())
-	var pool []string
-	for i := range accounts {
+	var all []string
+	for i := range accounts + idleAccounts {
 		acct := fmt.Sprintf("%s-%d", name, i)
 		if _, err := putAccountIfMissing(ctx, js, acct, account); err != nil {
 			return nil, err
 		}
-		pool = append(pool, acct)
+		all = append(all, acct)
 	}
+	pool := all[:accounts]
 	// The next run starts with none of these accounts: dispatch spreads all
 	// the accounts it knows over its replicas.
 	defer func() {
 		if kv, err := js.KeyValue(context.WithoutCancel(ctx), contract.BucketAccounts); err == nil {
-			for _, a := range pool {
+			for _, a := range all {
 				_ = kv.Delete(context.WithoutCancel(ctx), a)
 			}
 		}
@@ -367,7 +378,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if err := waitLeases(ctx, js, folds, 15*time.Second); err != nil {
 		return nil, err
 	}
-	if err := waitConsumers(ctx, js, contract.StreamJobs, len(pool), time.Minute+time.Duration(accounts)*20*time.Millisecond); err != nil {
+	if err := waitSetUp(ctx, js, all, time.Minute+time.Duration(len(all))*20*time.Millisecond); err != nil {
 		return nil, err
 	}
 	// Render makes its consumer once its views (the suppression list
@@ -381,7 +392,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if idle > 0 {
 		// Accounts without work sleep (no lease, no pull request) once
 		// their first session idles out: measure the pipeline at rest.
-		asleep, err := waitAsleep(ctx, js, pool, 60*time.Second)
+		asleep, err := waitAsleep(ctx, js, all, 60*time.Second)
 		if err != nil {
 			return nil, err
 		}
@@ -397,13 +408,13 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 			consumers = st.CachedInfo().State.Consumers
 		}
 		fmt.Printf("idle: %d account(s) held, no task: %.3f cores (server and services) over %s, %d consumers on %s\n",
-			accounts, (cpuTime()-c0).Seconds()/time.Since(t0).Seconds(), idle, consumers, contract.StreamJobs)
+			len(all), (cpuTime()-c0).Seconds()/time.Since(t0).Seconds(), idle, consumers, contract.StreamJobs)
 	}
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
 	}
-	res := &benchResult{n: n, dispatchReplicas: replicas, accounts: accounts, statusReplicas: max(o.statusReplicas, 1), start: start}
+	res := &benchResult{n: n, dispatchReplicas: replicas, accounts: accounts, idleAccounts: idleAccounts, statusReplicas: max(o.statusReplicas, 1), start: start}
 	var lastP *contract.Progress
 	for {
 		if v := svcErr.Load(); v != nil {
@@ -532,6 +543,49 @@ func waitConsumers(ctx context.Context, js jetstream.JetStream, stream string, n
 	}
 }
 
+// waitSetUp waits until dispatch has set every account up: its normal
+// lane's consumer exists (its first session runs) or, that session idled
+// out, its asleep mark does.
+func waitSetUp(ctx context.Context, js jetstream.JetStream, accounts []string, timeout time.Duration) error {
+	start := time.Now()
+	kv, err := js.KeyValue(ctx, contract.BucketLanes)
+	if err != nil {
+		return err
+	}
+	for {
+		ready := map[string]bool{}
+		if st, err := js.Stream(ctx, contract.StreamJobs); err == nil {
+			names := st.ConsumerNames(ctx)
+			for name := range names.Name() {
+				ready[name] = true
+			}
+		}
+		if keys, err := kv.ListKeys(ctx); err == nil {
+			for k := range keys.Keys() {
+				ready[contract.DispatchConsumer(k, contract.PriorityNormal)] = true
+			}
+		}
+		got := 0
+		for _, a := range accounts {
+			if ready[contract.DispatchConsumer(a, contract.PriorityNormal)] {
+				got++
+			}
+		}
+		if got == len(accounts) {
+			fmt.Printf("ready: %d account(s) set up (a normal lane or asleep) %s after the fold lease\n", got, time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if time.Since(start) > timeout {
+			return fmt.Errorf("%d of %d accounts set up after %s", got, len(accounts), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // sendLatencies reads the task's sent events and measures enqueue-to-send
 // from the stored job enqueue time, approximated by the accepted event.
 func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (p50, p99 time.Duration, accepted, first, last time.Time, err error) {
@@ -601,7 +655,7 @@ func benchReplicas(ctx context.Context, js jetstream.JetStream, list string) err
 		if err != nil || r < 1 {
 			return fmt.Errorf("replicas: %q is not a positive number", f)
 		}
-		res, err := benchPipeline(ctx, js, 8000*r, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, r,
+		res, err := benchPipeline(ctx, js, 8000*r, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, 0, r,
 			serviceOverrides{dispatch: func(c *dispatch.Config) { c.MaxInFlight = replicaBudget }}, 0)
 		if err != nil {
 			return err

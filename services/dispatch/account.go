@@ -175,9 +175,10 @@ func (r *accountRunner) run() {
 	l := lease.New(r.svc.leases, r.name, r.svc.leaseTTL)
 	l.Owner = lease.OwnerID(r.svc.share.Replica) // groups this replica's leases (lease.FairShare)
 	l.HolderGone, l.Conn = r.svc.presence.Gone, r.svc.conn.State
-	// Without its normal lane's consumer the account has one session
-	// anyway, which creates it: jobs that come later are then fresh to it.
-	setUp := r.normalLaneExists(ctx)
+	// Without its normal lane's consumer or its asleep mark the account
+	// has one session anyway, which leaves one of them: jobs that come
+	// later are then fresh (idle.go).
+	setUp := r.setUp(ctx)
 	for !setUp || r.waitForWork(ctx) {
 		if !r.acquireWhileWanted(ctx, l, !setUp) {
 			if ctx.Err() != nil {
@@ -311,6 +312,9 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 		l.Drop()
 		r.log.Warn("lost the account's lease; stopped sending (another process may send for it now)")
 		return
+	}
+	if errors.Is(context.Cause(sctx), errIdle) && ctx.Err() == nil {
+		r.sleepDeeply(ctx, l)
 	}
 	if err := l.Release(context.WithoutCancel(ctx)); err != nil {
 		r.log.Warn("could not release the account's lease; another replica takes over when it expires", "err", err)

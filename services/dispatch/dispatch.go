@@ -41,6 +41,7 @@ type Service struct {
 	// subjects (lanes.go).
 	laneJobs [numLanes]atomic.Pointer[laneLook]
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
+	asleepKV jetstream.KeyValue // sleeping accounts whose lanes were deleted (idle.go)
 	leaseTTL time.Duration      // the leases bucket's TTL
 	share    *lease.FairShare   // how many accounts this replica takes
 	presence *lease.Presence    // whether a lease holder's connection is gone
@@ -102,7 +103,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	for name, dst := range map[string]*jetstream.KeyValue{contract.BucketLedger: &s.ledger, contract.BucketHealth: &s.healthKV, contract.BucketSends: &s.sends, contract.BucketTasks: &s.tasks, contract.BucketLeases: &s.leases} {
+	for name, dst := range map[string]*jetstream.KeyValue{contract.BucketLedger: &s.ledger, contract.BucketHealth: &s.healthKV, contract.BucketSends: &s.sends, contract.BucketTasks: &s.tasks, contract.BucketLeases: &s.leases, contract.BucketLanes: &s.asleepKV} {
 		if *dst, err = s.js.KeyValue(ctx, name); err != nil {
 			return fmt.Errorf("dispatch: %s: %w", name, err)
 		}

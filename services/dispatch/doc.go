@@ -5,9 +5,10 @@
 // lane: "dispatch_high-<account>", "dispatch-<account>" (normal) and
 // "dispatch_low-<account>", filters broadcast.jobs.<account>.high, .normal
 // and .low, created and resized live as KV broadcast_accounts changes. The
-// normal lane's stays on the server, consumed only while the account has
-// work and this replica holds its lease (idle.go: an account without work
-// sleeps, with no lease and no pull request); the high and low
+// normal lane's exists while the account has work and this replica holds
+// its lease (idle.go: an account without work sleeps, with no lease, no
+// pull request and no consumer, leaving a mark in KV broadcast_lanes, kept
+// in memory, so the jobs that wake it count as fresh); the high and low
 // lanes' only while they hold jobs (lanes.go: every consumer of JOBS costs
 // the server on every acknowledgement; a closed lane leaves a mark in the
 // normal consumer's metadata so its next jobs count as fresh). Each lane's
@@ -249,8 +250,9 @@
 //   - lanes.go: opening the high and low lanes when jobs appear, closing
 //     them when idle, their closed marks, the lane finder.
 //   - lease.go: waiting for the account's lease and keeping it while sending.
-//   - idle.go: sleeping accounts without work (no lease, no pull), waking
-//     them when the lane finder shows jobs, ending idle sessions.
+//   - idle.go: sleeping accounts without work (no lease, no pull, no
+//     consumer: the asleep mark), waking them when the lane finder shows
+//     jobs, ending idle sessions.
 //   - inflight.go: the replica's in-flight budget (the share of the
 //     accounts over replicas is lease.FairShare).
 //   - sched.go: priority and the in-flight cap.

@@ -3,26 +3,40 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"math"
+	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/lease"
 )
 
 // An account without work holds no session: no lease to refresh, no pull
-// request on its consumers, no timers. Its runner sleeps until the lane
-// finder (findLanes, one request per lane for every account of the
+// request, no timers, and no consumer on JOBS. Its runner sleeps until the
+// lane finder (findLanes, one request per lane for every account of the
 // replica) shows jobs on one of its subjects, then takes the lease and
 // sends; a session with nothing to do for sessionIdleClose ends and
-// releases the lease. The normal lane's consumer stays on the server
-// between sessions (its delivery state and the closed marks live on it),
-// and an idle durable consumer costs the server nothing but its memory.
-// The ending session marks it idle (closedMark(normal)): nothing was
-// pending when the session ended, so the jobs the next session finds were
-// never delivered, or come back as redeliveries. The next session takes
-// the mark down as it starts; after a server restart, which loses the
-// consumer, there is none, and the jobs are checked for an earlier send. At 1,000
-// accounts this is what keeps an idle replica near the cost of one.
+// releases the lease.
+//
+// Every consumer of JOBS costs the server on every acknowledgement of the
+// stream (it asks each whether it still needs the message), idle or not:
+// 997 idle accounts beside a task's 3 cut its rate to a third. So the
+// ending session marks the normal lane idle (closedMark(normal)), and once
+// its loops have stopped, with nothing pending on the consumer, no job on
+// any of the account's subjects and no high or low consumer, leaves the
+// asleep mark in KV broadcast_lanes and deletes the normal lane's consumer
+// (sleepDeeply). The mark names the last JOBS sequence before it: a job
+// after it was never delivered, and one at or before it can only be a job
+// acknowledged before the mark that a server crash brought back, so it is
+// checked for an earlier send (recheckThrough). The next session takes the
+// mark down before it creates a consumer (takeAsleepMark). Where the
+// consumer cannot be deleted it stays, and the next session, finding it,
+// goes by the consumer's own state and idle mark instead.
+//
+// An account never set up (neither its normal lane's consumer nor the
+// asleep mark) has one session anyway, which leaves one of them.
 
 // sessionIdleClose is how long a session stays without a job before it
 // ends (a variable for the tests).
@@ -148,11 +162,82 @@ func (r *accountRunner) acquireWhileWanted(ctx context.Context, l *lease.Lease, 
 	})
 }
 
-// normalLaneExists reports whether the account's normal lane has its
-// consumer on the server (an error counts as no: a session finds out).
-func (r *accountRunner) normalLaneExists(ctx context.Context) bool {
+// setUp reports whether the account's normal lane has its consumer on
+// the server or the account sleeps with its asleep mark (an error counts
+// as no: a session finds out).
+func (r *accountRunner) setUp(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, lease.OpTimeout)
 	defer cancel()
-	_, err := r.svc.js.Consumer(cctx, contract.StreamJobs, contract.DispatchConsumer(r.name, contract.PriorityNormal))
+	if _, err := r.svc.js.Consumer(cctx, contract.StreamJobs, contract.DispatchConsumer(r.name, contract.PriorityNormal)); err == nil {
+		return true
+	}
+	_, err := r.svc.asleepKV.Get(cctx, r.name)
 	return err == nil
+}
+
+// sleepDeeply leaves the asleep mark of an account whose session ended
+// idle and deletes its normal lane's consumer, while l holds: only when
+// the consumer has nothing pending or unacknowledged, the high and low
+// lanes have no consumer and none of the three subjects holds a job. Any
+// doubt leaves the consumer as it is.
+func (r *accountRunner) sleepDeeply(ctx context.Context, l *lease.Lease) {
+	ctx, cancel := context.WithTimeout(ctx, 2*lease.OpTimeout)
+	defer cancel()
+	js, name := r.svc.js, contract.DispatchConsumer(r.name, contract.PriorityNormal)
+	st, err := r.svc.jobs.Info(ctx)
+	if err != nil {
+		return
+	}
+	through := st.State.LastSeq // read first: a job after it is one the checks below may miss
+	c, err := js.Consumer(ctx, contract.StreamJobs, name)
+	if err != nil {
+		return
+	}
+	info, err := c.Info(ctx)
+	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+		return
+	}
+	for _, p := range []contract.Priority{contract.PriorityHigh, contract.PriorityLow} {
+		if _, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(r.name, p)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return
+		}
+	}
+	for _, p := range lanePriority {
+		if _, err := r.svc.jobs.GetLastMsgForSubject(ctx, contract.JobSubject(r.name, p)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return
+		}
+	}
+	if !l.Valid() {
+		return
+	}
+	if _, err := r.svc.asleepKV.Put(ctx, r.name, []byte(strconv.FormatUint(through, 10))); err != nil {
+		r.log.Debug("cannot leave the asleep mark; the consumer stays", "err", err)
+		return
+	}
+	if err := js.DeleteConsumer(ctx, contract.StreamJobs, name); err != nil {
+		r.log.Debug("cannot delete the sleeping account's consumer; it stays", "err", err)
+	}
+}
+
+// takeAsleepMark takes the account's asleep mark down, reporting whether
+// there was one and the JOBS sequence it names (jobs up to it are to be
+// checked for an earlier send; all of them when the mark cannot be read).
+// A session calls it before it creates any consumer: the mark must never
+// stand beside a consumer that may have handled jobs.
+func (r *accountRunner) takeAsleepMark(ctx context.Context) (through uint64, marked bool, err error) {
+	e, err := r.svc.asleepKV.Get(ctx, r.name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if err := r.svc.asleepKV.Delete(ctx, r.name, jetstream.LastRevision(e.Revision())); err != nil {
+		return 0, false, err
+	}
+	through, perr := strconv.ParseUint(string(e.Value()), 10, 64)
+	if perr != nil {
+		through = math.MaxUint64
+	}
+	return through, true, nil
 }

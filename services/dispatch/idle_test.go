@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,27 +28,65 @@ func leaseHeld(t *testing.T, js jetstream.JetStream, account string) bool {
 	return true
 }
 
-// TestIdleAccountSleeps: an account without work holds no lease once its
-// first session (which creates the normal lane's consumer) has idled out;
-// the consumer stays. Jobs wake it: its session takes the lease, sends
-// each job once without checking for earlier sends (they are fresh to the
-// consumer), and sleeps again.
-func TestIdleAccountSleeps(t *testing.T) {
+// asleepMarked reports whether account's asleep mark is in KV
+// broadcast_lanes.
+func asleepMarked(t *testing.T, js jetstream.JetStream, account string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, contract.BucketLanes)
+	require.NoError(t, err)
+	_, err = kv.Get(ctx, account)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// sleepyAccount runs a service with one account and waits until its first
+// session (which creates the normal lane's consumer) has idled out: no
+// lease, no consumer on JOBS, the asleep mark left.
+func sleepyAccount(t *testing.T) (jetstream.JetStream, *Service, *accountRunner) {
+	t.Helper()
 	old := sessionIdleClose
 	sessionIdleClose = 2 * time.Second
 	t.Cleanup(func() { sessionIdleClose = old })
 	js := topologyJS(t)
 	putAccounts(t, js, map[string]string{"sleepy": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4}`})
 	svc := runService(t, js, Config{})
-
 	require.Eventually(t, func() bool { return laneExists(t, js, "sleepy", contract.PriorityNormal) }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") }, 3*sessionIdleClose+5*time.Second, 50*time.Millisecond,
 		"the idle session ends and releases the lease")
-	require.True(t, laneExists(t, js, "sleepy", contract.PriorityNormal), "the normal lane's consumer stays")
+	require.Eventually(t, func() bool {
+		return !laneExists(t, js, "sleepy", contract.PriorityNormal) && asleepMarked(t, js, "sleepy")
+	},
+		5*time.Second, 20*time.Millisecond, "the normal lane's consumer deleted, the asleep mark left")
+	require.Zero(t, consumersOnJobs(t, js), "no consumer of JOBS costs the server")
 	svc.mu.Lock()
 	r := svc.runners["sleepy"]
 	svc.mu.Unlock()
 	require.True(t, r.asleep())
+	return js, svc, r
+}
+
+// consumersOnJobs is how many consumers JOBS has.
+func consumersOnJobs(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	return st.CachedInfo().State.Consumers
+}
+
+// TestIdleAccountSleeps: an account without work holds no lease and no
+// consumer once its first session has idled out. Jobs wake it: its session
+// takes the asleep mark down, creates the consumer, sends each job once
+// without checking for earlier sends (the mark says they were never
+// delivered), and sleeps again.
+func TestIdleAccountSleeps(t *testing.T) {
+	js, svc, r := sleepyAccount(t)
 
 	const n = 30
 	start := time.Now()
@@ -56,13 +95,65 @@ func TestIdleAccountSleeps(t *testing.T) {
 	woke := time.Since(start)
 	require.False(t, r.asleep(), "a session runs")
 	require.True(t, leaseHeld(t, js, "sleepy"))
+	require.False(t, asleepMarked(t, js, "sleepy"), "the mark is down while a consumer exists")
 	ol := openLaneState(svc, "sleepy", laneNormal)
 	require.NotNil(t, ol)
-	require.Zero(t, ol.recheckThrough, "jobs queued to a consumer with state are fresh")
+	require.Zero(t, ol.recheckThrough, "jobs queued after the mark are fresh")
 	t.Logf("a sleeping account sent %d jobs %s after they were queued", n, woke.Round(time.Millisecond))
 	require.Less(t, woke, 3*time.Second, "the finder wakes it within a look or two")
 
 	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") && r.asleep() }, 3*sessionIdleClose+5*time.Second, 50*time.Millisecond,
 		"asleep again after the work")
+	require.Eventually(t, func() bool { return asleepMarked(t, js, "sleepy") && consumersOnJobs(t, js) == 0 }, 5*time.Second, 20*time.Millisecond,
+		"no consumer again")
 	require.EqualValues(t, n, sentEvents(t, js, "wake"), "each job sent once")
+}
+
+// TestAsleepWithoutMarkRechecks: a sleeping account whose mark is gone
+// (deleted by hand, say) takes the jobs that wake it as possibly delivered:
+// each is checked for an earlier send, and sent once.
+func TestAsleepWithoutMarkRechecks(t *testing.T) {
+	js, svc, r := sleepyAccount(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, contract.BucketLanes)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, "sleepy"))
+
+	const n = 10
+	queueJobs(t, js, "unmarked", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "unmarked") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
+	require.False(t, r.asleep())
+	ol := openLaneState(svc, "sleepy", laneNormal)
+	require.NotNil(t, ol)
+	require.NotZero(t, ol.recheckThrough, "without the mark the queued jobs are checked")
+	time.Sleep(300 * time.Millisecond)
+	require.EqualValues(t, n, sentEvents(t, js, "unmarked"), "each job sent once")
+}
+
+// TestAsleepMarkBoundsFreshJobs: the jobs at or before the sequence the
+// asleep mark names (what a server crash that lost acknowledgements
+// brings back) are checked for an earlier send; only later ones are
+// fresh.
+func TestAsleepMarkBoundsFreshJobs(t *testing.T) {
+	js, svc, _ := sleepyAccount(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	const n = 10
+	through := st.CachedInfo().State.LastSeq + n
+	kv, err := js.KeyValue(ctx, contract.BucketLanes)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "sleepy", []byte(strconv.FormatUint(through, 10)))
+	require.NoError(t, err)
+
+	queueJobs(t, js, "before-mark", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "before-mark") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
+	ol := openLaneState(svc, "sleepy", laneNormal)
+	require.NotNil(t, ol)
+	require.Equal(t, through, ol.recheckThrough, "the jobs up to the mark's sequence are checked")
+	require.False(t, asleepMarked(t, js, "sleepy"), "the mark is down while a consumer exists")
+	time.Sleep(300 * time.Millisecond)
+	require.EqualValues(t, n, sentEvents(t, js, "before-mark"), "each job sent once")
 }

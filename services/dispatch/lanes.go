@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -53,8 +54,12 @@ type sessionLanes struct {
 	mu     sync.Mutex
 	open   [numLanes]*openLane // nil: closed (high and low only)
 	marked map[contract.Priority]bool
-	loops  sync.WaitGroup
-	wanted chan int // lanes the server showed jobs for
+	// freshThrough is the JOBS sequence up to which a lane marked closed
+	// still checks its jobs for an earlier send: the asleep mark's when
+	// the session began with one (idle.go), else 0.
+	freshThrough uint64
+	loops        sync.WaitGroup
+	wanted       chan int // lanes the server showed jobs for
 }
 
 // openLane is an open lane's consumer and its consume loop.
@@ -96,12 +101,25 @@ func (sl *sessionLanes) start() bool {
 	// lanes closed, and the normal lane's own (idle.go), which says the
 	// session before ended with nothing pending, so the jobs queued since
 	// are fresh to this consumer.
+	// Or the asleep mark (idle.go), taken down first: the account slept
+	// with no consumer, so the jobs queued after the sequence it names are
+	// fresh on every lane.
+	asleepThrough, asleep, err := r.takeAsleepMark(sl.ctx)
+	if err != nil {
+		sl.end(fmt.Errorf("taking down the asleep mark: %w", err))
+		return false
+	}
 	normalIdle := false
-	if c, err := r.svc.js.Consumer(sl.ctx, contract.StreamJobs, contract.DispatchConsumer(sl.a.Name, contract.PriorityNormal)); err == nil {
+	c, err := r.svc.js.Consumer(sl.ctx, contract.StreamJobs, contract.DispatchConsumer(sl.a.Name, contract.PriorityNormal))
+	switch {
+	case err == nil:
 		for _, p := range []contract.Priority{contract.PriorityHigh, contract.PriorityLow} {
 			sl.marked[p] = c.CachedInfo().Config.Metadata[closedMark(p)] != ""
 		}
 		normalIdle = c.CachedInfo().Config.Metadata[closedMark(contract.PriorityNormal)] != ""
+	case asleep && errors.Is(err, jetstream.ErrConsumerNotFound):
+		normalIdle, sl.freshThrough = true, asleepThrough
+		sl.marked[contract.PriorityHigh], sl.marked[contract.PriorityLow] = true, true
 	}
 	existed := map[int]bool{}
 	var toOpen []int
@@ -130,7 +148,7 @@ func (sl *sessionLanes) start() bool {
 		return false
 	}
 	if normalIdle {
-		recheckThrough = 0
+		recheckThrough = min(recheckThrough, sl.freshThrough)
 	}
 	sl.run(laneNormal, cons, recheckThrough)
 	for _, lane := range toOpen {
@@ -217,7 +235,7 @@ func (sl *sessionLanes) openLane(lane int, existed bool) {
 		return
 	}
 	if fresh {
-		recheckThrough = 0
+		recheckThrough = min(recheckThrough, sl.freshThrough)
 	}
 	sl.run(lane, cons, recheckThrough)
 	sl.r.log.Debug("lane opened", "priority", p, "fresh", fresh)

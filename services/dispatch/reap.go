@@ -122,6 +122,9 @@ func (s *Service) reapDeleted(ctx context.Context) int {
 				s.log.Debug("could not delete a deleted account's consumer", shared.KeyAccount, name, "err", err)
 			}
 		}
+		if err := s.asleepKV.Delete(ctx, name); err != nil {
+			s.log.Debug("could not take down a deleted account's asleep mark", shared.KeyAccount, name, "err", err)
+		}
 		s.log.Info("deleted account's runner stopped: nothing of it is left to move", shared.KeyAccount, name)
 		n++
 	}
