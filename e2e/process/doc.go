@@ -11,7 +11,8 @@
 //   - chaos_helpers_test.go: the client of a nats-server run as a process
 //     (the account, the task, progress).
 //   - chaos_test.go, chaos_status_test.go: dispatch and status killed again
-//     and again during a broadcast.
+//     and again during a broadcast (the dispatch one, about 100 s, only
+//     with BROADCAST_CHAOS=1, as .ci/run runs it).
 //   - dispatch_kill_test.go, status_replicas_test.go: the lease holder of
 //     two dispatch or two status replicas killed (how soon the other takes
 //     over; progress stays exact).

@@ -7,11 +7,12 @@
 // and .low, created and resized live as KV broadcast_accounts changes. The
 // normal lane's exists while the account has work and this replica holds
 // its lease (idle.go: an account without work sleeps, with no lease, no
-// pull request and no consumer, leaving a mark in KV broadcast_lanes, kept
-// in memory, so the jobs that wake it count as fresh); the high and low
-// lanes' only while they hold jobs (lanes.go: every consumer of JOBS costs
-// the server on every acknowledgement; a closed lane leaves a mark in the
-// normal consumer's metadata so its next jobs count as fresh). Each lane's
+// pull request and no consumer, leaving a mark in KV broadcast_lanes that
+// names the last JOBS sequence, so the jobs after it that wake it count as
+// fresh); the high and low lanes' only while they hold jobs (lanes.go:
+// every consumer of JOBS costs the server on every acknowledgement; a
+// closed lane leaves a mark in the normal consumer's metadata so its next
+// jobs count as fresh). Each lane's
 // MaxAckPending is the account's concurrency (so held jobs of one lane
 // never stop another lane's delivery) and its client buffer is no larger.
 // Their state is kept in memory (consumerConfig in account.go says why); a

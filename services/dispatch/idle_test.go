@@ -58,10 +58,10 @@ func sleepyAccount(t *testing.T) (jetstream.JetStream, *Service, *accountRunner)
 	require.Eventually(t, func() bool { return laneExists(t, js, "sleepy", contract.PriorityNormal) }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") }, 3*sessionIdleClose+5*time.Second, 50*time.Millisecond,
 		"the idle session ends and releases the lease")
-	require.Eventually(t, func() bool {
+	deleted := func() bool {
 		return !laneExists(t, js, "sleepy", contract.PriorityNormal) && asleepMarked(t, js, "sleepy")
-	},
-		5*time.Second, 20*time.Millisecond, "the normal lane's consumer deleted, the asleep mark left")
+	}
+	require.Eventually(t, deleted, 5*time.Second, 20*time.Millisecond, "the normal lane's consumer deleted, the asleep mark left")
 	require.Zero(t, consumersOnJobs(t, js), "no consumer of JOBS costs the server")
 	svc.mu.Lock()
 	r := svc.runners["sleepy"]
