@@ -13,14 +13,14 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 )
 
-// leaseHeld reports whether account's lease is in KV broadcast_leases.
-func leaseHeld(t *testing.T, js jetstream.JetStream, account string) bool {
+// kvHas reports whether key is in KV bucket.
+func kvHas(t *testing.T, js jetstream.JetStream, bucket, key string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, contract.BucketLeases)
+	kv, err := js.KeyValue(ctx, bucket)
 	require.NoError(t, err)
-	_, err = kv.Get(ctx, account)
+	_, err = kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false
 	}
@@ -28,20 +28,17 @@ func leaseHeld(t *testing.T, js jetstream.JetStream, account string) bool {
 	return true
 }
 
+// leaseHeld reports whether account's lease is in KV broadcast_leases.
+func leaseHeld(t *testing.T, js jetstream.JetStream, account string) bool {
+	t.Helper()
+	return kvHas(t, js, contract.BucketLeases, account)
+}
+
 // asleepMarked reports whether account's asleep mark is in KV
 // broadcast_lanes.
 func asleepMarked(t *testing.T, js jetstream.JetStream, account string) bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, contract.BucketLanes)
-	require.NoError(t, err)
-	_, err = kv.Get(ctx, account)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false
-	}
-	require.NoError(t, err)
-	return true
+	return kvHas(t, js, contract.BucketLanes, account)
 }
 
 // sleepyAccount runs a service with one account and waits until its first
