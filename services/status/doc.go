@@ -89,7 +89,8 @@
 // consumers),
 // foldlease.go (taking, keeping and checking a partition's lease), fold.go (how
 // an event changes a task's progress, receipts included), checkpoint.go (saving and loading
-// fold state), rate.go (smoothed rate and ETA), dashboard.go (what the
+// fold state; checkpoint_test.go checks a write leaves no goroutine
+// behind, a leak of nats.go before v1.56.0), rate.go (smoothed rate and ETA), dashboard.go (what the
 // dashboard shows, queue polling), retention.go (removing old finished
 // tasks), http.go (routes), guard.go (who may
 // use the dashboard: Host check, token, stream cap), viewer.go (what the
