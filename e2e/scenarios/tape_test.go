@@ -22,6 +22,8 @@ func TestScenarioTapeReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the scenario tester")
 	}
+	// Beside the seeds of TestScenarios, not after them.
+	t.Parallel()
 	sc := &scenario.Scenario{Seed: 4242,
 		Pools: []scenario.Pool{{Channel: "webhook", Accounts: []scenario.Account{{
 			Name: "hook-a", RatePerSec: 80, MinRatePerSec: 80, Burst: 4, Concurrency: 4, Timeout: 400 * time.Millisecond,
