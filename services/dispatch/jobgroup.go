@@ -27,18 +27,20 @@ import (
 // (sentBefore: sent events, give-ups and hand-offs in the ledger) and
 // nothing is sent twice.
 
-// partMsg is one job of a job group's delivered message.
+// partMsg is one job of a job group's delivered message. queued tells the
+// next part it may begin: this one waits for its turn or is done.
 type partMsg struct {
 	jetstream.Msg
-	data []byte
+	data   []byte
+	queued func()
 }
 
 func (p *partMsg) Data() []byte { return p.data }
 
 // handleGroup runs the parts of a job group's delivery (meta, claimed)
 // at once, each through handleClaimed, and returns the message's outcome
-// once theirs are known (shared.Later): nil when every part is done, a
-// part given up dead-lettered first (deadletter.go), else a retry after
+// once theirs are known (shared.Later): nil when every part is done (a
+// part given up is dead-lettered as it is, settlePart), else a retry after
 // the shortest delay a part asked for.
 func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg, meta *jetstream.MsgMetadata, claim *liveClaim, parts [][]byte) error {
 	// The digest backlog rule counts the jobs queued behind (noteQueue);
@@ -47,26 +49,30 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 	gm.NumPending *= uint64(len(parts))
 	outs := make([]error, len(parts))
 	msgs := make([]*partMsg, len(parts))
+	// The parts run at once, but each begins once the one before waits
+	// for its turn (or is done), so they queue in the group's order and
+	// the account sends its recipients in the list's order, as it does
+	// jobs alone.
 	var wg sync.WaitGroup
+	prev := make(chan struct{})
+	close(prev)
 	for i, data := range parts {
-		msgs[i] = &partMsg{Msg: msg, data: data}
-		wg.Go(func() { outs[i] = r.handlePart(ctx, sched, lane, recheckThrough, msgs[i], &gm, claim) })
+		next := make(chan struct{})
+		msgs[i] = &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) })}
+		after := prev
+		wg.Go(func() {
+			<-after
+			outs[i] = r.settlePart(ctx, msgs[i], r.handlePart(ctx, sched, lane, recheckThrough, msgs[i], &gm, claim))
+		})
+		prev = next
 	}
 	wg.Wait()
 	return shared.Later(func(ctx context.Context) error {
 		var retry error
 		var delay time.Duration
-		for i, out := range outs {
-			out = shared.Wait(ctx, out)
-			if out == nil {
+		for _, out := range outs {
+			if out = shared.Wait(ctx, out); out == nil {
 				continue
-			}
-			if shared.IsPermanent(out) {
-				if err := r.svc.deadLetter(ctx, msgs[i], out); err == nil {
-					continue
-				} else {
-					out = fmt.Errorf("dead letter: %w (giving up: %v)", err, out)
-				}
 			}
 			d, ok := shared.RetryDelay(out)
 			if !ok || shared.IsLeave(out) {
@@ -83,9 +89,24 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 	})
 }
 
+// settlePart dead-letters a part given up at once, as the consume loop
+// does a job alone, so its failed event comes when it was decided, not
+// when the last part of its group is done (the circuit breaker reads the
+// order of outcomes). A dead letter that fails is a retry of the message.
+func (r *accountRunner) settlePart(ctx context.Context, msg *partMsg, out error) error {
+	if !shared.IsPermanent(out) {
+		return out
+	}
+	if err := r.svc.deadLetter(ctx, msg, out); err != nil {
+		return fmt.Errorf("dead letter: %w (giving up: %v)", err, out)
+	}
+	return nil
+}
+
 // handlePart is handleClaimed for one part, with a panic turned into a
 // retry of the message, as the consume loop does for a whole one.
 func (r *accountRunner) handlePart(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg *partMsg, meta *jetstream.MsgMetadata, claim *liveClaim) (out error) {
+	defer msg.queued()
 	defer func() {
 		if p := recover(); p != nil {
 			out = shared.RetryAfter(30*time.Second, errors.New("handler panic: "+fmt.Sprint(p)))

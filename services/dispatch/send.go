@@ -126,6 +126,9 @@ type delivery struct {
 	// when it may have (queued before its consumer lost its state). part
 	// says the job is one of a job group's (jobgroup.go).
 	redelivered, recheck, part bool
+	// nextPart, for a part, lets the group's next part begin
+	// (jobgroup.go); nil otherwise.
+	nextPart func()
 	// seq and delivered are the message's stream sequence and its
 	// delivery count, which name this delivery in the ledger; justLeft
 	// counts the deliveries right before it that were left to another
@@ -212,7 +215,9 @@ func (r *accountRunner) receive(msg jetstream.Msg, meta *jetstream.MsgMetadata, 
 	if err := contract.DecodeJob(msg.Data(), &d.job); err != nil {
 		return nil, shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
 	}
-	_, d.part = msg.(*partMsg)
+	if pm, ok := msg.(*partMsg); ok {
+		d.part, d.nextPart = true, pm.queued
+	}
 	d.seq, d.delivered = meta.Sequence.Stream, meta.NumDelivered
 	d.redelivered = meta.NumDelivered > 1
 	d.recheck = meta.Sequence.Stream <= recheckThrough
@@ -418,6 +423,7 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 // that it may still be sent. done reports that the job was handled
 // instead, with err for the consume loop.
 func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery) (done bool, err error) {
+	turn.queued = d.nextPart // the group's next part begins once this one waits
 	for {
 		granted, err := turn.wait(ctx, turnCheck)
 		if granted {
