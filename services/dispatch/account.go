@@ -66,7 +66,7 @@ type accountRunner struct {
 	// laneLosses holds, per lane, the connection's losses when the runner
 	// last made the lane's consumer (laneConsumer).
 	laneLosses [numLanes]atomic.Uint64
-	wake      chan struct{}
+	wake       chan struct{}
 	// batch merges sends of identical text into one call, for accounts
 	// whose max_batch is above 1 (nil otherwise, so single sends take no
 	// extra hop). Each ownership session makes its own; the handlers of a

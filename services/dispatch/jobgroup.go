@@ -42,7 +42,7 @@ func (p *partMsg) Data() []byte { return p.data }
 // once theirs are known (shared.Later): nil when every part is done (a
 // part given up is dead-lettered as it is, settlePart), else a retry after
 // the shortest delay a part asked for.
-func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg, meta *jetstream.MsgMetadata, claim *liveClaim, parts [][]byte) error {
+func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, jobs chan struct{}, msg jetstream.Msg, meta *jetstream.MsgMetadata, claim *liveClaim, parts [][]byte) error {
 	// The digest backlog rule counts the jobs queued behind (noteQueue);
 	// the messages behind are groups as well.
 	gm := *meta
@@ -50,21 +50,26 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 	outs := make([]error, len(parts))
 	msgs := make([]*partMsg, len(parts))
 	// The parts run at once, but each begins once the one before waits
-	// for its turn (or is done), so they queue in the group's order and
-	// the account sends its recipients in the list's order, as it does
-	// jobs alone.
+	// for its turn or has joined the batcher (or is done), so they queue
+	// in the group's order and the account sends its recipients in the
+	// list's order, as it does jobs alone. Each takes one of the lane's
+	// job slots (jobs) while it runs, so a lane of job groups holds no
+	// more jobs in its handlers than one of jobs alone.
 	var wg sync.WaitGroup
-	prev := make(chan struct{})
-	close(prev)
 	for i, data := range parts {
+		select {
+		case jobs <- struct{}{}:
+		case <-ctx.Done():
+			outs[i] = shared.RetryAfter(0, ctx.Err())
+			continue
+		}
 		next := make(chan struct{})
 		msgs[i] = &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) })}
-		after := prev
 		wg.Go(func() {
-			<-after
+			defer func() { <-jobs }()
 			outs[i] = r.settlePart(ctx, msgs[i], r.handlePart(ctx, sched, lane, recheckThrough, msgs[i], &gm, claim))
 		})
-		prev = next
+		<-next
 	}
 	wg.Wait()
 	return shared.Later(func(ctx context.Context) error {

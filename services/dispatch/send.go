@@ -35,7 +35,7 @@ const turnCheck = 500 * time.Millisecond
 // A redelivery that comes while an earlier delivery of its message is still
 // being handled here (its progress reports came late) is left to that one,
 // unsettled and without a step (live.go).
-func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg) error {
+func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, jobs chan struct{}, msg jetstream.Msg) error {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return err
@@ -53,8 +53,8 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 		}
 	}()
 	var out error
-	if parts := contract.SplitJobs(msg.Data()); len(parts) > 1 {
-		out = r.handleGroup(ctx, sched, lane, recheckThrough, msg, meta, claim, parts)
+	if group := contract.SplitJobs(msg.Data()); len(group) > 1 {
+		out = r.handleGroup(ctx, sched, lane, recheckThrough, jobs, msg, meta, claim, group)
 	} else {
 		out = r.handleClaimed(ctx, sched, lane, recheckThrough, msg, meta, claim)
 	}
@@ -458,6 +458,9 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 	msg := d.message()
 	if d.arrived != nil {
 		d.arrived()
+	}
+	if d.nextPart != nil {
+		d.nextPart() // the group's next part may join the batcher too
 	}
 	for {
 		o := d.batch.submit(ctx, &d.job, msg)
