@@ -48,7 +48,6 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 	gm := *meta
 	gm.NumPending *= uint64(len(parts))
 	outs := make([]error, len(parts))
-	msgs := make([]*partMsg, len(parts))
 	// The parts run at once, but each begins once the one before waits
 	// for its turn or has joined the batcher (or is done), so they queue
 	// in the group's order and the account sends its recipients in the
@@ -64,10 +63,10 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 			continue
 		}
 		next := make(chan struct{})
-		msgs[i] = &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) })}
+		pm := &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) })}
 		wg.Go(func() {
 			defer func() { <-jobs }()
-			outs[i] = r.settlePart(ctx, msgs[i], r.handlePart(ctx, sched, lane, recheckThrough, msgs[i], &gm, claim))
+			outs[i] = r.settlePart(ctx, pm, r.handlePart(ctx, sched, lane, recheckThrough, pm, &gm, claim))
 		})
 		<-next
 	}
