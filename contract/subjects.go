@@ -37,6 +37,10 @@ const (
 	// while their subjects held no job, so the jobs queued after the JOBS
 	// sequence the mark names were never delivered.
 	BucketLanes = "broadcast_lanes"
+	// BucketGroupings holds how render laid each batch's jobs out in
+	// messages (internal, Grouping), written before it publishes them, so
+	// a batch rendered again is grouped the same way.
+	BucketGroupings = "broadcast_groupings"
 	// BucketProviderIDs maps the provider message ids of sent events (and
 	// email recipients of SMTP sends) to their task and recipient, for
 	// services/feedback (internal).

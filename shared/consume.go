@@ -291,6 +291,16 @@ func Later(wait func(ctx context.Context) error) error { return &later{wait: wai
 
 type later struct{ wait func(context.Context) error }
 
+// Wait returns the outcome out stands for: a Later's, once its wait
+// returns (a panic in it is a retry), or out itself.
+func Wait(ctx context.Context, out error) error {
+	var l *later
+	if errors.As(out, &l) {
+		return safeWait(ctx, l.wait)
+	}
+	return out
+}
+
 // Then returns out, a handler's outcome, with f called on the outcome the
 // loop settles the message by, just before it does: at once for a plain
 // outcome, after the wait of a Later one (with nil when the wait panics).

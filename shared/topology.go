@@ -170,6 +170,9 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		{Bucket: contract.BucketProgress, Description: "Task progress, written by status.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: contract.BucketAccounts, Description: "Sender accounts; edits apply live.", History: 5, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: contract.BucketTasks, Description: "Accepted tasks: the record of seen task ids and the spec render reads.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		// How render grouped each batch's jobs, kept as long as the jobs
+		// may be queued (contract.Grouping).
+		{Bucket: contract.BucketGroupings, Description: "How render laid each batch's jobs out in messages.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: contract.BucketLedger, Description: "Idempotency ledger per (task, recipient).", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: contract.BucketControl, Description: "Task run state (paused, cancelled, awaiting approval, scheduled), written by ingest.", History: 1, TTL: c.Retention, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: contract.BucketHealth, Description: "Account health and effective rate, written by dispatch.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},

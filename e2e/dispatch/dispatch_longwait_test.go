@@ -16,6 +16,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/render"
 	"github.com/broadcastd/broadcast/services/status"
 )
 
@@ -41,13 +42,15 @@ func failPrefixHandler() http.Handler {
 // healthy ones. The failing recipients come first so that the healthy ones
 // are measured while all 100 wait: a failed attempt is a real request and
 // takes a token, so interleaved they would cap the healthy share at 80%.
-func longWaitRun(t *testing.T, cfg dispatch.Config) (*pipelinetest.Server, *harness.Recorder, string) {
+// jobsPerMessage is render's (0: its default, job groups).
+func longWaitRun(t *testing.T, cfg dispatch.Config, jobsPerMessage int) (*pipelinetest.Server, *harness.Recorder, string) {
 	ts := pipelinetest.Start(t)
 	rec := harness.StartRecorder(t, failPrefixHandler(), 0)
 	ts.PutAccount(t, "slow", harness.WebhookAccount(rec.URL, `"rate_per_sec":50,"burst":5,"concurrency":4,"min_rate_per_sec":50`))
 	// Half of the first 200 attempts fail, which would trip status's circuit
 	// breaker and pause the task; this test is about slots, so it is off.
-	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: cfg, Status: status.Config{CircuitWindow: -1}})
+	pipelinetest.StartPipeline(t, ts, pipelinetest.PipelineConfig{Dispatch: cfg, Status: status.Config{CircuitWindow: -1},
+		Render: render.Config{JobsPerMessage: jobsPerMessage}})
 	task := contract.Task{ID: "longwait", Channel: "webhook", Template: "hi {{.to}}", MaxAttempts: 5,
 		Recipients: append(pipelinetest.Recipients("fail", 100), pipelinetest.Recipients("ok", 400)...)}
 	harness.Submit(t, ts, task)
@@ -68,7 +71,7 @@ func TestDispatchLongWaitsHoldNoSlot(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		t.Run("scheduled", func(t *testing.T) {
 			t.Parallel()
-			ts, rec, taskID := longWaitRun(t, dispatch.Config{BackoffBase: 60 * time.Second})
+			ts, rec, taskID := longWaitRun(t, dispatch.Config{BackoffBase: 60 * time.Second}, 0)
 			harness.WaitCount(t, 30*time.Second, 400, func() int { return len(harness.FilterHits(rec.All(), isHealthy)) }, "healthy recipients accepted")
 			all := rec.All()
 			healthy := harness.FilterHits(all, isHealthy)
@@ -93,8 +96,10 @@ func TestDispatchLongWaitsHoldNoSlot(t *testing.T) {
 		})
 		t.Run("nak-control", func(t *testing.T) {
 			t.Parallel()
-			// LongWait above every backoff: all waits are NakWithDelay.
-			_, rec, _ := longWaitRun(t, dispatch.Config{BackoffBase: 60 * time.Second, LongWait: 10 * time.Minute})
+			// LongWait above every backoff: all waits are NakWithDelay, for
+			// jobs alone (a job of a group always comes back as a scheduled
+			// copy, jobgroup.go).
+			_, rec, _ := longWaitRun(t, dispatch.Config{BackoffBase: 60 * time.Second, LongWait: 10 * time.Minute}, 1)
 			harness.WaitCount(t, 10*time.Second, 1, func() int { return len(rec.All()) }, "first request")
 			start := rec.All()[0].At
 			const window = 5 * time.Second

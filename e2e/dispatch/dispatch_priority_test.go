@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/e2e/harness"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/pipelinetest"
 	"github.com/broadcastd/broadcast/services/dispatch"
 )
@@ -63,12 +64,12 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	// Wait until every normal job is in the queue (or sent) and the account
 	// is sending: the high task then arrives behind the whole backlog.
 	// Only normal jobs are sent so far.
-	harness.WaitCount(t, 3*time.Minute, queued, func() int {
+	natstest.Eventually(t, 3*time.Minute, func() bool {
 		time.Sleep(100 * time.Millisecond)
-		pending, inFlight := laneDepth(e.TS, "prio", contract.PriorityNormal)
-		return pending + inFlight + e.SendCount()
+		p := e.TS.Progress(t, "bulk")
+		return p != nil && p.Total == queued && renderIdle(e.TS) && e.SendCount() > 0
 	}, "normal jobs enqueued")
-	pendingAtSubmit, _ := laneDepth(e.TS, "prio", contract.PriorityNormal)
+	pendingAtSubmit := queued - e.SendCount()
 	t.Logf("%d normal jobs enqueued after %s; %d still queued, %d sent", queued, time.Since(bulkAt).Round(time.Millisecond), pendingAtSubmit, e.SendCount())
 	require.Greater(t, pendingAtSubmit, queued/2, "the normal queue is deep when the high task arrives")
 
@@ -83,7 +84,6 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 
 	// Normal work goes on after the high task; the low task waits behind it.
 	time.Sleep(2 * time.Second)
-	pendingAtEnd, _ := laneDepth(e.TS, "prio", contract.PriorityNormal)
 	log := e.SendLog()
 	var highs, lows, normals []time.Time
 	for _, s := range log {
@@ -106,6 +106,7 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 			normalDuring++
 		}
 	}
+	pendingAtEnd := queued - len(normals)
 	normalAfter := 0
 	for _, at := range normals {
 		if at.After(last) {
@@ -186,18 +187,15 @@ func prioRateShare() float64 {
 	return 0.9
 }
 
-// laneDepth returns the jobs waiting in one lane of an account (not yet
-// delivered) and those delivered but not acknowledged.
-func laneDepth(ts *pipelinetest.Server, account string, p contract.Priority) (pending, inFlight int) {
+// renderIdle reports whether render has no batch left to publish (the
+// lanes count messages, not jobs: render's job groups).
+func renderIdle(ts *pipelinetest.Server) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := ts.JS.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, p))
+	c, err := ts.JS.Consumer(ctx, contract.StreamRender, contract.ConsumerRender)
 	if err != nil {
-		return 0, 0
+		return false
 	}
 	info, err := c.Info(ctx)
-	if err != nil {
-		return 0, 0
-	}
-	return int(info.NumPending), info.NumAckPending
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }

@@ -92,7 +92,7 @@ func ingestUser() User {
 func renderUser() User {
 	return User{
 		Name:         "render",
-		About:        "render: reads RENDER, publishes jobs and skipped events.",
+		About:        "render: reads RENDER, publishes jobs and skipped events, records how it grouped each batch's jobs.",
 		PasswordHash: "$2a$06$jZT9SWW1GRtiKSemj2n5Ae732Z7g9FI/1itk7ELOxC3ptf4..QvHq",
 		Publish: Rules{
 			Allow: []Grant{
@@ -100,8 +100,9 @@ func renderUser() User {
 				grant("its own subjects", subjects(contract.SubjectJobsPrefix+">", contract.SubjectEventsPrefix+">")),
 				grant("batches it gives up on, kept for inspection", subjects(contract.SubjectDeadPrefix+">")),
 				grant("the buckets it reads", each([]string{contract.BucketTasks, contract.BucketAccounts, contract.BucketHealth,
-					contract.BucketSuppressions}, kvRead)),
+					contract.BucketSuppressions, contract.BucketGroupings}, kvRead)),
 				grant("loading the suppression list in batches before watching it", kvSnapshot(contract.BucketSuppressions)),
+				grant("how it grouped each batch's jobs", each([]string{contract.BucketGroupings}, kvWrite)),
 				grant("its consumer on RENDER", durable(contract.StreamRender, contract.ConsumerRender)),
 				flowControl(),
 			},

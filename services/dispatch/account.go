@@ -63,7 +63,10 @@ type accountRunner struct {
 	// starts or runs, and wake nudges a sleeping runner (idle.go).
 	lanes     atomic.Pointer[sessionLanes]
 	inSession atomic.Bool
-	wake      chan struct{}
+	// laneLosses holds, per lane, the connection's losses when the runner
+	// last made the lane's consumer (laneConsumer).
+	laneLosses [numLanes]atomic.Uint64
+	wake       chan struct{}
 	// batch merges sends of identical text into one call, for accounts
 	// whose max_batch is above 1 (nil otherwise, so single sends take no
 	// extra hop). Each ownership session makes its own; the handlers of a
@@ -100,7 +103,20 @@ func newAccountRunner(parent context.Context, s *Service, a *contract.Account, s
 		wake:    make(chan struct{}, 1),
 	}
 	r.configurePacer(a)
+	losses := r.connLosses()
+	for i := range r.laneLosses {
+		r.laneLosses[i].Store(losses)
+	}
 	return r
+}
+
+// connLosses is how often the service's connection was lost.
+func (r *accountRunner) connLosses() uint64 {
+	if r.svc.conn == nil {
+		return 0
+	}
+	_, n := r.svc.conn.State()
+	return n
 }
 
 // canUpdateInPlace reports whether a change leaves the consumer as it is.
@@ -407,10 +423,13 @@ func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p
 	if len(meta) > 0 {
 		cfg.Metadata = meta
 	}
+	lane := laneOf(p)
 	for {
+		losses := r.connLosses()
 		cons, err := r.svc.js.CreateOrUpdateConsumer(ctx, contract.StreamJobs, cfg)
 		if err == nil {
-			if recheckThrough, err = r.freshConsumerBacklog(ctx, cons); err == nil {
+			if recheckThrough, err = r.freshConsumerBacklog(ctx, cons, losses != r.laneLosses[lane].Load()); err == nil {
+				r.laneLosses[lane].Store(losses)
 				return cons, recheckThrough
 			}
 		}
@@ -430,10 +449,14 @@ func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p
 // yet (new, or created again after a server restart lost its state), the
 // stream's last sequence: the jobs up to it were queued before it and may
 // have been delivered, even sent, by the consumer it replaces. For a
-// consumer with state it returns 0.
-func (r *accountRunner) freshConsumerBacklog(ctx context.Context, cons jetstream.Consumer) (uint64, error) {
+// consumer with state it returns 0, unless reconnected: the connection was
+// lost since the runner last made it, so the server may have restarted,
+// and the state seen may be a new one, made by the previous session's
+// loop, which pulls again on its own once reconnected (a delivery count of
+// 1 then proves nothing).
+func (r *accountRunner) freshConsumerBacklog(ctx context.Context, cons jetstream.Consumer, reconnected bool) (uint64, error) {
 	info := cons.CachedInfo()
-	if info.Delivered.Stream != 0 || info.AckFloor.Stream != 0 || info.NumPending == 0 {
+	if !reconnected && (info.Delivered.Stream != 0 || info.AckFloor.Stream != 0) || info.NumPending == 0 && info.NumAckPending == 0 {
 		return 0, nil
 	}
 	st, err := r.svc.js.Stream(ctx, contract.StreamJobs)

@@ -128,6 +128,20 @@
 // adapter is called with the job id as Idempotency-Key; the answer is
 // classified (contract.ErrorClass).
 //
+// Job groups (jobgroup.go): a message may carry several jobs of the
+// account, one a line (render's job groups). Each goes through the steps
+// above as if delivered alone, under the message's delivery, each
+// beginning once the one before waits for its turn (so the account still
+// sends in the list's order), each taking one of the lane's
+// jobsInFlight slots while it runs; the message is acknowledged when all
+// are done, a job given up dead-lettered as it is. A failed send's retry comes
+// back alone as a scheduled copy (delayJob, whatever its delay), so the
+// others are not handled again; only a job that could not finish
+// (stopping, a lost lease, a failed store) has the message NAKed, and its
+// redelivery finds the others done (sent events, the ledger's give-ups and
+// hand-offs). MaxAckPending then counts messages; the scheduler's slots
+// still cap the provider calls at the account's concurrency.
+//
 // Batch accounts (max_batch > 1, e.g. WxPusher's 2,000 uids per call): jobs
 // stay one per recipient in JOBS, and each still goes through every per-job
 // step, but instead of calling the adapter itself a job joins the account's
@@ -259,6 +273,7 @@
 //   - sched.go: priority and the in-flight cap.
 //   - live.go: the JOBS messages being handled here, so a redelivery
 //     that comes while its earlier delivery is still handled is left to it.
+//   - jobgroup.go: the jobs of a job group's message, each as a part.
 //   - send.go: handle and its steps, from the check for an earlier send to
 //     the outcome (mayStillSend: expiry, run state, suppression, health;
 //     then the policy, the account's caps, the call);

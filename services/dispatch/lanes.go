@@ -251,10 +251,13 @@ func (sl *sessionLanes) run(lane int, cons jetstream.Consumer, recheckThrough ui
 	sl.mu.Lock()
 	sl.open[lane] = ol
 	sl.mu.Unlock()
+	// The lane handles at most jobsInFlight jobs at once, in messages of
+	// one job or in job groups (jobgroup.go).
+	jobs := make(chan struct{}, jobsInFlight(a, p))
 	sl.loops.Go(r.guard(sl.end, "account consumer", func() {
 		defer close(ol.done)
 		err := shared.Consume(lctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
-			return r.handle(ctx, sl.sched, lane, recheckThrough, msg)
+			return r.handle(ctx, sl.sched, lane, recheckThrough, jobs, msg)
 		}, shared.ConsumeConfig{
 			Concurrency: jobsInFlight(a, p),
 			AckWait:     ackWait,

@@ -59,7 +59,7 @@ func (s *Service) adoptOrphans(ctx context.Context) int {
 			continue
 		}
 		var job contract.Job
-		if err := contract.DecodeJob(m.Data, &job); err != nil || job.Channel == "" {
+		if err := contract.DecodeJob(contract.SplitJobs(m.Data)[0], &job); err != nil || job.Channel == "" {
 			continue
 		}
 		if s.adopt(account, job.Channel) {

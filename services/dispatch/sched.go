@@ -100,6 +100,9 @@ type ticket struct {
 	granted bool          // was granted (ready is closed)
 	seq     uint64        // the grant's number in the session, from 1
 	ready   chan struct{} // closed on grant
+	// queued, when set, is called each time wait has queued the ticket
+	// (or granted it at once), outside the lock.
+	queued func()
 }
 
 func newScheduler(p *pacer, slots int) *scheduler {
@@ -198,10 +201,16 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 	}
 	if s.grantNow(t) {
 		s.mu.Unlock()
+		if t.queued != nil {
+			t.queued()
+		}
 		return true, nil
 	}
 	s.waiting[t.lane] = append(s.waiting[t.lane], t)
 	s.mu.Unlock()
+	if t.queued != nil {
+		t.queued()
+	}
 	s.poke()
 	timer := waitTimers.Get().(*time.Timer)
 	timer.Reset(maxWait)

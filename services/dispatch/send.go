@@ -35,7 +35,7 @@ const turnCheck = 500 * time.Millisecond
 // A redelivery that comes while an earlier delivery of its message is still
 // being handled here (its progress reports came late) is left to that one,
 // unsettled and without a step (live.go).
-func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg) error {
+func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, jobs chan struct{}, msg jetstream.Msg) error {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return err
@@ -52,7 +52,12 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 			claim.settled(nil) // the loop retries it (safeHandle)
 		}
 	}()
-	out := r.handleClaimed(ctx, sched, lane, recheckThrough, msg, meta, claim)
+	var out error
+	if group := contract.SplitJobs(msg.Data()); len(group) > 1 {
+		out = r.handleGroup(ctx, sched, lane, recheckThrough, jobs, msg, meta, claim, group)
+	} else {
+		out = r.handleClaimed(ctx, sched, lane, recheckThrough, msg, meta, claim)
+	}
 	panicked = false
 	return shared.Then(out, claim.settled)
 }
@@ -118,8 +123,12 @@ type delivery struct {
 	// spent when it was published plus its deliveries since.
 	attempt int
 	// redelivered is set when the stream delivered the job before; recheck
-	// when it may have (queued before its consumer lost its state).
-	redelivered, recheck bool
+	// when it may have (queued before its consumer lost its state). part
+	// says the job is one of a job group's (jobgroup.go).
+	redelivered, recheck, part bool
+	// nextPart, for a part, lets the group's next part begin
+	// (jobgroup.go); nil otherwise.
+	nextPart func()
 	// seq and delivered are the message's stream sequence and its
 	// delivery count, which name this delivery in the ledger; justLeft
 	// counts the deliveries right before it that were left to another
@@ -206,6 +215,9 @@ func (r *accountRunner) receive(msg jetstream.Msg, meta *jetstream.MsgMetadata, 
 	if err := contract.DecodeJob(msg.Data(), &d.job); err != nil {
 		return nil, shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
 	}
+	if pm, ok := msg.(*partMsg); ok {
+		d.part, d.nextPart = true, pm.queued
+	}
 	d.seq, d.delivered = meta.Sequence.Stream, meta.NumDelivered
 	d.redelivered = meta.NumDelivered > 1
 	d.recheck = meta.Sequence.Stream <= recheckThrough
@@ -261,6 +273,9 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 		// Given up before a crash kept this message: dead-letter it again
 		// (deduplicated by the dead letter's and the event's ids), no send.
 		last := le.History[len(le.History)-1]
+		// The give-up's events said maybe_sent as the entry does (it is in
+		// their ids), whatever this message carries.
+		d.job.MaybeSent = d.job.MaybeSent || le.MaybeSent
 		d.log.Debug("job given up before this message was terminated; giving up again")
 		return true, shared.Permanent(&giveUp{job: &d.job, attempt: last.Attempt, account: last.Account, class: last.Class,
 			code: last.Code, err: last.Error, history: le.History})
@@ -408,6 +423,7 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 // that it may still be sent. done reports that the job was handled
 // instead, with err for the consume loop.
 func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery) (done bool, err error) {
+	turn.queued = d.nextPart // the group's next part begins once this one waits
 	for {
 		granted, err := turn.wait(ctx, turnCheck)
 		if granted {
@@ -442,6 +458,9 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 	msg := d.message()
 	if d.arrived != nil {
 		d.arrived()
+	}
+	if d.nextPart != nil {
+		d.nextPart() // the group's next part may join the batcher too
 	}
 	for {
 		o := d.batch.submit(ctx, &d.job, msg)
@@ -563,7 +582,9 @@ func (r *accountRunner) settleRetry(ctx context.Context, d *delivery, res channe
 	if err := s.publish(ctx, ev); err != nil {
 		return err
 	}
-	if delay >= s.cfg.LongWait {
+	if delay >= s.cfg.LongWait || d.part {
+		// A part of a job group comes back alone, whatever the wait, so
+		// its group's message is acknowledged (jobgroup.go).
 		return r.delayJob(ctx, d, d.acct.Name, d.attempt, delay)
 	}
 	return shared.RetryAfter(delay, fmt.Errorf("%s: %s", res.Class, res.Err))

@@ -18,6 +18,10 @@ import (
 type Config struct {
 	// Concurrency is how many batches are rendered at once. Defaults to 4.
 	Concurrency int
+	// JobsPerMessage is how many jobs of one account a job message
+	// carries at most (grouping.go); 1 publishes each job alone. Defaults
+	// to DefaultJobsPerMessage.
+	JobsPerMessage int
 	// NoAccountRetry is how long a batch waits when its task has no enabled
 	// account. Defaults to 5 seconds.
 	NoAccountRetry time.Duration
@@ -36,15 +40,27 @@ type Config struct {
 	metrics *metrics.Render
 }
 
-// ConfigFromEnv reads RENDER_CONCURRENCY.
+// maxJobsPerMessage bounds JobsPerMessage: a message's jobs are
+// acknowledged together, so a larger group holds its first jobs' slot
+// longer for nothing more saved.
+const maxJobsPerMessage = 256
+
+// DefaultJobsPerMessage is Config.JobsPerMessage's default: at 16 the
+// stream's work per job is a sixteenth, and the rest per recipient (its
+// sent event) dominates (docs/performance.md).
+const DefaultJobsPerMessage = 16
+
+// ConfigFromEnv reads RENDER_CONCURRENCY and RENDER_JOBS_PER_MESSAGE.
 func ConfigFromEnv() (Config, error) {
 	var c Config
-	if v := os.Getenv("RENDER_CONCURRENCY"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return c, fmt.Errorf("RENDER_CONCURRENCY: %q is not a whole number", v)
+	for name, dst := range map[string]*int{"RENDER_CONCURRENCY": &c.Concurrency, "RENDER_JOBS_PER_MESSAGE": &c.JobsPerMessage} {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return c, fmt.Errorf("%s: %q is not a whole number", name, v)
+			}
+			*dst = n
 		}
-		c.Concurrency = n
 	}
 	return c, c.validate()
 }
@@ -52,6 +68,9 @@ func ConfigFromEnv() (Config, error) {
 func (c *Config) validate() error {
 	if c.Concurrency < 0 || c.Concurrency > 256 {
 		return fmt.Errorf("Concurrency: must be between 1 and 256, got %d", c.Concurrency)
+	}
+	if c.JobsPerMessage < 0 || c.JobsPerMessage > maxJobsPerMessage {
+		return fmt.Errorf("JobsPerMessage: must be between 1 and %d, got %d", maxJobsPerMessage, c.JobsPerMessage)
 	}
 	if c.NoAccountRetry < 0 {
 		return fmt.Errorf("NoAccountRetry: must not be negative")
@@ -62,6 +81,9 @@ func (c *Config) validate() error {
 func (c *Config) withDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
+	}
+	if c.JobsPerMessage == 0 {
+		c.JobsPerMessage = DefaultJobsPerMessage
 	}
 	if c.NoAccountRetry == 0 {
 		c.NoAccountRetry = 5 * time.Second

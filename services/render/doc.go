@@ -8,9 +8,15 @@
 //
 // Publishes:
 //   - broadcast.jobs.<account>.<priority>: one job per recipient with the final
-//     text, with Nats-Msg-Id = the job id, so re-running a batch never
-//     enqueues twice within the stream's duplicate window, carrying the
-//     task's category (marketing when unset); jobs of a batch
+//     text, carrying the task's category (marketing when unset), in job
+//     groups: up to Config.JobsPerMessage (RENDER_JOBS_PER_MESSAGE, 16)
+//     jobs of one account in a message, one a line (grouping.go). The
+//     grouping is recorded in KV broadcast_groupings (key
+//     <task>.<first index>) before any job of the batch is published, and
+//     a batch rendered again groups as recorded: a group's Nats-Msg-Id
+//     names its first job and size (contract.GroupMsgID), a job alone has
+//     its job id, so re-running a batch never enqueues a job twice within
+//     the stream's duplicate window; jobs of a batch
 //     rendered before (redelivered, or marked Resumed by ingest after a
 //     crash) carry Recheck, so dispatch checks its ledger before sending
 //     them, beyond that window too;
@@ -41,11 +47,13 @@
 // (contract.EncodeJob, the same bytes as encoding/json).
 //
 // Where to edit what: render.go (consumer and per-recipient steps, the
-// suppression check among them),
+// suppression check among them), grouping.go (job groups and their
+// record),
 // giveup.go (batches given up on), noaccount.go (batches held for an
 // enabled account), spec.go (the cached task spec), digest.go (a task's
 // digest fields copied into its jobs), config.go (settings);
-// noaccount_test.go tests the held batches' warning.
+// noaccount_test.go tests the held batches' warning, grouping_test.go the
+// groups and a batch rendered again.
 // Account choice is shared.Picker, one per batch (PickAccount's weighted
 // rendezvous hash: capacity-weighted, sticky per recipient).
 package render

@@ -32,13 +32,16 @@ func consumerConfig() jetstream.ConsumerConfig {
 
 // Service is the render service.
 type Service struct {
-	js       jetstream.JetStream
-	pub      *shared.Publisher // jobs and skipped events, set by Run
-	cfg      Config
-	log      *slog.Logger
-	tasks    jetstream.KeyValue
-	accounts *shared.AccountWatcher
-	health   *shared.HealthWatcher
+	js    jetstream.JetStream
+	pub   *shared.Publisher // jobs and skipped events, set by Run
+	cfg   Config
+	log   *slog.Logger
+	tasks jetstream.KeyValue
+	// groupings is KV broadcast_groupings (grouping.go), nil when jobs go
+	// one per message.
+	groupings jetstream.KeyValue
+	accounts  *shared.AccountWatcher
+	health    *shared.HealthWatcher
 	// suppressed is the suppression list's view (hashes only).
 	suppressed *suppress.View
 	cache      specCache
@@ -59,6 +62,11 @@ func (s *Service) Run(ctx context.Context) error {
 	var err error
 	if s.tasks, err = s.js.KeyValue(ctx, contract.BucketTasks); err != nil {
 		return fmt.Errorf("render: %w", err)
+	}
+	if s.cfg.JobsPerMessage > 1 {
+		if s.groupings, err = s.js.KeyValue(ctx, contract.BucketGroupings); err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
 	}
 	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
 		return fmt.Errorf("render: %w", err)
@@ -117,6 +125,16 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered > 1 {
 		recheck = true
 	}
+	grouped := s.cfg.JobsPerMessage > 1
+	groupingKey := contract.GroupingKey(t.ID, b.First, b.Test)
+	var grouping *contract.Grouping
+	if grouped && recheck {
+		if grouping, err = s.readGrouping(ctx, groupingKey); err != nil {
+			return err
+		}
+	}
+	recorded := recordedAccounts(grouping, len(b.Recipients))
+	var pending []renderedJob
 	now := time.Now().UTC()
 	htmlCh, _ := sp.channel.(channels.HTMLChannel)
 	htmlAccounts := map[string]bool{} // account name -> sends HTML, asked once per batch
@@ -152,6 +170,14 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		// The account is picked first: one that sends HTML gets the
 		// recipient's variables escaped.
 		acct := picker.Pick(r.To)
+		accountName := acct.Name
+		if recorded != nil && recorded[i] != "" {
+			// Grouped before: the job goes where that rendering put it.
+			accountName = recorded[i]
+			if a := s.accounts.Get(accountName); a != nil {
+				acct = a
+			}
+		}
 		html, known := htmlAccounts[acct.Name]
 		if !known && htmlCh != nil {
 			html = htmlCh.HTMLBody(acct)
@@ -169,13 +195,21 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		} else {
 			job := contract.Job{
 				ID: jobID, TaskID: t.ID, Index: index, To: r.To, Body: body,
-				Channel: t.Channel, Account: acct.Name, Priority: t.Priority,
+				Channel: t.Channel, Account: accountName, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, ExpiresAt: t.ExpiryTime(), EnqueuedAt: now,
 				Vars: r.Vars, TaskTZ: taskTZ, Test: b.Test, Recheck: recheck, Category: category,
 			}
 			job.SetPool(t.Accounts)
 			setDigest(&job, t)
-			if perr = s.publishJob(ctx, &job, &futures); errors.Is(perr, errJobTooLarge) {
+			if grouped {
+				var data []byte
+				if data, perr = s.encodeJob(&job); perr == nil {
+					pending = append(pending, renderedJob{pos: i, job: job, data: data})
+				}
+			} else {
+				perr = s.publishJob(ctx, &job, &futures)
+			}
+			if errors.Is(perr, errJobTooLarge) {
 				perr = skip("too_large", perr.Error())
 			} else {
 				rendered++
@@ -183,6 +217,11 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 		if perr != nil {
 			return fmt.Errorf("publish: %w", perr)
+		}
+	}
+	if grouped {
+		if err := s.publishGrouped(ctx, groupingKey, grouping, pending, t.ID, b.First, b.Test, &futures); err != nil {
+			return fmt.Errorf("publish: %w", err)
 		}
 	}
 	for _, f := range futures {
@@ -221,16 +260,25 @@ const (
 // recipient is skipped with the reason, since retrying cannot help.
 var errJobTooLarge = errors.New("job too large")
 
+// encodeJob encodes job, or says it is too large for a message.
+func (s *Service) encodeJob(job *contract.Job) ([]byte, error) {
+	data, err := contract.EncodeJob(job)
+	if err != nil {
+		return nil, err
+	}
+	if max := s.js.Conn().MaxPayload(); int64(len(data))+jobHeaderBytes > max {
+		return nil, fmt.Errorf("%w: the job is %d bytes, the server takes at most %d", errJobTooLarge, len(data), max)
+	}
+	return data, nil
+}
+
 // jobHeaderBytes covers a job's subject and Nats-Msg-Id header.
 const jobHeaderBytes = 512
 
 func (s *Service) publishJob(ctx context.Context, job *contract.Job, futures *[]*shared.Publication) error {
-	data, err := contract.EncodeJob(job)
+	data, err := s.encodeJob(job)
 	if err != nil {
 		return err
-	}
-	if max := s.js.Conn().MaxPayload(); int64(len(data))+jobHeaderBytes > max {
-		return fmt.Errorf("%w: the job is %d bytes, the server takes at most %d", errJobTooLarge, len(data), max)
 	}
 	f, err := s.pub.Publish(ctx, contract.JobSubject(job.Account, job.Priority), data, job.MsgID())
 	if err != nil {

@@ -1,0 +1,120 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// A job message may carry a job group: several jobs of the account, one a
+// line (contract.SplitJobs), which render publishes to save the stream a
+// message per job. Each job goes through handle's steps as if it had come
+// alone, as a part of the message (partMsg): the same delivery (stream
+// sequence and delivery count) names it in the ledger, its ledger entry
+// and id are its own. The message is acknowledged once every part is done.
+// A part that must come back later (a failed send's retry) comes back as a
+// copy of its own, scheduled and recorded in the ledger first (delayJob,
+// whatever its delay), so the message can still be acknowledged and its
+// other parts are not handled again. Only a part that could not finish
+// (stopping, a lost lease, a store that failed) has the whole message
+// NAKed: on its redelivery the parts done before are found done
+// (sentBefore: sent events, give-ups and hand-offs in the ledger) and
+// nothing is sent twice.
+
+// partMsg is one job of a job group's delivered message. queued tells the
+// next part it may begin: this one waits for its turn or is done.
+type partMsg struct {
+	jetstream.Msg
+	data   []byte
+	queued func()
+}
+
+func (p *partMsg) Data() []byte { return p.data }
+
+// handleGroup runs the parts of a job group's delivery (meta, claimed)
+// at once, each through handleClaimed, and returns the message's outcome
+// once theirs are known (shared.Later): nil when every part is done (a
+// part given up is dead-lettered as it is, settlePart), else a retry after
+// the shortest delay a part asked for.
+func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, jobs chan struct{}, msg jetstream.Msg, meta *jetstream.MsgMetadata, claim *liveClaim, parts [][]byte) error {
+	// The digest backlog rule counts the jobs queued behind (noteQueue);
+	// the messages behind are groups as well.
+	gm := *meta
+	gm.NumPending *= uint64(len(parts))
+	outs := make([]error, len(parts))
+	// The parts run at once, but each begins once the one before waits
+	// for its turn or has joined the batcher (or is done), so they queue
+	// in the group's order and the account sends its recipients in the
+	// list's order, as it does jobs alone. Each takes one of the lane's
+	// job slots (jobs) while it runs, so a lane of job groups holds no
+	// more jobs in its handlers than one of jobs alone.
+	var wg sync.WaitGroup
+	for i, data := range parts {
+		select {
+		case jobs <- struct{}{}:
+		case <-ctx.Done():
+			outs[i] = shared.RetryAfter(0, ctx.Err())
+			continue
+		}
+		next := make(chan struct{})
+		pm := &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) })}
+		wg.Go(func() {
+			defer func() { <-jobs }()
+			outs[i] = r.settlePart(ctx, pm, r.handlePart(ctx, sched, lane, recheckThrough, pm, &gm, claim))
+		})
+		<-next
+	}
+	wg.Wait()
+	return shared.Later(func(ctx context.Context) error {
+		var retry error
+		var delay time.Duration
+		for _, out := range outs {
+			if out = shared.Wait(ctx, out); out == nil {
+				continue
+			}
+			d, ok := shared.RetryDelay(out)
+			if !ok || shared.IsLeave(out) {
+				d = r.svc.cfg.BackoffBase
+			}
+			if retry == nil || d < delay {
+				retry, delay = out, d
+			}
+		}
+		if retry != nil {
+			return shared.RetryAfter(delay, fmt.Errorf("a job of the message's group: %w", retry))
+		}
+		return nil
+	})
+}
+
+// settlePart dead-letters a part given up at once, as the consume loop
+// does a job alone, so its failed event comes when it was decided, not
+// when the last part of its group is done (the circuit breaker reads the
+// order of outcomes). A dead letter that fails is a retry of the message.
+func (r *accountRunner) settlePart(ctx context.Context, msg *partMsg, out error) error {
+	if !shared.IsPermanent(out) {
+		return out
+	}
+	if err := r.svc.deadLetter(ctx, msg, out); err != nil {
+		return fmt.Errorf("dead letter: %w (giving up: %v)", err, out)
+	}
+	return nil
+}
+
+// handlePart is handleClaimed for one part, with a panic turned into a
+// retry of the message, as the consume loop does for a whole one.
+func (r *accountRunner) handlePart(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg *partMsg, meta *jetstream.MsgMetadata, claim *liveClaim) (out error) {
+	defer msg.queued()
+	defer func() {
+		if p := recover(); p != nil {
+			out = shared.RetryAfter(30*time.Second, errors.New("handler panic: "+fmt.Sprint(p)))
+		}
+	}()
+	return r.handleClaimed(ctx, sched, lane, recheckThrough, msg, meta, claim)
+}

@@ -1,0 +1,145 @@
+package render
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/shared"
+)
+
+// TestGroupJobs: each account's jobs, in batch order, in groups of at most
+// the size and the byte bound; a group of one is left out (its job goes
+// alone).
+func TestGroupJobs(t *testing.T) {
+	t.Parallel()
+	var jobs []renderedJob
+	for i, acct := range strings.Split("aababaaab", "") { // a: 0 1 3 5 6 7; b: 2 4 8
+		jobs = append(jobs, renderedJob{pos: i, job: contract.Job{Account: acct}, data: []byte("0123456789")})
+	}
+	g := groupJobs(jobs, 4, 1000)
+	require.Equal(t, []contract.JobGroup{
+		{Account: "a", Positions: []int{0, 1, 3, 5}},
+		{Account: "b", Positions: []int{2, 4, 8}},
+		{Account: "a", Positions: []int{6, 7}},
+	}, g.Groups)
+	// 11 bytes a job: at most two fit in 25; the last a job and b job are alone.
+	g = groupJobs(jobs, 4, 25)
+	require.Equal(t, []contract.JobGroup{
+		{Account: "a", Positions: []int{0, 1}},
+		{Account: "b", Positions: []int{2, 4}},
+		{Account: "a", Positions: []int{3, 5}},
+		{Account: "a", Positions: []int{6, 7}},
+	}, g.Groups)
+	require.Empty(t, groupJobs(jobs[:1], 4, 1000).Groups)
+}
+
+// TestBatchRenderedAgainKeepsItsGrouping: a batch rendered a second time
+// (a resumed expansion) after an account joined, so that many recipients
+// would now pick another account, publishes the groups it recorded the
+// first time, to the same accounts under the same ids: the stream keeps
+// each job once.
+func TestBatchRenderedAgainKeepsItsGrouping(t *testing.T) {
+	js := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
+		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
+	}).JS
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)
+	require.NoError(t, err)
+	for _, name := range []string{"a", "b"} {
+		_, err = accounts.Put(ctx, name, []byte(`{"channel":"sandbox"}`))
+		require.NoError(t, err)
+	}
+	tasks, err := js.KeyValue(ctx, contract.BucketTasks)
+	require.NoError(t, err)
+	const task, n = "regroup", 200
+	rec, _ := json.Marshal(contract.TaskRecord{Task: contract.Task{ID: task, Channel: "sandbox", Template: "hi {{.name}}", MaxAttempts: 3, Priority: contract.PriorityNormal}})
+	_, err = tasks.Put(ctx, task, rec)
+	require.NoError(t, err)
+
+	svc, err := New(js, Config{JobsPerMessage: 8})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	batch := contract.RenderBatch{TaskID: task, First: 100}
+	for i := range n {
+		batch.Recipients = append(batch.Recipients, contract.BatchRecipient{To: fmt.Sprintf("user-%d", i), Vars: map[string]any{"name": i}})
+	}
+	publishBatch := func(id string) {
+		data, _ := json.Marshal(batch)
+		_, err := js.Publish(ctx, contract.RenderSubject(task), data, jetstream.WithMsgID(id))
+		require.NoError(t, err)
+	}
+	jobs, err := js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	stored := func() uint64 {
+		info, err := jobs.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	publishBatch("first")
+	var first uint64
+	require.Eventually(t, func() bool {
+		first = stored()
+		return first > 0 && len(readJobs(t, js)) == n
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Less(t, first, uint64(n/4), "jobs travel in groups")
+
+	_, err = accounts.Put(ctx, "c", []byte(`{"channel":"sandbox"}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return svc.accounts.Get("c") != nil }, 5*time.Second, 10*time.Millisecond)
+	batch.Resumed = true
+	publishBatch("again")
+	cons, err := js.Consumer(ctx, contract.StreamRender, contract.ConsumerRender)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.Delivered.Stream >= 2 && info.NumAckPending == 0 && info.NumPending == 0
+	}, 10*time.Second, 50*time.Millisecond, "the batch rendered again")
+	require.Equal(t, first, stored(), "no message added")
+	got := readJobs(t, js)
+	require.Len(t, got, n, "each job once")
+	for _, j := range got {
+		require.NotEqual(t, "c", j.Account, "job %s stays where it was grouped", j.ID)
+	}
+}
+
+// readJobs decodes every job queued in JOBS.
+func readJobs(t *testing.T, js jetstream.JetStream) map[string]contract.Job {
+	t.Helper()
+	ctx := t.Context()
+	stream, err := js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	out := map[string]contract.Job{}
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		for _, part := range contract.SplitJobs(m.Data) {
+			var j contract.Job
+			require.NoError(t, contract.DecodeJob(part, &j))
+			_, dup := out[j.ID]
+			require.False(t, dup, "job %s queued twice", j.ID)
+			out[j.ID] = j
+		}
+	}
+	return out
+}
