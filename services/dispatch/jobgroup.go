@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -26,6 +27,16 @@ import (
 // NAKed: on its redelivery the parts done before are found done
 // (sentBefore: sent events, give-ups and hand-offs in the ledger) and
 // nothing is sent twice.
+
+// groupJobsInFlight is how many jobs of job groups a lane of a runs at
+// once: its messages' worth at render's default group size (16), so a
+// group's jobs wait for their turns together and share the turns' ticks
+// and the events' writes as jobs alone do across messages, but at most
+// maxJobsInFlight (a batch account's lanes take thousands of messages).
+func groupJobsInFlight(a *contract.Account, p contract.Priority) int {
+	n := jobsInFlight(a, p)
+	return max(n, min(n*16, maxJobsInFlight))
+}
 
 // partMsg is one job of a job group's delivered message. queued tells the
 // next part it may begin: this one waits for its turn or is done.
@@ -52,8 +63,8 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 	// for its turn or has joined the batcher (or is done), so they queue
 	// in the group's order and the account sends its recipients in the
 	// list's order, as it does jobs alone. Each takes one of the lane's
-	// job slots (jobs) while it runs, so a lane of job groups holds no
-	// more jobs in its handlers than one of jobs alone.
+	// job slots (jobs, groupJobsInFlight) while it runs, which bounds the
+	// jobs a lane of job groups holds in its handlers.
 	var wg sync.WaitGroup
 	for i, data := range parts {
 		select {

@@ -251,9 +251,9 @@ func (sl *sessionLanes) run(lane int, cons jetstream.Consumer, recheckThrough ui
 	sl.mu.Lock()
 	sl.open[lane] = ol
 	sl.mu.Unlock()
-	// The lane handles at most jobsInFlight jobs at once, in messages of
-	// one job or in job groups (jobgroup.go).
-	jobs := make(chan struct{}, jobsInFlight(a, p))
+	// The lane's job groups run at most groupJobsInFlight jobs at once
+	// (jobgroup.go).
+	jobs := make(chan struct{}, groupJobsInFlight(a, p))
 	sl.loops.Go(r.guard(sl.end, "account consumer", func() {
 		defer close(ol.done)
 		err := shared.Consume(lctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
