@@ -152,6 +152,9 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 	if sc.StatusPartitions > 1 {
 		env["STATUS_PARTITIONS"] = strconv.Itoa(sc.StatusPartitions)
 	}
+	if sc.JobsPerMessage > 0 {
+		env["RENDER_JOBS_PER_MESSAGE"] = strconv.Itoa(sc.JobsPerMessage)
+	}
 	for _, p := range sc.Pools {
 		for _, a := range p.Accounts {
 			env[SecretEnv(a.Name)] = Secret

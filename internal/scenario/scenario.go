@@ -39,6 +39,9 @@ type Scenario struct {
 	// StatusPartitions, when above 1, splits status's fold into that many
 	// partitions by task (STATUS_PARTITIONS).
 	StatusPartitions int `json:"status_partitions,omitempty"`
+	// JobsPerMessage, when set, is render's job group size
+	// (RENDER_JOBS_PER_MESSAGE; 0: its default, 16).
+	JobsPerMessage int `json:"jobs_per_message,omitempty"`
 	// Shrunk notes what shrinking removed, when it did.
 	Shrunk string `json:"shrunk,omitempty"`
 }
@@ -263,6 +266,14 @@ func Generate(seed uint64, o Options) *Scenario {
 	// three.
 	if pr := rand.New(rand.NewPCG(seed^0x27d4eb2f, seed+29)); pr.Float64() < 1.0/3 {
 		s.StatusPartitions = 2 + pr.IntN(2)
+	}
+	// And render's job groups: a third of the scenarios send each job
+	// alone, a third in groups of 2 to 15, the rest at the default.
+	switch jr := rand.New(rand.NewPCG(seed^0x165667b1, seed+31)); jr.IntN(3) {
+	case 0:
+		s.JobsPerMessage = 1
+	case 1:
+		s.JobsPerMessage = 2 + jr.IntN(14)
 	}
 	if o.Multiprocess {
 		procs := []string{"dispatch", "dispatch", "dispatch", "ingest", "render", "status", "nats"}

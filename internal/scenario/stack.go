@@ -117,7 +117,8 @@ func StartInProcess(ctx context.Context, env map[string]string) (Stack, error) {
 		case "ingest":
 			r, err = ingest.New(js, ingest.Config{Logger: log})
 		case "render":
-			r, err = render.New(js, render.Config{Logger: log, NoAccountRetry: time.Second})
+			jobsPerMessage, _ := strconv.Atoi(getenv("RENDER_JOBS_PER_MESSAGE")) // 0 without: render's default
+			r, err = render.New(js, render.Config{Logger: log, NoAccountRetry: time.Second, JobsPerMessage: jobsPerMessage})
 		case "dispatch":
 			r, err = dispatch.New(js, dcfg)
 		case "status":

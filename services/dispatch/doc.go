@@ -71,7 +71,8 @@
 // a slot and a token free) is granted in its own goroutine, without a hop
 // through the scheduler's. A job waiting for its turn checks its task's
 // run state, its expiry and the account's health every 500 ms, so a pause
-// or cancel still applies within a second.
+// or cancel still applies within a second; once granted, it checks the
+// task's run state and the account's health again before its call.
 //
 // Per job (send.go: handle and its steps): a job that may have been
 // handled before (redelivered, or marked Recheck when re-published or

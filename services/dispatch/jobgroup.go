@@ -67,6 +67,12 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 	// jobs a lane of job groups holds in its handlers.
 	var wg sync.WaitGroup
 	for i, data := range parts {
+		if sched.ended() {
+			// The session ended (a stop, a hand-over, a lost lease): the
+			// parts not begun go back with the message without a step.
+			outs[i] = shared.RetryAfter(0, errSchedStopped)
+			continue
+		}
 		select {
 		case jobs <- struct{}{}:
 		case <-ctx.Done():

@@ -120,6 +120,16 @@ func (s *scheduler) poke() {
 // end stops the session: run returns and waiters are turned away.
 func (s *scheduler) end() { s.endOnce.Do(func() { close(s.done) }) }
 
+// ended reports whether the session stopped (end).
+func (s *scheduler) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // begin counts a job of lane as its lane's work; call finish when its
 // handling ends.
 func (s *scheduler) begin(lane int) *ticket {

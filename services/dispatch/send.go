@@ -407,6 +407,15 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	if done, err := r.obeyControl(ctx, d); done {
 		return nil, err
 	}
+	// So does an account paused meanwhile (the auth failures of the sends
+	// granted before this one), or a rating that now holds the job: a
+	// lane of job groups has many jobs waiting for their turns.
+	if blocked, why := r.mustNotSend(); blocked {
+		return nil, r.reroute(ctx, d, why, "no_healthy_account")
+	}
+	if held, why := r.heldByQuality(d); held {
+		return nil, r.reroute(ctx, d, why, contract.CodeQualityRed)
+	}
 	start, err := r.pacer.admit(ctx)
 	if err != nil {
 		return nil, shared.RetryAfter(0, err)
