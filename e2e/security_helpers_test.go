@@ -141,18 +141,8 @@ func allStreams() []string {
 // and data as one string each.
 func streamMessages(t *testing.T, ts *pipelinetest.Server, stream string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := ts.JS.Stream(ctx, stream)
-	require.NoError(t, err)
-	info, err := st.Info(ctx)
-	require.NoError(t, err)
 	var out []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			continue // deleted (acknowledged work, replaced KV values)
-		}
+	for _, m := range natstest.StoredMsgs(t, ts.JS, stream) {
 		out = append(out, fmt.Sprintf("%s %v %s", m.Subject, m.Header, m.Data))
 	}
 	return out

@@ -1,14 +1,11 @@
 package crosstask
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -190,20 +187,9 @@ func TestDigestBacklogRule(t *testing.T) {
 // each job of a job group.
 func queuedJobs(t *testing.T, ts *pipelinetest.Server, account string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := ts.JS.Stream(ctx, contract.StreamJobs)
-	require.NoError(t, err)
 	subject := contract.JobSubject(account, contract.PriorityNormal)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
-	require.NoError(t, err)
 	n := 0
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		require.NoError(t, err)
+	for _, m := range natstest.StoredMsgs(t, ts.JS, contract.StreamJobs) {
 		if m.Subject == subject {
 			n += len(contract.SplitJobs(m.Data))
 		}

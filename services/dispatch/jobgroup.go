@@ -96,7 +96,7 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 				continue
 			}
 			d, ok := shared.RetryDelay(out)
-			if !ok || shared.IsLeave(out) {
+			if !ok {
 				d = r.svc.cfg.BackoffBase
 			}
 			if retry == nil || d < delay {

@@ -3,7 +3,6 @@ package render
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -121,18 +120,8 @@ func TestBatchRenderedAgainKeepsItsGrouping(t *testing.T) {
 // readJobs decodes every job queued in JOBS.
 func readJobs(t *testing.T, js jetstream.JetStream) map[string]contract.Job {
 	t.Helper()
-	ctx := t.Context()
-	stream, err := js.Stream(ctx, contract.StreamJobs)
-	require.NoError(t, err)
-	info, err := stream.Info(ctx)
-	require.NoError(t, err)
 	out := map[string]contract.Job{}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		require.NoError(t, err)
+	for _, m := range natstest.StoredMsgs(t, js, contract.StreamJobs) {
 		for _, part := range contract.SplitJobs(m.Data) {
 			var j contract.Job
 			require.NoError(t, contract.DecodeJob(part, &j))
