@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -250,7 +251,21 @@ func TestDashboardInABrowser(t *testing.T) {
 	require.Equal(t, still.Sent, readRow(t, browser, "dash").Sent, "the page shows what KV holds")
 	screenshot(t, browser, "dashboard-paused")
 
-	// Resume: the page shows it running and advancing again.
+	// Resume: the page shows it running and advancing again. Should it
+	// not, say where the task's jobs wait.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		stream, err := ts.JS.Stream(context.Background(), contract.StreamJobs)
+		if err != nil {
+			return
+		}
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(">"))
+		if err == nil {
+			t.Logf("JOBS holds %d messages, by subject: %v", info.State.Msgs, info.State.Subjects)
+		}
+	})
 	click(t, browser, "dash", "resume")
 	resumed := waitRow(t, browser, "dash", 5*time.Second, "the task resumed", func(r taskRow) bool { return r.State == "processing" })
 	require.Contains(t, resumed.Reply, "resume: ok")

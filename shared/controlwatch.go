@@ -3,7 +3,6 @@ package shared
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,7 +15,6 @@ import (
 // ControlWatcher is a live view of KV broadcast_control.
 type ControlWatcher struct {
 	view *KVView[contract.Control]
-	kv   jetstream.KeyValue
 }
 
 // WatchControl starts following task run states; onChange (optional) is
@@ -30,28 +28,17 @@ func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, contract.BucketControl)
-	if err != nil {
-		return nil, err
-	}
-	return &ControlWatcher{view: v, kv: kv}, nil
+	return &ControlWatcher{view: v}, nil
 }
 
-// Read returns a task's control state as the bucket holds it now. The view
-// (Get) may lag behind a write made moments ago, most after a server
-// restart, when its watch starts over; a decision that must not act on a
-// stale state reads.
+// Read returns a task's control state as the bucket holds it now, and
+// brings the view up to it. The view (Get) may lag behind a write made
+// moments ago (its watch fell behind under load, or starts over after a
+// server restart); a decision that must not act on a stale state reads.
 func (w *ControlWatcher) Read(ctx context.Context, taskID string) (contract.Control, error) {
-	var c contract.Control
-	e, err := w.kv.Get(ctx, taskID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return c, nil
-	}
+	c, _, err := w.view.Refresh(ctx, taskID)
 	if err != nil {
-		return c, fmt.Errorf("control state of %s: %w", taskID, err)
-	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return c, fmt.Errorf("control state of %s: %w", taskID, err)
+		return contract.Control{}, fmt.Errorf("control state of %s: %w", taskID, err)
 	}
 	return c, nil
 }

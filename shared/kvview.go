@@ -2,6 +2,7 @@ package shared
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,8 +12,14 @@ import (
 
 // KVView is a live, decoded copy of a KV bucket's values.
 type KVView[T any] struct {
+	kv     jetstream.KeyValue
+	decode func([]byte) (T, error)
+
 	mu     sync.RWMutex
 	values map[string]T
+	// revs is the bucket revision of each value held, so a value read by
+	// Refresh is not undone by an older one the watch delivers later.
+	revs map[string]uint64
 }
 
 // WatchKV follows bucket and keeps every key's decoded value, starting its
@@ -25,10 +32,11 @@ func WatchKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, 
 	if err != nil {
 		return nil, fmt.Errorf("%s bucket: %w", bucket, err)
 	}
-	v := &KVView[T]{values: map[string]T{}}
+	v := &KVView[T]{kv: kv, decode: decode, values: map[string]T{}, revs: map[string]uint64{}}
 	gone := func(key string) {
 		v.mu.Lock()
 		delete(v.values, key)
+		delete(v.revs, key)
 		v.mu.Unlock()
 		if onChange != nil {
 			onChange(key)
@@ -36,13 +44,19 @@ func WatchKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, 
 	}
 	err = FollowBucket(ctx, kv, js.Conn(), log, func(e jetstream.KeyValueEntry, initial bool) {
 		v.mu.Lock()
+		if rev, ok := v.revs[e.Key()]; ok && e.Revision() <= rev {
+			v.mu.Unlock()
+			return // Refresh already holds this value or a newer one
+		}
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.values, e.Key())
+			delete(v.revs, e.Key())
 		} else if val, err := decode(e.Value()); err != nil {
 			log.Warn("bad value in KV", "bucket", bucket, "key", e.Key(), "err", err)
 			delete(v.values, e.Key())
+			delete(v.revs, e.Key())
 		} else {
-			v.values[e.Key()] = val
+			v.values[e.Key()], v.revs[e.Key()] = val, e.Revision()
 		}
 		v.mu.Unlock()
 		if onChange != nil && !initial {
@@ -65,6 +79,32 @@ func (v *KVView[T]) Get(key string) (T, bool) {
 	defer v.mu.RUnlock()
 	val, ok := v.values[key]
 	return val, ok
+}
+
+// Refresh reads key from the bucket, for a decision that must not rest on
+// a view that lags (its watch fell behind under load, or starts over after
+// a reconnect), and keeps a newer value in the view so the fast path (Get)
+// sees it too. An absent key is reported absent without touching the view:
+// a value the watch delivered meanwhile may be newer than the read.
+func (v *KVView[T]) Refresh(ctx context.Context, key string) (T, bool, error) {
+	var zero T
+	e, err := v.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return zero, false, nil
+	}
+	if err != nil {
+		return zero, false, fmt.Errorf("%s key %s: %w", v.kv.Bucket(), key, err)
+	}
+	val, err := v.decode(e.Value())
+	if err != nil {
+		return zero, false, fmt.Errorf("%s key %s: %w", v.kv.Bucket(), key, err)
+	}
+	v.mu.Lock()
+	if rev, ok := v.revs[key]; !ok || e.Revision() > rev {
+		v.values[key], v.revs[key] = val, e.Revision()
+	}
+	v.mu.Unlock()
+	return val, true, nil
 }
 
 // Keys returns every key present.

@@ -72,3 +72,46 @@ func TestKVViewAfterServerRestart(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"task": true, "gone": true}, keys, "onChange told of both keys")
 }
+
+// TestKVViewRefreshOutrunsAStaleWatch: a view whose watch has stopped
+// delivering (fallen behind) shows the bucket's value once Refresh read it,
+// and a missing key reads as absent without touching the view.
+func TestKVViewRefreshOutrunsAStaleWatch(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{Port: -1, StoreDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "view"})
+	require.NoError(t, err)
+	_, err = kv.PutString(t.Context(), "task", "paused")
+	require.NoError(t, err)
+
+	watching, stopWatch := context.WithCancel(t.Context())
+	view, err := shared.WatchKV(watching, js, "view", func(b []byte) (string, error) { return string(b), nil },
+		slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	stopWatch()
+	time.Sleep(100 * time.Millisecond) // the watch has stopped
+	_, err = kv.PutString(t.Context(), "task", "processing")
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond)
+	got, _ := view.Get("task")
+	require.Equal(t, "paused", got, "the stopped watch did not deliver the write")
+
+	val, ok, err := view.Refresh(t.Context(), "task")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "processing", val)
+	got, _ = view.Get("task")
+	require.Equal(t, "processing", got, "Refresh brought the view up to the bucket")
+
+	_, ok, err = view.Refresh(t.Context(), "nothing")
+	require.NoError(t, err)
+	require.False(t, ok)
+	_, ok = view.Get("nothing")
+	require.False(t, ok)
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/shared"
 )
 
 // obeyControl applies the task's run state to a job about to be sent: a
@@ -15,6 +16,15 @@ import (
 func (r *accountRunner) obeyControl(ctx context.Context, d *delivery) (done bool, err error) {
 	job := &d.job
 	ctl := r.svc.controls.Get(job.TaskID)
+	if !controlLets(ctl, job) {
+		// Stopped only on the bucket's word: a view that lags (its watch
+		// fell behind under load) would park the unparked jobs of a
+		// resumed task again, and again after each sweep.
+		var err error
+		if ctl, err = r.svc.controls.Read(ctx, job.TaskID); err != nil {
+			return true, shared.RetryAfter(time.Second, err)
+		}
+	}
 	switch {
 	case ctl.State == contract.StateCancelled:
 		ev := r.event(d, contract.EventCancelled, d.attempt-1)

@@ -247,7 +247,9 @@
 // jitter; waits of Config.LongWait or more (long backoff, Retry-After,
 // caps, no healthy account) are JetStream scheduled messages on
 // broadcast.delay.<account>.<job> (delay.go), which hold no MaxAckPending
-// slot. Jobs of paused or unapproved tasks are parked (control.go). Every
+// slot. Jobs of paused or unapproved tasks are parked (control.go), on the
+// word of KV broadcast_control itself, not of the watch's view, which lags
+// under load: a resumed task's unparked jobs must not park again. Every
 // re-publication (delayed, moved to another account, unparked, dead letters
 // retried) goes back to the lane of the job's own priority. A delivery
 // that hands its job on as a copy (parked, moved, delayed, held) records

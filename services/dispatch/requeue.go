@@ -192,7 +192,10 @@ func (s *Service) sweepParked(ctx context.Context) {
 			}
 		}
 		for id := range tasks {
-			ctl := s.controls.Get(id)
+			ctl, err := s.controls.Read(ctx, id) // not the view, which may lag
+			if err != nil {
+				continue
+			}
 			if ctl.Sends() || ctl.State == contract.StateCancelled || s.taskExpired(ctx, id) {
 				s.unpark(ctx, id)
 			}
