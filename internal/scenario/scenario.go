@@ -232,6 +232,9 @@ type Options struct {
 	Multiprocess bool
 	// Scale multiplies recipient counts (long mode); defaults to 1.
 	Scale float64
+	// JobsPerMessage, when above 0, is render's job group size instead of
+	// the drawn one (replaying a seed with groups).
+	JobsPerMessage int
 }
 
 // Generate draws a scenario from seed. The same seed and options give the
@@ -267,13 +270,13 @@ func Generate(seed uint64, o Options) *Scenario {
 	if pr := rand.New(rand.NewPCG(seed^0x27d4eb2f, seed+29)); pr.Float64() < 1.0/3 {
 		s.StatusPartitions = 2 + pr.IntN(2)
 	}
-	// And render's job groups (opt-in): a third of the scenarios without
-	// frequency caps send in groups of 2 to 16. With caps they would
-	// trip the frequency check on the known gap (docs/operations.md):
-	// a group sent back at a session's end keeps the reservations of its
-	// unattempted jobs that end unsent (seed 229971700 with groups of 16).
-	if jr := rand.New(rand.NewPCG(seed^0x165667b1, seed+31)); jr.IntN(3) == 0 && s.FrequencyCap == 0 {
+	// And render's job groups: a third of the scenarios send in groups
+	// of 2 to 16.
+	if jr := rand.New(rand.NewPCG(seed^0x165667b1, seed+31)); jr.IntN(3) == 0 {
 		s.JobsPerMessage = 2 + jr.IntN(15)
+	}
+	if o.JobsPerMessage > 0 {
+		s.JobsPerMessage = o.JobsPerMessage
 	}
 	if o.Multiprocess {
 		procs := []string{"dispatch", "dispatch", "dispatch", "ingest", "render", "status", "nats"}

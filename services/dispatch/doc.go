@@ -96,9 +96,9 @@
 // attempt spent; expires_at still wins) with a retrying event coded
 // quiet_hours; one over a frequency cap is skipped, code frequency_cap;
 // otherwise its send is reserved by job id in KV broadcast_frequency
-// (compare-and-set, shared by every replica; for an account with a daily
-// cap or a per-recipient interval only once admitCaps admits it, so a job
-// waiting for those holds no reservation) and released by send when the
+// (compare-and-set, shared by every replica; once the job's turn comes,
+// in sendDirect, or for a batch account once admitCaps admits it, so a
+// job waiting holds no reservation) and released by send when the
 // call did not reach the recipient, or by mayStillSend when a redelivered
 // job ends unsent (expired, cancelled, suppressed), unless an earlier send
 // of the job may have reached the recipient (it timed out, or its answer
@@ -118,7 +118,11 @@
 // its consumer lost its state, may follow a send whose answer was lost:
 // its later outcomes say maybe_sent (Job.MaybeSent), its retrying events
 // too. Its copies carry the mark, and its ledger entry keeps it with the
-// next attempt error, for the redeliveries after that. A sent event
+// next attempt error, for the redeliveries after that. A delivery handed
+// back at its session's end before its call (a stop, a hand-over, a lost
+// lease; a job group's parts not begun) records itself in the entry as
+// left unsent (noteLeftUnsent), so its redelivery knows no answer was
+// lost. A sent event
 // is published asynchronously (shared.Publisher) and the job acknowledged
 // by the consume loop once the event is stored (shared.Later), so no
 // handler waits on it; sent events carry no Nats-Msg-Id (the lookup before

@@ -70,13 +70,13 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 		if sched.ended() {
 			// The session ended (a stop, a hand-over, a lost lease): the
 			// parts not begun go back with the message without a step.
-			outs[i] = shared.RetryAfter(0, errSchedStopped)
+			outs[i] = r.leaveUnbegun(msg, meta, recheckThrough, claim, data, errSchedStopped)
 			continue
 		}
 		select {
 		case jobs <- struct{}{}:
 		case <-ctx.Done():
-			outs[i] = shared.RetryAfter(0, ctx.Err())
+			outs[i] = r.leaveUnbegun(msg, meta, recheckThrough, claim, data, ctx.Err())
 			continue
 		}
 		next := make(chan struct{})
@@ -134,4 +134,28 @@ func (r *accountRunner) handlePart(ctx context.Context, sched *scheduler, lane i
 		}
 	}()
 	return r.handleClaimed(ctx, sched, lane, recheckThrough, msg, meta, claim)
+}
+
+// leaveUnbegun hands back a part that the session's end left unbegun,
+// recorded in its ledger entry as left unsent (noteLeftUnsent) so that
+// its redelivery does not take it for a send whose answer was lost.
+func (r *accountRunner) leaveUnbegun(msg jetstream.Msg, meta *jetstream.MsgMetadata, recheckThrough uint64, claim *liveClaim, data []byte, why error) error {
+	out := shared.RetryAfter(0, why)
+	d, err := r.receive(&partMsg{Msg: msg, data: data, queued: func() {}}, meta, recheckThrough, claim)
+	if err != nil {
+		return out // its redelivery gives it up
+	}
+	if d.redelivered || d.recheck || d.job.Attempts > 0 || d.job.Recheck {
+		// Handled before, maybe: the entry holds what that left.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
+		le, err := r.svc.readLedger(ctx, &d.job)
+		cancel()
+		if err != nil {
+			return out
+		}
+		d.entry = le
+		d.job.MaybeSent = d.job.MaybeSent || d.mayFollowLostAnswer()
+	}
+	r.noteLeftUnsent(d)
+	return out
 }

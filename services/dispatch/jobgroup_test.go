@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/shared"
 )
 
 // queueJobGroups publishes the n jobs of task on account's normal lane in
@@ -138,4 +139,58 @@ func TestJobGroupStoppedHalfwayIsNotRepeated(t *testing.T) {
 	info, err := dead.Info(t.Context())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, info.State.Msgs, "one dead letter")
+}
+
+// TestJobsLeftAtAStopAreNotMaybeSent: a group stopped halfway, and jobs
+// alone stopped while they waited for their turns, come back after the
+// stop knowing they were never sent: cancelled then, their events do not
+// say maybe_sent (which would also keep their frequency-cap reservations;
+// scenario seed 229971700).
+func TestJobsLeftAtAStopAreNotMaybeSent(t *testing.T) {
+	for _, size := range []int{12, 1} {
+		t.Run(fmt.Sprintf("jobs a message %d", size), func(t *testing.T) {
+			js := topologyJS(t)
+			task, n := fmt.Sprintf("left%d", size), 12
+			putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":4,"burst":1,"concurrency":4}`})
+			svc, err := New(js, Config{BackoffBase: 10 * time.Millisecond})
+			require.NoError(t, err)
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- svc.Run(ctx) }()
+			// Queued once the account's lane exists, as render's jobs
+			// come to a running dispatch: fresh, known never delivered.
+			require.Eventually(t, func() bool { return laneExists(t, js, "acct", contract.PriorityNormal) }, 10*time.Second, 20*time.Millisecond)
+			queueJobGroups(t, js, task, "acct", n, size, nil)
+			require.Eventually(t, func() bool {
+				return len(outcomesByJob(taskEvents(t, js, task))[contract.EventSent]) >= 3
+			}, 20*time.Second, 50*time.Millisecond, "some of the jobs are sent")
+			stop()
+			<-done
+			sent := len(outcomesByJob(taskEvents(t, js, task))[contract.EventSent])
+			require.Less(t, sent, n-1, "the stop came halfway")
+
+			kv, err := js.KeyValue(t.Context(), contract.BucketControl)
+			require.NoError(t, err)
+			require.NoError(t, shared.PutControl(t.Context(), kv, task, contract.Control{State: contract.StateCancelled}))
+			runService(t, js, Config{BackoffBase: 10 * time.Millisecond})
+			var cancelled []contract.Event
+			require.Eventually(t, func() bool {
+				cancelled = cancelled[:0]
+				for _, e := range taskEvents(t, js, task) {
+					if e.Kind == contract.EventCancelled {
+						cancelled = append(cancelled, e)
+					}
+				}
+				return len(cancelled) == n-sent
+			}, 30*time.Second, 100*time.Millisecond, "the rest is cancelled")
+			maybe := 0
+			for _, e := range cancelled {
+				if e.MaybeSent {
+					maybe++
+				}
+			}
+			t.Logf("%d sent before the stop, %d cancelled after it, %d of them maybe_sent", sent, len(cancelled), maybe)
+			require.Zero(t, maybe, "no job left at the stop was ever called")
+		})
+	}
 }

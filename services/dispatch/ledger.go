@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 )
 
 // maxHistory bounds the attempt errors kept per job.
@@ -109,4 +110,32 @@ func (le *ledgerEntry) addAttempt(a contract.AttemptError, seq, n uint64, maybeS
 // reached the recipient though it failed: it timed out.
 func (le *ledgerEntry) mayHaveReached() bool {
 	return slices.ContainsFunc(le.History, func(a contract.AttemptError) bool { return a.Code == "timeout" })
+}
+
+// sessionEnded reports whether err hands a job back because the account's
+// session here ended: a stop, a hand-over, a lost lease.
+func sessionEnded(ctx context.Context, err error) bool {
+	return errors.Is(err, errSchedStopped) || errors.Is(err, lease.ErrLost) || ctx.Err() != nil
+}
+
+// noteLeftUnsent records in the job's ledger entry that delivery d ends
+// without a call, handed back at its session's end. Its redelivery then
+// finds its previous delivery settled and does not take it for one whose
+// answer was lost: without the record its outcomes would say maybe_sent,
+// and one that then ended unsent would keep its frequency-cap reservation.
+// A delivery that followed a lost answer passes the mark on in the entry.
+// Not recorded (the write failed), the redelivery is as cautious as after
+// a crash.
+func (r *accountRunner) noteLeftUnsent(d *delivery) {
+	le := d.entry
+	if le.State == "sent" || le.GivenUp || le.handedOff(d.seq) != nil {
+		return
+	}
+	le.Seq, le.Delivery = d.seq, d.delivered
+	le.MaybeSent = le.MaybeSent || d.job.MaybeSent
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
+	defer cancel()
+	if err := r.svc.writeLedger(ctx, &d.job, le); err != nil {
+		d.log.Debug("could not record the job as left unsent; its redelivery will say maybe_sent", "err", err)
+	}
 }

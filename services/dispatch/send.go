@@ -88,17 +88,21 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	if done, err := r.mayStillSend(ctx, d); done {
 		return err
 	}
-	// A job the account's caps may delay reserves under the frequency
-	// caps only once they admit it: reserved while it waited, it would
-	// count against its recipient and could then expire unsent.
+	// A job reserves under the frequency caps only when nothing is left
+	// to wait for: reserved while it waited, it would count against its
+	// recipient and could then expire, be cancelled or be handed back
+	// unsent, while other tasks' jobs for the recipient are skipped. So a
+	// job sent from its handler reserves once its turn comes (sendDirect),
+	// one of a batch account once the account's caps admit it.
+	d.reserveAtTurn = d.batch == nil
 	lateReserve := r.capsMayDelay(d)
-	if done, err := r.obeyPolicy(ctx, d, !lateReserve); done {
+	if done, err := r.obeyPolicy(ctx, d, !lateReserve && !d.reserveAtTurn); done {
 		return err
 	}
 	if done, err := r.admitCaps(ctx, d); done {
 		return err
 	}
-	if lateReserve {
+	if lateReserve && !d.reserveAtTurn {
 		if done, err := r.reserveFrequency(ctx, d); done {
 			d.releaseCaps(ctx, false)
 			return err
@@ -106,6 +110,9 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	}
 	o, err := r.send(ctx, turn, d)
 	if o == nil {
+		if err != nil && d.batch == nil && d.digest == nil && sessionEnded(ctx, err) {
+			r.noteLeftUnsent(d) // sendDirect gave it back before its call
+		}
 		return err
 	}
 	if d.batch != nil {
@@ -169,8 +176,9 @@ type delivery struct {
 	// entry (SendKey) and has not made the call yet.
 	digestNamed bool
 	// frequencyReserved says the job holds a reservation under the
-	// policy's frequency caps (policy.go).
-	frequencyReserved bool
+	// policy's frequency caps (policy.go); reserveAtTurn that it reserves
+	// once its turn comes (sendDirect).
+	frequencyReserved, reserveAtTurn bool
 }
 
 // mayFollowLostAnswer reports whether an earlier delivery of the job may
@@ -373,9 +381,11 @@ func (r *accountRunner) send(ctx context.Context, turn *ticket, d *delivery) (o 
 	if d.caps != nil {
 		defer func() { d.releaseCaps(ctx, o != nil && o.mayHaveReached()) }()
 	}
-	if d.frequencyReserved {
-		defer func() { r.releaseFrequency(ctx, d, o) }()
-	}
+	defer func() {
+		if d.frequencyReserved {
+			r.releaseFrequency(ctx, d, o)
+		}
+	}()
 	if d.batch != nil {
 		return r.sendBatched(ctx, d)
 	}
@@ -415,6 +425,11 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	}
 	if held, why := r.heldByQuality(d); held {
 		return nil, r.reroute(ctx, d, why, contract.CodeQualityRed)
+	}
+	if d.reserveAtTurn {
+		if done, err := r.reserveFrequency(ctx, d); done {
+			return nil, err
+		}
 	}
 	start, err := r.pacer.admit(ctx)
 	if err != nil {
