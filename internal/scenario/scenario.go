@@ -40,7 +40,7 @@ type Scenario struct {
 	// partitions by task (STATUS_PARTITIONS).
 	StatusPartitions int `json:"status_partitions,omitempty"`
 	// JobsPerMessage, when set, is render's job group size
-	// (RENDER_JOBS_PER_MESSAGE; 0: its default, each job alone).
+	// (RENDER_JOBS_PER_MESSAGE; 0: its default, 16).
 	JobsPerMessage int `json:"jobs_per_message,omitempty"`
 	// Shrunk notes what shrinking removed, when it did.
 	Shrunk string `json:"shrunk,omitempty"`
@@ -270,10 +270,13 @@ func Generate(seed uint64, o Options) *Scenario {
 	if pr := rand.New(rand.NewPCG(seed^0x27d4eb2f, seed+29)); pr.Float64() < 1.0/3 {
 		s.StatusPartitions = 2 + pr.IntN(2)
 	}
-	// And render's job groups: a third of the scenarios send in groups
-	// of 2 to 16.
-	if jr := rand.New(rand.NewPCG(seed^0x165667b1, seed+31)); jr.IntN(3) == 0 {
-		s.JobsPerMessage = 2 + jr.IntN(15)
+	// And render's job groups: a third of the scenarios send each job
+	// alone, a third in groups of 2 to 15, the rest at the default.
+	switch jr := rand.New(rand.NewPCG(seed^0x165667b1, seed+31)); jr.IntN(3) {
+	case 0:
+		s.JobsPerMessage = 1
+	case 1:
+		s.JobsPerMessage = 2 + jr.IntN(14)
 	}
 	if o.JobsPerMessage > 0 {
 		s.JobsPerMessage = o.JobsPerMessage

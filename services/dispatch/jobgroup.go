@@ -29,7 +29,7 @@ import (
 // nothing is sent twice.
 
 // groupJobsInFlight is how many jobs of job groups a lane of a runs at
-// once: its messages' worth at the group size where groups pay (16), so a
+// once: its messages' worth at render's default group size (16), so a
 // group's jobs wait for their turns together and share the turns' ticks
 // and the events' writes as jobs alone do across messages, but at most
 // maxJobsInFlight (a batch account's lanes take thousands of messages).

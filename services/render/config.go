@@ -45,13 +45,10 @@ type Config struct {
 // longer for nothing more saved.
 const maxJobsPerMessage = 256
 
-// DefaultJobsPerMessage is Config.JobsPerMessage's default: each job
-// alone. Job groups (16 is where the stream's work per job stops
-// mattering, docs/performance.md) are opt-in until a group sent back at
-// a session's end no longer marks its unattempted jobs maybe_sent on
-// their redelivery, which keeps their frequency-cap reservations when
-// they end unsent (docs/operations.md).
-const DefaultJobsPerMessage = 1
+// DefaultJobsPerMessage is Config.JobsPerMessage's default: at 16 the
+// stream's work per job is a sixteenth, and the rest per recipient (its
+// sent event) dominates (docs/performance.md).
+const DefaultJobsPerMessage = 16
 
 // ConfigFromEnv reads RENDER_CONCURRENCY and RENDER_JOBS_PER_MESSAGE.
 func ConfigFromEnv() (Config, error) {
