@@ -72,7 +72,12 @@ func DecodeEvent(data []byte, ev *Event) error {
 func EncodeJob(job *Job) ([]byte, error) { return encodeFast(job) }
 
 // EncodeEvent encodes an event message.
-func EncodeEvent(ev *Event) ([]byte, error) { return encodeFast(ev) }
+func EncodeEvent(ev *Event) ([]byte, error) {
+	if b, ok := appendEvent(make([]byte, 0, 384), ev); ok {
+		return b, nil
+	}
+	return encodeFast(ev)
+}
 
 // EncodeLookupEntry encodes a recipient index entry.
 func EncodeLookupEntry(e *LookupEntry) ([]byte, error) { return encodeFast(e) }

@@ -26,6 +26,9 @@
 //   - errclass.go: the error classes of send outcomes.
 //   - codec.go: fast JSON for jobs, events and incoming tasks (go-json,
 //     checked against encoding/json, which still words every error).
+//   - eventcodec.go: the event encoder written out by hand, byte for byte
+//     encoding/json's (a job handler's new goroutine need not grow its
+//     stack to go-json's encoder).
 //   - template.go: message templates, their limits, the plain fast path,
 //     and the refusal of any output that would read "<no value>".
 //   - template_cost.go: print, printf and the escapers bounded before they
