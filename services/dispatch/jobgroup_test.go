@@ -190,7 +190,10 @@ func TestJobsLeftAtAStopAreNotMaybeSent(t *testing.T) {
 				}
 			}
 			t.Logf("%d sent before the stop, %d cancelled after it, %d of them maybe_sent", sent, len(cancelled), maybe)
-			require.Zero(t, maybe, "no job left at the stop was ever called")
+			// One call at a time (burst 1): the job whose call the stop
+			// caught may have been sent, its outcome lost; every other
+			// job left at the stop never made its call.
+			require.LessOrEqual(t, maybe, 1, "no job left at the stop but the one in its call says maybe_sent")
 		})
 	}
 }

@@ -63,7 +63,7 @@ func (r *accountRunner) handle(ctx context.Context, sched *scheduler, lane int, 
 }
 
 // handleClaimed is handle for a delivery that holds its message's claim.
-func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg, meta *jetstream.MsgMetadata, claim *liveClaim) error {
+func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lane int, recheckThrough uint64, msg jetstream.Msg, meta *jetstream.MsgMetadata, claim *liveClaim) (out error) {
 	// The job counts as its lane's work from now on, so lower lanes wait
 	// for it (sched.go), until it is sent or leaves.
 	turn := sched.begin(lane)
@@ -82,6 +82,14 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	if done, err := r.sentBefore(ctx, d); done {
 		return err
 	}
+	// A step that gives the job back because its session ended (a stop,
+	// a hand-over, a lost lease) before its call records it as left
+	// unsent, so its redelivery does not take it for a lost answer.
+	defer func() {
+		if out != nil && !d.called && d.batch == nil && d.digest == nil && sessionEnded(ctx, out) {
+			r.noteLeftUnsent(d)
+		}
+	}()
 	if done, err := r.digest(ctx, d); done {
 		return err
 	}
@@ -110,9 +118,6 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	}
 	o, err := r.send(ctx, turn, d)
 	if o == nil {
-		if err != nil && d.batch == nil && d.digest == nil && sessionEnded(ctx, err) {
-			r.noteLeftUnsent(d) // sendDirect gave it back before its call
-		}
 		return err
 	}
 	if d.batch != nil {
@@ -177,8 +182,9 @@ type delivery struct {
 	digestNamed bool
 	// frequencyReserved says the job holds a reservation under the
 	// policy's frequency caps (policy.go); reserveAtTurn that it reserves
-	// once its turn comes (sendDirect).
-	frequencyReserved, reserveAtTurn bool
+	// once its turn comes (sendDirect); called that sendDirect began the
+	// provider call.
+	frequencyReserved, reserveAtTurn, called bool
 }
 
 // mayFollowLostAnswer reports whether an earlier delivery of the job may
@@ -435,6 +441,7 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	if err != nil {
 		return nil, shared.RetryAfter(0, err)
 	}
+	d.called = true
 	res := d.sender.Send(ctx, []channels.Message{d.message()})[0]
 	latency := time.Since(start)
 	turn.sent() // the provider call is over: its in-flight slot is free
