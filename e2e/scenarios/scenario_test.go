@@ -87,12 +87,10 @@ var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 59358
 
 // groupedSeeds are fixed seeds that run with render's job groups of the
 // size given, whatever they draw. Seed 229971700 with groups of 16 found
-// jobs handed back unattempted at a session's end (an account removed)
-// taken on their redelivery for sends whose answers were lost: their
-// outcomes said maybe_sent and the cancelled ones kept their
-// frequency-cap reservations, so another task's recipients were skipped
-// for a cap no send had used (dispatch now records such a delivery as
-// left unsent in the ledger: noteLeftUnsent).
+// a marketing task's jobs holding frequency-cap reservations while they
+// waited for their turns on a slowed account, then expiring unsent, so
+// another task's recipients were skipped for a cap no send had used
+// (dispatch now reserves once a job's turn comes: sendDirect).
 var groupedSeeds = map[uint64]int{229971700: 16}
 
 // longSeeds are the fixed seeds that take longest in process (25-80 s on

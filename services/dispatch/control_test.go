@@ -40,5 +40,4 @@ func TestResumedTaskIsNotParkedByAStaleView(t *testing.T) {
 	require.False(t, g.mayStillSend(t, d), "the job goes on to its send")
 	require.Zero(t, g.count(t, contract.ParkedSubject(task, "a")), "nothing parked")
 	require.Equal(t, contract.StateProcessing, g.svc.controls.Get(task).State, "the view caught up with the bucket")
-
 }

@@ -144,8 +144,8 @@ func TestJobGroupStoppedHalfwayIsNotRepeated(t *testing.T) {
 // TestJobsLeftAtAStopAreNotMaybeSent: a group stopped halfway, and jobs
 // alone stopped while they waited for their turns, come back after the
 // stop knowing they were never sent: cancelled then, their events do not
-// say maybe_sent (which would also keep their frequency-cap reservations;
-// scenario seed 229971700).
+// say maybe_sent (which would also keep their frequency-cap reservations
+// for the window).
 func TestJobsLeftAtAStopAreNotMaybeSent(t *testing.T) {
 	for _, size := range []int{12, 1} {
 		t.Run(fmt.Sprintf("jobs a message %d", size), func(t *testing.T) {
