@@ -135,7 +135,12 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 		},
 		{
 			// status writes one entry per recipient outcome on the subject
-			// of the recipient's hash, so a lookup reads one subject.
+			// of the recipient's hash, so a lookup reads one subject. The
+			// server writes them to disk in batches (async persist, up to
+			// about 10 ms late) instead of a system call each. The index is
+			// a view of EVENTS that status writes without waiting: if
+			// nats-server is killed it may miss the entries of those last
+			// milliseconds, as it misses those still on their way to it.
 			Name:              contract.StreamLookup,
 			Description:       "Outcomes indexed by recipient (hash of the normalized address) for lookups; personal data.",
 			Subjects:          []string{contract.SubjectLookupPrefix + ">"},
@@ -145,6 +150,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Duplicates:        dups,
 			Storage:           jetstream.FileStorage,
 			Replicas:          c.Replicas,
+			PersistMode:       jetstream.AsyncPersistMode,
 		},
 		{
 			// feedback stores every receipt here before it answers the
@@ -228,7 +234,19 @@ func ObjectStores(c TopologyConfig) []jetstream.ObjectStoreConfig {
 // topology (CheckTopology), so they need no grant to change it.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, c TopologyConfig) error {
 	for _, sc := range Streams(c) {
-		apply := func() error { _, err := js.CreateOrUpdateStream(ctx, sc); return err }
+		apply := func() error {
+			// The server cannot change a stream's persist mode in place
+			// (LOOKUP's, set when it was created): it keeps its own.
+			cur, err := streamInfo(ctx, js, sc.Name)
+			if err != nil {
+				return err
+			}
+			if cur != nil {
+				sc.PersistMode = cur.Config.PersistMode
+			}
+			_, err = js.CreateOrUpdateStream(ctx, sc)
+			return err
+		}
 		if err := ensureOne(ctx, js, c, "stream", sc.Name, sc.Name, apply); err != nil {
 			return err
 		}

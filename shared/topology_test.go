@@ -142,3 +142,38 @@ func TestJobsTakesTheLanesOfManyAccounts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1200, info.CachedInfo().State.Consumers)
 }
+
+// TestOnlyTheIndexPersistsAsync: LOOKUP, a view status writes without
+// waiting, is the one stream whose writes the server may batch; every
+// stream whose acknowledgement a service relies on (a job queued, an event
+// stored, a receipt taken) and every bucket is written before the server
+// answers. A LOOKUP created before the setting keeps its mode, which the
+// server cannot change in place, and setup still succeeds.
+func TestOnlyTheIndexPersistsAsync(t *testing.T) {
+	ctx := context.Background()
+	persistAsync := func(js jetstream.JetStream) []string {
+		var async []string
+		for _, ts := range shared.TopologyStreams() {
+			s, err := js.Stream(ctx, ts.Stream)
+			require.NoError(t, err, ts.Stream)
+			if s.CachedInfo().Config.PersistMode == jetstream.AsyncPersistMode {
+				async = append(async, ts.Stream)
+			}
+		}
+		return async
+	}
+	js := emptyServer(t)
+	ensure(t, js)
+	require.Equal(t, []string{contract.StreamLookup}, persistAsync(js))
+
+	older := emptyServer(t)
+	lookup := shared.Streams(shared.TopologyConfig{})[5]
+	require.Equal(t, contract.StreamLookup, lookup.Name)
+	lookup.PersistMode = jetstream.DefaultPersistMode
+	_, err := older.CreateStream(ctx, lookup)
+	require.NoError(t, err)
+	actions := ensure(t, older)
+	require.Equal(t, "unchanged", actions["stream LOOKUP"])
+	require.Empty(t, persistAsync(older))
+	require.NoError(t, shared.CheckTopology(ctx, older))
+}
