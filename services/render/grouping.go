@@ -30,9 +30,11 @@ import (
 
 // renderedJob is a job rendered and encoded, waiting to be published.
 type renderedJob struct {
-	pos  int // offset in the batch
-	job  contract.Job
-	data []byte
+	pos      int // offset in the batch
+	account  string
+	priority contract.Priority
+	msgID    string // the job's Nats-Msg-Id when it goes alone
+	data     []byte
 }
 
 // recordedAccounts returns the account recorded for each position of a
@@ -83,10 +85,10 @@ func groupJobs(jobs []renderedJob, size, maxBytes int) *contract.Grouping {
 	var groups []*contract.JobGroup
 	byAccount := map[string]*open{}
 	for _, j := range jobs {
-		o := byAccount[j.job.Account]
+		o := byAccount[j.account]
 		if o == nil || len(o.group.Positions) >= size || o.bytes+len(j.data)+1 > maxBytes {
-			o = &open{group: &contract.JobGroup{Account: j.job.Account}}
-			byAccount[j.job.Account] = o
+			o = &open{group: &contract.JobGroup{Account: j.account}}
+			byAccount[j.account] = o
 			groups = append(groups, o.group)
 		}
 		o.group.Positions = append(o.group.Positions, j.pos)
@@ -152,7 +154,7 @@ func (s *Service) publishGrouped(ctx context.Context, key string, g *contract.Gr
 		}
 		first := members[0]
 		id := contract.GroupMsgID(contract.JobID(taskID, batchFirst+grp.Positions[0], test), len(grp.Positions))
-		f, err := s.pub.Publish(ctx, contract.JobSubject(grp.Account, first.job.Priority), contract.JoinJobs(parts), id)
+		f, err := s.pub.Publish(ctx, contract.JobSubject(grp.Account, first.priority), contract.JoinJobs(parts), id)
 		if err != nil {
 			return err
 		}
@@ -160,7 +162,7 @@ func (s *Service) publishGrouped(ctx context.Context, key string, g *contract.Gr
 	}
 	for i := range jobs {
 		if j := byPos[jobs[i].pos]; j != nil {
-			f, err := s.pub.Publish(ctx, contract.JobSubject(j.job.Account, j.job.Priority), j.data, j.job.MsgID())
+			f, err := s.pub.Publish(ctx, contract.JobSubject(j.account, j.priority), j.data, j.msgID)
 			if err != nil {
 				return err
 			}

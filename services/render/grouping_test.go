@@ -23,7 +23,7 @@ func TestGroupJobs(t *testing.T) {
 	t.Parallel()
 	var jobs []renderedJob
 	for i, acct := range strings.Split("aababaaab", "") { // a: 0 1 3 5 6 7; b: 2 4 8
-		jobs = append(jobs, renderedJob{pos: i, job: contract.Job{Account: acct}, data: []byte("0123456789")})
+		jobs = append(jobs, renderedJob{pos: i, account: acct, data: []byte("0123456789")})
 	}
 	g := groupJobs(jobs, 4, 1000)
 	require.Equal(t, []contract.JobGroup{

@@ -135,6 +135,9 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	recorded := recordedAccounts(grouping, len(b.Recipients))
 	var pending []renderedJob
+	if grouped {
+		pending = make([]renderedJob, 0, len(b.Recipients))
+	}
 	now := time.Now().UTC()
 	htmlCh, _ := sp.channel.(channels.HTMLChannel)
 	htmlAccounts := map[string]bool{} // account name -> sends HTML, asked once per batch
@@ -204,7 +207,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 			if grouped {
 				var data []byte
 				if data, perr = s.encodeJob(&job); perr == nil {
-					pending = append(pending, renderedJob{pos: i, job: job, data: data})
+					pending = append(pending, renderedJob{pos: i, account: job.Account, priority: job.Priority, msgID: job.MsgID(), data: data})
 				}
 			} else {
 				perr = s.publishJob(ctx, &job, &futures)

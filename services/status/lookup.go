@@ -40,9 +40,7 @@ func (s *Service) index(p *partition, ev *contract.Event, changed bool) {
 		return
 	}
 	id := ev.TaskID + ":" + strconv.Itoa(ev.Index) + ":" + string(ev.Kind) + ":" + strconv.Itoa(ev.Generation)
-	m := &nats.Msg{Subject: contract.LookupSubject(contract.RecipientHash(to)), Data: data,
-		Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
-	p.pendingIndex = append(p.pendingIndex, m)
+	p.pendingIndex = append(p.pendingIndex, indexEntry{subject: contract.LookupSubject(contract.RecipientHash(to)), data: data, msgID: id})
 	if len(p.pendingIndex) >= indexBatch {
 		s.publishIndex(p)
 	}
@@ -65,13 +63,21 @@ func (s *Service) publishIndex(p *partition) {
 	if s.indexer == nil {
 		s.indexer = newIndexWriter(s.js)
 	}
-	for i, m := range p.pendingIndex {
-		if err := s.indexer.publish(m); err != nil {
-			s.log.Debug("recipient index entry not published", shared.KeySubject, m.Subject, "err", err)
+	for _, e := range p.pendingIndex {
+		if err := s.indexer.publish(e); err != nil {
+			s.log.Debug("recipient index entry not published", shared.KeySubject, e.subject, "err", err)
 		}
-		p.pendingIndex[i] = nil
 	}
+	clear(p.pendingIndex)
 	p.pendingIndex = p.pendingIndex[:0]
+}
+
+// indexEntry is an index entry waiting to be published: its subject,
+// encoded LookupEntry and Nats-Msg-Id.
+type indexEntry struct {
+	subject string
+	data    []byte
+	msgID   string
 }
 
 // indexWriter publishes index entries as plain NATS messages, which the
@@ -83,6 +89,8 @@ func (s *Service) publishIndex(p *partition) {
 // bounds how many entries wait in the server's ingest queue, which drops
 // unacknowledged messages once full (100,000 by default), as a fold of a
 // large backlog after a restart would otherwise fill it.
+// The plain publishes reuse one message and header, which PublishMsg
+// copies into the connection's buffer before it returns.
 type indexWriter struct {
 	js       jetstream.JetStream
 	ackEvery int
@@ -90,16 +98,23 @@ type indexWriter struct {
 	timeout  time.Duration
 	n        int
 	acks     []jetstream.PubAckFuture
+	plain    *nats.Msg
 }
 
 func newIndexWriter(js jetstream.JetStream) *indexWriter {
 	return &indexWriter{js: js, ackEvery: 256, inFlight: 16, timeout: 5 * time.Second}
 }
 
-func (w *indexWriter) publish(m *nats.Msg) error {
+func (w *indexWriter) publish(e indexEntry) error {
 	if w.n++; w.n%w.ackEvery != 0 {
-		return w.js.Conn().PublishMsg(m)
+		if w.plain == nil {
+			w.plain = &nats.Msg{Header: nats.Header{jetstream.MsgIDHeader: make([]string, 1)}}
+		}
+		w.plain.Subject, w.plain.Data = e.subject, e.data
+		w.plain.Header[jetstream.MsgIDHeader][0] = e.msgID
+		return w.js.Conn().PublishMsg(w.plain)
 	}
+	m := &nats.Msg{Subject: e.subject, Data: e.data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.msgID}}}
 	f, err := w.js.PublishMsgAsync(m)
 	if err != nil {
 		return err

@@ -42,7 +42,7 @@ func TestIndexWriterKeepsEveryEntryWhenTheIngestQueueIsSmall(t *testing.T) {
 		data := make([]byte, 200)
 		for i := range n {
 			id := strconv.Itoa(i)
-			require.NoError(t, w.publish(&nats.Msg{Subject: "idx." + id, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}))
+			require.NoError(t, w.publish(indexEntry{subject: "idx." + id, data: data, msgID: id}))
 		}
 		require.NoError(t, nc.Flush())
 		var last uint64

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -49,7 +48,7 @@ type partition struct {
 	// Under Service.mu: the fold states of the partition's tasks, and the
 	// recipient index entries folded since it last published (lookup.go).
 	folds        map[string]*taskFold
-	pendingIndex []*nats.Msg
+	pendingIndex []indexEntry
 }
 
 // maxPartitions bounds Config.Partitions: every partition's consumer is

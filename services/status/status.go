@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/client"
@@ -58,10 +57,8 @@ type Service struct {
 	// series feeds the dashboard's charts from the events folded here
 	// (series.go); nil without a dashboard.
 	series *seriesStore
-	// indexer publishes the recipient index (lookup.go), under mu;
-	// pendingIndex are the entries folded since it last published.
-	indexer      *indexWriter
-	pendingIndex []*nats.Msg
+	// indexer publishes the recipient index (lookup.go), under mu.
+	indexer *indexWriter
 	// dashboardURL is set once the dashboard listens.
 	dashboardURL atomic.Pointer[string]
 
