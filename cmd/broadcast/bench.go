@@ -46,7 +46,7 @@ func runBench(ctx context.Context, args []string) error {
 	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
 	floorBatch := fs.String("floor-batch", "", "comma-separated recipients per job message, e.g. 1,4,16,64: one floor run each, jobs decoded and events encoded")
 	floorConsumers := fs.String("floor-consumers", "", "comma-separated account counts, e.g. 1,3,30,300,1000: one floor run each, jobs spread over one filtered consumer per account")
-	floorGroups := fs.String("floor-groups", "", "comma-separated group counts, e.g. 8,16: two floor runs each, -floor-accounts spread over that many consumers listing their subjects, then filtering one wildcard per group")
+	floorGroups := fs.String("floor-groups", "", "comma-separated group counts, e.g. 8,16: three floor runs each, -floor-accounts spread over that many consumers listing their subjects, then filtering one wildcard per group, then one group token the stream's subject transform appends")
 	floorShards := fs.String("floor-shards", "", "comma-separated shard counts, e.g. 4,16: one floor run each, -floor-accounts (one consumer each) spread over that many work-queue streams")
 	floorAccounts := fs.Int("floor-accounts", 1000, "accounts the -floor-groups and -floor-shards runs spread their jobs over")
 	floorAccountBatch := fs.Int("floor-accounts-batch", 0, "recipients per job message in the -floor-consumers, -floor-groups and -floor-shards runs (0: one job, opaque, as -floor)")

@@ -33,6 +33,11 @@ type floorShape struct {
 	// accounts' subjects lie.
 	groups   int
 	wildcard bool
+	// transform leaves each account's subject as it is
+	// (bench.floor.jobs.<i>) and has the stream append the account's
+	// group as it stores the job (a subject transform with partition()),
+	// so a group's consumer filters bench.floor.jobs.*.<group>.
+	transform bool
 	// shards splits the jobs stream into that many work-queue streams,
 	// each holding the subjects (bench.floor.jobs.s<shard>.<i>) and the
 	// consumers of every shards-th account, so an ack is checked against
@@ -46,8 +51,11 @@ func (s floorShape) label() string {
 	switch {
 	case s.groups > 0:
 		filter := "subjects"
-		if s.wildcard {
+		switch {
+		case s.wildcard:
 			filter = "wildcard"
+		case s.transform:
+			filter = "transform"
 		}
 		l = append(l, fmt.Sprintf("floor_groups=%d floor_accounts=%d floor_filter=%s", s.groups, s.accounts, filter))
 	case s.shards > 0:
@@ -121,6 +129,11 @@ func (s floorShape) consumers(slots int) ([]jetstream.ConsumerConfig, []string) 
 			cs[a].FilterSubject = s.subject(a)
 		case s.wildcard:
 			cs[a%s.groups].FilterSubject = fmt.Sprintf("bench.floor.jobs.g%d.*", a%s.groups)
+		case s.transform:
+			// partition() hashes the account's token, so which group an
+			// account falls in is the server's: every group filters its
+			// own token.
+			cs[a%s.groups].FilterSubject = fmt.Sprintf("bench.floor.jobs.*.%d", a%s.groups)
 		default:
 			cs[a%s.groups].FilterSubjects = append(cs[a%s.groups].FilterSubjects, s.subject(a))
 		}
@@ -151,8 +164,14 @@ func benchFloor(ctx context.Context, js jetstream.JetStream, n, concurrency int,
 		if shape.shards > 0 {
 			subjects = []string{fmt.Sprintf("bench.floor.jobs.s%d.>", k)}
 		}
-		configs = append(configs, jetstream.StreamConfig{Name: name, Subjects: subjects, Retention: jetstream.WorkQueuePolicy,
-			Storage: jetstream.FileStorage, MaxConsumers: 100_000})
+		sc := jetstream.StreamConfig{Name: name, Subjects: subjects, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, MaxConsumers: 100_000}
+		if shape.transform {
+			sc.Subjects = []string{"bench.floor.jobs.*"}
+			sc.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "bench.floor.jobs.*",
+				Destination: fmt.Sprintf("bench.floor.jobs.{{wildcard(1)}}.{{partition(%d,1)}}", shape.groups)}
+		}
+		configs = append(configs, sc)
 	}
 	for _, sc := range configs {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
@@ -386,7 +405,8 @@ func floorShapes(batch, consumers, groups, shards string, accounts, accountBatch
 		{"floor-consumers", consumers, func(n int) { shapes = append(shapes, floorShape{accounts: n, batch: accountBatch}) }},
 		{"floor-groups", groups, func(g int) {
 			shapes = append(shapes, floorShape{accounts: accounts, groups: g, batch: accountBatch},
-				floorShape{accounts: accounts, groups: g, wildcard: true, batch: accountBatch})
+				floorShape{accounts: accounts, groups: g, wildcard: true, batch: accountBatch},
+				floorShape{accounts: accounts, groups: g, transform: true, batch: accountBatch})
 		}},
 		{"floor-shards", shards, func(k int) { shapes = append(shapes, floorShape{accounts: accounts, shards: k, batch: accountBatch}) }},
 	} {
