@@ -178,7 +178,7 @@ func (m SMTP) NewSender(acct *contract.Account, getenv func(string) string) (Sen
 	}
 	timeout := requestTimeout(o.Timeout, smtpDefaultTimeout)
 	s := &smtpSender{
-		from:    from.String(),
+		from:    *from,
 		domain:  from.Address[strings.LastIndexByte(from.Address, '@')+1:],
 		subject: o.Subject,
 		html:    o.HTML,
@@ -229,8 +229,8 @@ type smtpSender struct {
 	// it but owned by the pool below.
 	client    *gomail.Client
 	dialer    *net.Dialer
-	tlsConfig *tls.Config // implicit TLS only
-	from      string
+	tlsConfig *tls.Config  // implicit TLS only
+	from      mail.Address // parsed once: go-mail would parse a string per message
 	domain    string
 	subject   string
 	html      bool
@@ -417,9 +417,8 @@ func (s *smtpSender) transmit(ctx context.Context, conn *smtpConn, msg *gomail.M
 
 func (s *smtpSender) build(m Message) (*gomail.Msg, string, error) {
 	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
-	if err := msg.From(s.from); err != nil {
-		return nil, "", fmt.Errorf("from: %v", err)
-	}
+	from := s.from
+	msg.FromMailAddress(&from)
 	if err := msg.To(m.To); err != nil {
 		return nil, "", fmt.Errorf("recipient %q: %v", m.To, err)
 	}
@@ -438,9 +437,23 @@ func (s *smtpSender) build(m Message) (*gomail.Msg, string, error) {
 
 var msgIDUnsafe = regexp.MustCompile("[^A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]")
 
+// msgIDUnsafeRune reports whether msgIDUnsafe matches r: a job id
+// (ULIDs, digits, dots) seldom needs the regexp's replacement.
+func msgIDUnsafeRune(r rune) bool {
+	switch {
+	case 'A' <= r && r <= 'Z', 'a' <= r && r <= 'z', '0' <= r && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune(".!#$%&'*+/=?^_`{|}~-", r)
+}
+
 // messageID builds the Message-ID (without brackets) from the job id.
 func messageID(jobID, domain string) string {
-	left := strings.Trim(msgIDUnsafe.ReplaceAllString(jobID, "-"), ".")
+	left := jobID
+	if strings.IndexFunc(jobID, msgIDUnsafeRune) >= 0 {
+		left = msgIDUnsafe.ReplaceAllString(jobID, "-")
+	}
+	left = strings.Trim(left, ".")
 	if left == "" {
 		left = "broadcast"
 	}

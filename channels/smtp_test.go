@@ -685,3 +685,25 @@ func FuzzSMTPNormalizeRecipient(f *testing.F) {
 		require.NotContains(t, out, "\n")
 	})
 }
+
+// TestMessageIDSkipsTheRegexpOnlyWhenItWouldChangeNothing: the quick
+// check agrees with msgIDUnsafe on every rune up to U+02FF and a few
+// beyond, so a job id it passes is one the regexp leaves as it is.
+func TestMessageIDSkipsTheRegexpOnlyWhenItWouldChangeNothing(t *testing.T) {
+	for r := rune(0); r < 0x300; r++ {
+		require.Equal(t, msgIDUnsafe.MatchString(string(r)), msgIDUnsafeRune(r), "%U %q", r, r)
+	}
+	for _, r := range []rune{'你', '\u2028', '\ufeff', 0x1F600} {
+		require.True(t, msgIDUnsafeRune(r), "%U", r)
+	}
+	for id, want := range map[string]string{
+		"01JBENCH7.0":         "01JBENCH7.0@shop.example",
+		"t1 (x)<y>@z.0":       "t1--x--y--z.0@shop.example",
+		".lead.and.trail.":    "lead.and.trail@shop.example",
+		"你好.0":                "--.0@shop.example",
+		"...":                 "broadcast@shop.example",
+		"a!#$%&'*+/=?^_`{|}~": "a!#$%&'*+/=?^_`{|}~@shop.example",
+	} {
+		require.Equal(t, want, messageID(id, "shop.example"), id)
+	}
+}
