@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/broadcastd/broadcast/internal/metrics"
 	"github.com/broadcastd/broadcast/internal/suppress"
@@ -32,6 +33,9 @@ type serviceOverrides struct {
 	// statusReplicas is how many status services bench runs (0: one),
 	// statusPartitions the partitions of their fold (0: STATUS_PARTITIONS).
 	statusReplicas, statusPartitions int
+	// registry is the services' metrics registry (nil: a new one), for
+	// bench to read render's count.
+	registry *prometheus.Registry
 }
 
 func newLogger() (*slog.Logger, error) {
@@ -74,7 +78,10 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 	defer cancel()
 	type runner interface{ Run(context.Context) error }
 	var runners []runner
-	reg := metrics.NewRegistry()
+	reg := o.registry
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
 	statuses := 0
 	// Render and dispatch check the same suppression list: one view.
 	suppressions := new(suppress.Shared)
