@@ -76,6 +76,12 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 	// The server refuses a duplicate window longer than MaxAge (a test's
 	// short Retention).
 	dups := min(2*time.Minute, c.Retention)
+	// A replicated stream's writes go to disk in batches already, and
+	// the server refuses the async setting on one.
+	indexPersist := jetstream.AsyncPersistMode
+	if c.Replicas > 1 {
+		indexPersist = jetstream.DefaultPersistMode
+	}
 	return []jetstream.StreamConfig{
 		{
 			Name:        contract.StreamTasks,
@@ -135,12 +141,13 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 		},
 		{
 			// status writes one entry per recipient outcome on the subject
-			// of the recipient's hash, so a lookup reads one subject. The
-			// server writes them to disk in batches (async persist, up to
-			// about 10 ms late) instead of a system call each. The index is
-			// a view of EVENTS that status writes without waiting: if
-			// nats-server is killed it may miss the entries of those last
-			// milliseconds, as it misses those still on their way to it.
+			// of the recipient's hash, so a lookup reads one subject. On a
+			// single node the server writes them to disk in batches (async
+			// persist, up to about 10 ms late) instead of a system call
+			// each. The index is a view of EVENTS that status writes
+			// without waiting: if nats-server is killed it may miss the
+			// entries of those last milliseconds, as it misses those still
+			// on their way to it.
 			Name:              contract.StreamLookup,
 			Description:       "Outcomes indexed by recipient (hash of the normalized address) for lookups; personal data.",
 			Subjects:          []string{contract.SubjectLookupPrefix + ">"},
@@ -150,7 +157,7 @@ func Streams(c TopologyConfig) []jetstream.StreamConfig {
 			Duplicates:        dups,
 			Storage:           jetstream.FileStorage,
 			Replicas:          c.Replicas,
-			PersistMode:       jetstream.AsyncPersistMode,
+			PersistMode:       indexPersist,
 		},
 		{
 			// feedback stores every receipt here before it answers the
@@ -235,14 +242,12 @@ func ObjectStores(c TopologyConfig) []jetstream.ObjectStoreConfig {
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, c TopologyConfig) error {
 	for _, sc := range Streams(c) {
 		apply := func() error {
-			// The server cannot change a stream's persist mode in place
-			// (LOOKUP's, set when it was created): it keeps its own.
 			cur, err := streamInfo(ctx, js, sc.Name)
 			if err != nil {
 				return err
 			}
-			if cur != nil {
-				sc.PersistMode = cur.Config.PersistMode
+			if sc.PersistMode, err = persistModeFor(sc, cur); err != nil {
+				return err
 			}
 			_, err = js.CreateOrUpdateStream(ctx, sc)
 			return err
@@ -264,6 +269,22 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, c TopologyConfi
 		}
 	}
 	return nil
+}
+
+// persistModeFor is the persist mode stream want gets when cur (nil: none)
+// is the stream in place. The server cannot change a stream's persist mode,
+// so an existing stream keeps its own, unless it is asynchronous and want
+// is replicated, which the server refuses: then only removing the stream
+// helps, and the error says so.
+func persistModeFor(want jetstream.StreamConfig, cur *jetstream.StreamInfo) (jetstream.PersistModeType, error) {
+	if cur == nil {
+		return want.PersistMode, nil
+	}
+	if cur.Config.PersistMode == jetstream.AsyncPersistMode && want.Replicas > 1 {
+		return 0, fmt.Errorf("it persists asynchronously, which a replicated stream cannot, and the server cannot change that in place: "+
+			"remove it (`nats stream rm %s`; what it holds is lost) and run setup again", want.Name)
+	}
+	return cur.Config.PersistMode, nil
 }
 
 // ensureOne applies one object and, when c.OnChange is set, reports what
