@@ -192,7 +192,8 @@
 // reached cap, no healthy account) wait on
 // broadcast.delay.<account>.held.<job>, and an account edit that adds
 // capacity (a new account, one enabled, edited out of a pause, or a cap
-// raised or removed) wakes them within a second (wake.go). Account-fatal
+// raised or removed) wakes them within a second (wake.go; an account of
+// the channel with none held costs one lookup, not a consumer). Account-fatal
 // answers or three auth failures (401/403) in a row pause the account (KV
 // broadcast_health); its jobs move to healthy accounts of the task's pool
 // (reroute in send.go; a pool longer than contract.MaxJobPool is read

@@ -42,6 +42,8 @@ func newHandoffRig(t *testing.T) *handoffRig {
 		*dst, err = js.KeyValue(ctx, name)
 		require.NoError(t, err)
 	}
+	s.jobs, err = js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
 	s.controls, err = shared.WatchControl(ctx, js, s.log, nil)
 	require.NoError(t, err)
 	s.health, err = shared.WatchHealth(ctx, js, s.log)

@@ -86,7 +86,7 @@ func (s *Service) runWaker(ctx context.Context) {
 // where dispatch checks their caps and health again, and cancels their
 // schedules.
 func (s *Service) wakeHeld(ctx context.Context, account string) (int, error) {
-	return s.takeAll(ctx, contract.StreamJobs, contract.HeldFilter(account), func(m jetstream.Msg) error {
+	return s.takeAll(ctx, contract.HeldFilter(account), func(m jetstream.Msg) error {
 		var job contract.Job
 		if err := contract.DecodeJob(m.Data(), &job); err != nil {
 			// Not a job dispatch wrote: leave it to its schedule, where the
