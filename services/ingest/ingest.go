@@ -18,6 +18,13 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
+// ackWait is the ack wait of ingest's consumers. The consume loop marks a
+// long expansion or a start waiting for send_at in progress every half of
+// it, so it bounds only how long a message held by a killed ingest waits
+// before the next one gets it (at 60 s, a scheduled task whose start was
+// waiting when ingest was killed started a minute late: seed 47462567).
+const ackWait = 5 * time.Second
+
 // consumerConfig is declared next to the handler it feeds.
 func consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
@@ -25,7 +32,7 @@ func consumerConfig() jetstream.ConsumerConfig {
 		Description:   "ingest: validates, dedups and expands tasks",
 		FilterSubject: contract.SubjectTasks,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       60 * time.Second,
+		AckWait:       ackWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 16,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -120,13 +127,13 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.keepAlive(ctx) })
 	wg.Go(func() {
-		if err := shared.Consume(ctx, starts, s.handleStart, shared.ConsumeConfig{AckWait: 60 * time.Second, RetryDelay: 2 * time.Second, Logger: s.log}); err != nil {
+		if err := shared.Consume(ctx, starts, s.handleStart, shared.ConsumeConfig{AckWait: ackWait, RetryDelay: 2 * time.Second, Logger: s.log}); err != nil {
 			stop(fmt.Errorf("ingest: start consumer: %w", err))
 		}
 	})
 	err = shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
 		Concurrency: s.cfg.Concurrency,
-		AckWait:     consumerConfig().AckWait,
+		AckWait:     ackWait,
 		RetryDelay:  2 * time.Second,
 		Logger:      s.log,
 	})

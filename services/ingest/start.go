@@ -21,7 +21,7 @@ func startConsumerConfig() jetstream.ConsumerConfig {
 		Description:   "ingest: starts scheduled tasks when send_at comes",
 		FilterSubject: contract.SubjectStartPrefix + "*",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       60 * time.Second,
+		AckWait:       ackWait,
 		MaxDeliver:    -1,
 	}
 }

@@ -18,13 +18,19 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
+// ackWait is the render consumer's ack wait. The consume loop marks a batch
+// still being rendered in progress every half of it, so it bounds only how
+// long the batches a killed render held wait before another render gets
+// them.
+const ackWait = 5 * time.Second
+
 func consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       contract.ConsumerRender,
 		Description:   "render: fills templates and enqueues jobs",
 		FilterSubject: contract.SubjectRenderPrefix + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       60 * time.Second,
+		AckWait:       ackWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 64,
 	}
@@ -90,7 +96,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.log.Info("render started")
 	return shared.Consume(ctx, cons, s.handle, shared.ConsumeConfig{
 		Concurrency: s.cfg.Concurrency,
-		AckWait:     consumerConfig().AckWait,
+		AckWait:     ackWait,
 		RetryDelay:  2 * time.Second,
 		DeadLetter:  s.giveUp,
 		Logger:      s.log,
