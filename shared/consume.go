@@ -38,9 +38,17 @@ type ConsumeConfig struct {
 	// StopGrace is how long in-flight handlers may run after ctx is
 	// cancelled before their own context is cancelled. Defaults to 10 seconds.
 	StopGrace time.Duration
+	// LeftAtStop, when set, is told of each delivery that came after the
+	// stop began and that no handler saw, before it is handed back: dispatch
+	// records it in the job's ledger, whose delivery counts tell a job that
+	// died in its provider call from one never begun.
+	LeftAtStop func(ctx context.Context, m jetstream.Msg)
 	// PullOptions are added to the Consume call (e.g. a priority group).
 	PullOptions []jetstream.PullConsumeOpt
 	Logger      *slog.Logger
+
+	// hold keeps the NAKs of a stopping loop until its subscription ended.
+	hold *stopHold
 }
 
 func (c *ConsumeConfig) withDefaults() {
@@ -62,8 +70,9 @@ func (c *ConsumeConfig) withDefaults() {
 }
 
 // Consume runs h over the consumer's messages until ctx is cancelled, then
-// stops pulling and waits for in-flight handlers to finish. Messages still
-// buffered but not started are left unacknowledged and are redelivered. It
+// stops pulling and waits for in-flight handlers to finish. Messages
+// delivered but not started are handed back (NAKed) once the subscription
+// has ended, as are those the handlers hand back from then on (stopHold). It
 // returns ErrConsumerGone, after the same wait, when the consumer no
 // longer exists on the server.
 func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg ConsumeConfig) error {
@@ -92,6 +101,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	// current message (within StopGrace) instead of abandoning a send.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+	cfg.hold = &stopHold{stopping: ctx, leftAtStop: cfg.LeftAtStop, ctx: hctx}
 	running := newInFlight()
 	// Messages whose handler returned Later, settled in that order by one
 	// goroutine.
@@ -115,9 +125,10 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	}, running)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if !pool.give(ctx, m) {
-			// Stopping: hand the message back now rather than let it hold a
-			// MaxAckPending slot until its ack wait runs out.
-			_ = m.Nak()
+			// Stopping: hand the message back once the subscription ended
+			// (stopHold) rather than let it hold a MaxAckPending slot until
+			// its ack wait runs out.
+			_ = cfg.hold.nak(m, 0, true)
 		}
 	}, opts...)
 	if err != nil {
@@ -130,7 +141,16 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	var keeper sync.WaitGroup
 	keeper.Go(func() { running.keepAlive(keepCtx, cfg.AckWait/2) })
 	gone := waitStopOrGone(ctx, cons, maybeGone)
-	cc.Stop()
+	// Drained, not stopped: the messages already in the client's buffer
+	// reach the callback, which hands them back, rather than being
+	// dropped there to come back only after their ack wait.
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(subscriptionEndWait):
+		cfg.Logger.Debug("the subscription did not end in time; handing its messages back anyway")
+	}
+	cfg.hold.release()
 	done := make(chan struct{})
 	go func() {
 		pool.close()
@@ -151,6 +171,10 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	}
 	return nil
 }
+
+// subscriptionEndWait bounds how long a stop waits for the subscription to
+// end before it hands back the messages it holds.
+const subscriptionEndWait = 2 * time.Second
 
 // ErrConsumerGone ends Consume when its consumer no longer exists on the
 // server (deleted, or kept in memory by a server that restarted): the
@@ -360,7 +384,7 @@ func Settle(ctx context.Context, m jetstream.Msg, err error, cfg *ConsumeConfig)
 		if cfg.DeadLetter != nil {
 			if derr := cfg.DeadLetter(ctx, m, err); derr != nil {
 				log.Error("dead-letter failed; retrying the message instead", "err", derr, "cause", err)
-				_ = m.NakWithDelay(cfg.RetryDelay)
+				_ = cfg.hold.nak(m, cfg.RetryDelay, false)
 				return
 			}
 		} else {
@@ -375,7 +399,7 @@ func Settle(ctx context.Context, m jetstream.Msg, err error, cfg *ConsumeConfig)
 			delay = cfg.RetryDelay
 			settleLogger(m, cfg).Warn("handler failed; will retry", "err", err, "delay", delay)
 		}
-		if nerr := m.NakWithDelay(delay); nerr != nil {
+		if nerr := cfg.hold.nak(m, delay, false); nerr != nil {
 			settleLogger(m, cfg).Debug("nak failed; the message comes back after its ack wait", "err", nerr)
 		}
 	}

@@ -12,7 +12,9 @@
 //   - topologycheck.go: what the services require of the topology
 //     (TopologyStreams), CheckTopology, and waiting for it at start.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return;
-//     workers.go: its handler goroutines, started on demand.
+//     workers.go: its handler goroutines, started on demand; stophold.go:
+//     handing messages back at a stop only once the subscription ended, so
+//     a NAKed message is not delivered again to the same stopping loop.
 //   - publisher.go: publishing without waiting on the hot paths (render's
 //     jobs, dispatch's sent events), leaner than jetstream's PublishAsync
 //     and with its semantics (stored once acked, "no responders" retried,

@@ -113,16 +113,25 @@ func (r *Replica) Stop() {
 func (e *DispatchEnv) WaitAccountsApart(accounts ...string) {
 	e.t.Helper()
 	natstest.Eventually(e.t, 30*time.Second, func() bool {
-		owners := map[string]bool{}
-		for _, a := range accounts {
-			v, err := KVGet(e.t, e.TS, contract.BucketLeases, a)
-			if err != nil {
-				return false
-			}
-			owners[string(v.Value())] = true
+		owners := e.LeaseHolders(accounts...)
+		distinct := map[string]bool{}
+		for _, o := range owners {
+			distinct[o] = true
 		}
-		return len(owners) == len(accounts)
+		return len(owners) == len(accounts) && len(distinct) == len(accounts)
 	}, "each of %v held by its own replica", accounts)
+}
+
+// LeaseHolders returns who holds each held account's lease now.
+func (e *DispatchEnv) LeaseHolders(accounts ...string) map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	for _, a := range accounts {
+		if v, err := KVGet(e.t, e.TS, contract.BucketLeases, a); err == nil {
+			out[a] = string(v.Value())
+		}
+	}
+	return out
 }
 
 // SendLog returns every provider call the replicas made, in time order.

@@ -281,7 +281,9 @@
 //   - sched.go: priority and the in-flight cap.
 //   - live.go: the JOBS messages being handled here, so a redelivery
 //     that comes while its earlier delivery is still handled is left to it.
-//   - jobgroup.go: the jobs of a job group's message, each as a part.
+//   - jobgroup.go: the jobs of a job group's message, each as a part;
+//     recording the jobs of a message that came as the lane stopped as
+//     left unsent (leftAtStop).
 //   - send.go: handle and its steps, from the check for an earlier send to
 //     the outcome (mayStillSend: expiry, run state, suppression, health;
 //     then the policy, the account's caps, the call);

@@ -136,6 +136,30 @@ func (r *accountRunner) handlePart(ctx context.Context, sched *scheduler, lane i
 	return r.handleClaimed(ctx, sched, lane, recheckThrough, msg, meta, claim)
 }
 
+// leftAtStop records as left unsent each job of a message delivered to the
+// lane's consume loop after its stop began, which no handler saw (the
+// loop hands it back: shared.ConsumeConfig.LeftAtStop). Unrecorded, the
+// delivery would leave a gap in the delivery counts the ledger holds and
+// its next delivery would say maybe_sent.
+func (r *accountRunner) leftAtStop(recheckThrough uint64) func(context.Context, jetstream.Msg) {
+	return func(_ context.Context, msg jetstream.Msg) {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return
+		}
+		claim := r.svc.live.claim(meta.Sequence.Stream, meta.NumDelivered)
+		if claim == nil {
+			return // left to the delivery in hand, which counts it
+		}
+		why := errors.New("left unbegun at a stop")
+		out := shared.RetryAfter(0, why)
+		for _, data := range contract.SplitJobs(msg.Data()) {
+			_ = r.leaveUnbegun(msg, meta, recheckThrough, claim, data, why)
+		}
+		claim.settled(out)
+	}
+}
+
 // leaveUnbegun hands back a part that the session's end left unbegun,
 // recorded in its ledger entry as left unsent (noteLeftUnsent) so that
 // its redelivery does not take it for a send whose answer was lost.

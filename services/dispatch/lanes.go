@@ -263,6 +263,7 @@ func (sl *sessionLanes) run(lane int, cons jetstream.Consumer, recheckThrough ui
 			AckWait:     ackWait,
 			RetryDelay:  r.svc.cfg.BackoffBase,
 			DeadLetter:  r.svc.deadLetter,
+			LeftAtStop:  r.leftAtStop(recheckThrough),
 			Logger:      r.log.With("priority", p),
 		})
 		switch {
