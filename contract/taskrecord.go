@@ -19,6 +19,11 @@ type TaskRecord struct {
 	// in published render batches: a restarted expansion of a streamed list
 	// resumes there instead of publishing them again.
 	Checkpoint int `json:"checkpoint,omitempty"`
+	// BatchSize is how many recipients go in each of the task's render
+	// batches, fixed when the task is accepted so that a resumed or
+	// released expansion cuts its batches as the first one did. 0 (records
+	// written before it was kept): ingest's configured batch size.
+	BatchSize int `json:"batch_size,omitempty"`
 	// Released is set before a scheduled or approved task's recipients are
 	// first published: a second release publishes them again (Resumed).
 	Released bool `json:"released,omitempty"`

@@ -406,6 +406,9 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		fmt.Printf("idle: %d account(s) held, no task: %.3f cores (server and services) over %s, %d consumers on %s\n",
 			len(all), (cpuTime()-c0).Seconds()/time.Since(t0).Seconds(), idle, consumers, contract.StreamJobs)
 	}
+	if line := pacingBound(pool, account, task.Recipients); line != "" {
+		fmt.Println(line)
+	}
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
@@ -728,4 +731,35 @@ func putBenchPolicy(ctx context.Context, js jetstream.JetStream, value string) e
 		return fmt.Errorf("bench: put policy: %w", err)
 	}
 	return nil
+}
+
+// pacingBound says how fast the task can go at most when its accounts are
+// paced: a recipient keeps its account (shared.Picker, as render picks),
+// so the busiest account, paced at its rate, sets the task's least time.
+// It returns "" for unpaced accounts.
+func pacingBound(pool []string, account string, rs []contract.Recipient) string {
+	var accounts []*contract.Account
+	for _, name := range pool {
+		a, err := contract.DecodeAccount(name, []byte(account))
+		if err != nil || a.RatePerSec >= contract.MaxRatePerSec {
+			return ""
+		}
+		accounts = append(accounts, a)
+	}
+	picker := shared.NewPicker(accounts, nil)
+	count := map[string]int{}
+	for _, r := range rs {
+		count[picker.Pick(r.To).Name]++
+	}
+	busiest := 0
+	for _, c := range count {
+		busiest = max(busiest, c)
+	}
+	if busiest == 0 {
+		return ""
+	}
+	a := accounts[0]
+	least := float64(busiest-min(busiest, a.Burst)) / a.RatePerSec
+	return fmt.Sprintf("pacing: the busiest of %d account(s) has %d of %d recipients; at %g/s it needs %.2fs at least, so %.0f recipients/s at most",
+		len(pool), busiest, len(rs), a.RatePerSec, least, float64(len(rs))/max(least, 1e-3))
 }

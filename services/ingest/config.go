@@ -15,8 +15,10 @@ import (
 
 // Config tunes the ingest service.
 type Config struct {
-	// BatchSize is how many recipients travel in one render batch.
-	// Defaults to 500.
+	// BatchSize is how many recipients travel in one render batch, at
+	// least: a task over more than BatchSize/16 accounts gets batches of 16
+	// recipients per account (up to 10,000), so that render can still put
+	// several jobs of an account in a message. Defaults to 500.
 	BatchSize int
 	// Concurrency is how many tasks are ingested at once. Defaults to 2.
 	Concurrency int

@@ -10,8 +10,12 @@
 //     broadcast.events.<task>.rejected with the field and reason;
 //   - broadcast.render.<task>: recipients in batches, each with a
 //     Nats-Msg-Id, so a crash mid-expansion never enqueues a batch twice.
+//     A batch holds Config.BatchSize recipients, or 16 per account of the
+//     task's pool when that is more (up to 10,000), so render can still
+//     group an account's jobs in a message; the size is kept in the task's
+//     record, and a resumed expansion cuts alike (expand.go).
 //     Lists from the object store are read in two streaming passes with a
-//     checkpoint every 64 batches (stream.go); batches published again
+//     checkpoint about every 32,000 recipients (stream.go); batches published again
 //     after a crash (those past the checkpoint that the interrupted flush
 //     may have published, or every batch of an inline task) are marked
 //     Resumed, so their jobs are checked against dispatch's ledger.
@@ -35,7 +39,7 @@
 //
 // Where to edit what: ingest.go (the consumer and the handler's steps),
 // validate.go (checks that need configuration: channel, accounts),
-// expand.go (recipient dedup and batching), start.go (scheduled starts and
+// expand.go (recipient dedup, batch size and batching), start.go (scheduled starts and
 // releases), control.go (pause, resume, cancel, approval; served
 // concurrently, one task's state changes in order), retrydead.go (asking
 // dispatch to re-queue dead letters and parked jobs), recipients.go

@@ -39,6 +39,42 @@ func expand(ch channels.Channel, rs []contract.Recipient) expansion {
 	return out
 }
 
+// jobsPerAccountInBatch is how many recipients per account of a task's
+// pool a render batch holds at least: render groups each account's jobs
+// of a batch into messages of up to 16 (its default JobsPerMessage), and a
+// batch of 500 over 1,000 accounts gave every job a message of its own,
+// which JetStream stores, delivers, acknowledges and removes one by one,
+// checking every consumer of JOBS on each acknowledgement.
+const jobsPerAccountInBatch = 16
+
+// maxBatchRecipients bounds a render batch however many accounts a task
+// has (Config.BatchSize allows as many).
+const maxBatchRecipients = 10_000
+
+// batchSizeFor is how many recipients each of task's render batches
+// holds: the configured size, or 16 per account of the task's pool (the
+// accounts it names, else those of its channel) when that is more, up to
+// 10,000.
+func (s *Service) batchSizeFor(task *contract.Task) int {
+	accounts := len(task.Accounts)
+	if accounts == 0 {
+		for _, a := range s.accounts.All() {
+			if a.Channel == task.Channel {
+				accounts++
+			}
+		}
+	}
+	return max(s.cfg.BatchSize, min(jobsPerAccountInBatch*accounts, maxBatchRecipients))
+}
+
+// batchSize is the batch size rec fixed (batchSizeFor at acceptance).
+func (s *Service) batchSize(rec *contract.TaskRecord) int {
+	if rec.BatchSize > 0 {
+		return rec.BatchSize
+	}
+	return s.cfg.BatchSize
+}
+
 // batches cuts rs into render batches of at most size recipients and
 // about maxBytes bytes, so each fits the server's max_payload; a recipient
 // alone is never over it (its vars are bounded by contract.MaxVarsBytes).

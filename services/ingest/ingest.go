@@ -197,7 +197,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		total = idx.total
 	}
 	recipients := task.Recipients
-	record := contract.TaskRecord{Task: *task, Seq: seq, Total: total, Duplicates: exp.duplicates, AcceptedAt: time.Now().UTC()}
+	record := contract.TaskRecord{Task: *task, Seq: seq, Total: total, Duplicates: exp.duplicates, BatchSize: s.batchSizeFor(task), AcceptedAt: time.Now().UTC()}
 	if idx != nil {
 		record.ListDigest = idx.digest
 	}
@@ -256,7 +256,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 				return s.cancelForList(ctx, &record, err)
 			}
 		} else {
-			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, s.batchBytes, false), stored != nil)
+			err = s.publishBatches(ctx, batches(task.ID, exp.recipients, s.batchSize(&record), s.batchBytes, false), stored != nil)
 		}
 		if err != nil {
 			return err

@@ -138,7 +138,7 @@ func (s *Service) release(ctx context.Context, rec *contract.TaskRecord, task *c
 		}
 	} else {
 		exp := expand(ch, task.Recipients)
-		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.cfg.BatchSize, s.batchBytes, false), resumed); err != nil {
+		if err := s.publishBatches(ctx, batches(task.ID, exp.recipients, s.batchSize(rec), s.batchBytes, false), resumed); err != nil {
 			return err
 		}
 	}

@@ -158,9 +158,10 @@ func (s *Service) indexList(ctx context.Context, ch channels.Channel, name, pin 
 // listReadTimeout bounds one pass over a recipient list.
 const listReadTimeout = 2 * time.Hour
 
-// checkpointEvery is how many render batches are published between
-// checkpoints of a streamed expansion.
-const checkpointEvery = 64
+// checkpointRecipients is about how many recipients a streamed expansion
+// publishes between checkpoints (64 batches of the default 500): the
+// batches of a flush are held in memory until it.
+const checkpointRecipients = 32_000
 
 // publishList is the second pass: it publishes the distinct recipients from
 // rec.Checkpoint on, in batches aligned with a fresh run's, so a resumed
@@ -168,11 +169,13 @@ const checkpointEvery = 64
 func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *contract.TaskRecord, idx *listIndex, resumed bool) error {
 	name := rec.Task.RecipientsObject
 	// After a crash only the batches of the flush it interrupted, at most
-	// checkpointEvery past the checkpoint, can have been published: only
+	// batchesPerFlush past the checkpoint, can have been published: only
 	// they are marked Resumed (their jobs cost dispatch a ledger lookup).
+	size := s.batchSize(rec)
+	batchesPerFlush := max(1, checkpointRecipients/size)
 	resumedUntil := 0
 	if resumed {
-		resumedUntil = rec.Checkpoint + checkpointEvery*s.cfg.BatchSize
+		resumedUntil = rec.Checkpoint + batchesPerFlush*size
 	}
 	var (
 		index   int
@@ -210,11 +213,11 @@ func (s *Service) publishList(ctx context.Context, ch channels.Channel, rec *con
 		}
 		batch = append(batch, br)
 		bytes += br.BatchBytes()
-		if len(batch) == s.cfg.BatchSize {
+		if len(batch) == size {
 			first := index - len(batch)
 			pending = append(pending, contract.RenderBatch{TaskID: rec.Task.ID, First: first, Recipients: batch, Resumed: first < resumedUntil})
 			batch, bytes = nil, 0
-			if len(pending) == checkpointEvery {
+			if len(pending) == batchesPerFlush {
 				return flush()
 			}
 		}
