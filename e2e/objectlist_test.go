@@ -62,9 +62,10 @@ func TestRecipientsFromObjectStore(t *testing.T) {
 	require.Contains(t, p.Error, `recipients_object: lists/bad.csv: header: no "to" column`)
 }
 
-// TestStreamedExpansionResumesFromCheckpoint plants the record a crashed
+// TestStreamedExpansionResumesFromCheckpoint plants the records a crashed
 // ingest left (claimed, 2,000 of 5,000 recipients published) and checks the
-// redelivered submission publishes only the rest.
+// redelivered submissions publish only the rest, in batches of the size
+// the record kept (the configured size for a record that kept none).
 func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
@@ -76,39 +77,44 @@ func TestStreamedExpansionResumesFromCheckpoint(t *testing.T) {
 	harness.PutObject(t, ts, "lists/resume.jsonl", b.String())
 
 	ctx := context.Background()
-	task := `{"id":"resume","channel":"sandbox","template":"x","recipients_object":"lists/resume.jsonl"}`
-	m := nats.NewMsg(contract.SubjectTasks)
-	m.Data = []byte(task)
-	ack, err := ts.JS.PublishMsg(ctx, m)
-	require.NoError(t, err)
-	parsed, err := contract.DecodeTask([]byte(task))
-	require.NoError(t, err)
-	parsed.Normalize()
-	rec := contract.TaskRecord{Task: *parsed, Seq: ack.Sequence, Total: 5000, Checkpoint: 2000, AcceptedAt: time.Now()}
-	data, _ := json.Marshal(rec)
 	kv, err := ts.JS.KeyValue(ctx, contract.BucketTasks)
 	require.NoError(t, err)
-	_, err = kv.Create(ctx, "resume", data)
-	require.NoError(t, err)
+	sizes := map[string]int{"resume": 0, "resume-sized": 250}
+	for id, size := range sizes {
+		task := fmt.Sprintf(`{"id":%q,"channel":"sandbox","template":"x","recipients_object":"lists/resume.jsonl"}`, id)
+		m := nats.NewMsg(contract.SubjectTasks)
+		m.Data = []byte(task)
+		ack, err := ts.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		parsed, err := contract.DecodeTask([]byte(task))
+		require.NoError(t, err)
+		parsed.Normalize()
+		rec := contract.TaskRecord{Task: *parsed, Seq: ack.Sequence, Total: 5000, Checkpoint: 2000, BatchSize: size, AcceptedAt: time.Now()}
+		data, _ := json.Marshal(rec)
+		_, err = kv.Create(ctx, id, data)
+		require.NoError(t, err)
+	}
 
 	cfg := harness.FastRetries()
 	cfg.Ingest.BatchSize = 100
 	pl := pipelinetest.StartPipeline(t, ts, cfg)
-	natstest.Eventually(t, 20*time.Second, func() bool { return pl.Ingest.Stats.Accepted.Load() == 1 })
-	require.Equal(t, int64(30), pl.Ingest.Stats.BatchesPublished.Load(), "only the 3,000 recipients after the checkpoint")
-	// The 2,000 planted as published never were (this test made them up),
-	// so the task stays open with exactly the other 3,000 sent.
-	ts.WaitProgress(t, "resume", 60*time.Second, func(p *contract.Progress) bool { return p.Sent == 3000 })
-	lowest := 5000
-	for _, ev := range ts.Events(t, "resume") {
-		if ev.Kind == contract.EventSent {
-			lowest = min(lowest, ev.Index)
+	natstest.Eventually(t, 20*time.Second, func() bool { return pl.Ingest.Stats.Accepted.Load() == 2 })
+	require.Equal(t, int64(30+12), pl.Ingest.Stats.BatchesPublished.Load(), "only the 3,000 recipients after the checkpoint, in 30 batches of 100 and 12 of 250")
+	for id := range sizes {
+		// The 2,000 planted as published never were (this test made them
+		// up), so the task stays open with exactly the other 3,000 sent.
+		ts.WaitProgress(t, id, 60*time.Second, func(p *contract.Progress) bool { return p.Sent == 3000 })
+		lowest := 5000
+		for _, ev := range ts.Events(t, id) {
+			if ev.Kind == contract.EventSent {
+				lowest = min(lowest, ev.Index)
+			}
 		}
+		require.Equal(t, 2000, lowest, "%s: nothing before the checkpoint was enqueued again", id)
+		p := ts.Progress(t, id)
+		require.Equal(t, 5000, p.Total)
+		require.Equal(t, contract.StateProcessing, p.State)
 	}
-	require.Equal(t, 2000, lowest, "nothing before the checkpoint was enqueued again")
-	p := ts.Progress(t, "resume")
-	require.Equal(t, 5000, p.Total)
-	require.Equal(t, contract.StateProcessing, p.State)
 }
 
 // TestScheduledListReplacedIsNotSent: a scheduled task's list is pinned by
