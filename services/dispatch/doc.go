@@ -280,7 +280,9 @@
 //     accounts over replicas is lease.FairShare).
 //   - sched.go: priority and the in-flight cap.
 //   - live.go: the JOBS messages being handled here, so a redelivery
-//     that comes while its earlier delivery is still handled is left to it.
+//     that comes while its earlier delivery is still handled is left to it
+//     (and a job handed back unsent names the last such delivery in the
+//     ledger, for the next delivery in another process).
 //   - jobgroup.go: the jobs of a job group's message, each as a part;
 //     recording the jobs of a message that came as the lane stopped as
 //     left unsent (leftAtStop).

@@ -131,7 +131,7 @@ func (r *accountRunner) noteLeftUnsent(d *delivery) {
 	if le.State == "sent" || le.GivenUp || le.handedOff(d.seq) != nil {
 		return
 	}
-	le.Seq, le.Delivery = d.seq, d.delivered
+	le.Seq, le.Delivery = d.seq, max(d.delivered, d.claim.deliveredThrough())
 	le.MaybeSent = le.MaybeSent || d.job.MaybeSent
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
 	defer cancel()

@@ -47,8 +47,9 @@ type liveJob struct {
 	handling bool
 	// last is the delivery count of the delivery that ran the steps last.
 	last uint64
-	// left counts the deliveries left to another one.
-	left uint64
+	// left counts the deliveries left to another one, and leftThrough is
+	// the highest delivery count among them.
+	left, leftThrough uint64
 	// at is when the last handled delivery was settled.
 	at time.Time
 }
@@ -76,6 +77,7 @@ func (x *liveJobs) claim(seq, n uint64) *liveClaim {
 	case j != nil && j.handling:
 		if n > j.last {
 			j.left++
+			j.leftThrough = max(j.leftThrough, n)
 		}
 		return nil
 	case j == nil || n <= j.last:
@@ -87,6 +89,25 @@ func (x *liveJobs) claim(seq, n uint64) *liveClaim {
 	c := &liveClaim{x: x, seq: seq, n: n, prev: j.last, left: j.left}
 	j.handling, j.last = true, n
 	return c
+}
+
+// deliveredThrough is the highest delivery count of the claimed message
+// seen here: the claim's own, or that of a delivery left to it since.
+// A delivery that hands its job back unsent names it in the ledger, so
+// that the next delivery, in whatever process, finds the one before it
+// settled (a left delivery did nothing, and another process cannot know
+// of it).
+func (c *liveClaim) deliveredThrough() uint64 {
+	if c == nil {
+		return 0
+	}
+	c.x.mu.Lock()
+	defer c.x.mu.Unlock()
+	n := c.n
+	if j := c.x.m[c.seq]; j != nil && j.last == c.n {
+		n = max(n, j.leftThrough)
+	}
+	return n
 }
 
 // settled ends the claim with the outcome the loop settles the message by.

@@ -147,6 +147,9 @@ type delivery struct {
 	// one (live.go), so the one that ran before it is
 	// delivered-1-justLeft.
 	seq, delivered, justLeft uint64
+	// claim is the delivery's hold on its message (nil when none was
+	// taken).
+	claim *liveClaim
 	// lane is the lane that delivered the job and queued that lane's jobs
 	// on the account when it did (noteQueue): the ones behind it (the
 	// message's NumPending) plus the ones being handled here, itself
@@ -195,7 +198,12 @@ type delivery struct {
 // that knew it recorded its failure; the redelivered message does not
 // carry the mark). It needs the ledger entry (sentBefore).
 func (d *delivery) mayFollowLostAnswer() bool {
-	return d.recheck || d.entry.MaybeSent || d.redelivered && !d.entry.settledLast(d.seq, d.delivered-1-d.justLeft)
+	// The delivery before this one settled: the one that ran before the
+	// deliveries left here since (justLeft), or, recorded by a delivery
+	// that knew of those left to it (liveClaim.deliveredThrough), the last
+	// of them.
+	settled := d.entry.settledLast(d.seq, d.delivered-1-d.justLeft) || d.entry.settledLast(d.seq, d.delivered-1)
+	return d.recheck || d.entry.MaybeSent || d.redelivered && !settled
 }
 
 // message is the job as the channel adapter sends it.
@@ -239,6 +247,7 @@ func (r *accountRunner) receive(msg jetstream.Msg, meta *jetstream.MsgMetadata, 
 	if claim != nil {
 		d.justLeft, d.attempt = d.delivered-1-claim.prev, d.attempt-int(claim.left)
 	}
+	d.claim = claim
 	d.acct, d.sender = r.current()
 	d.batch = r.batch
 	d.log = &jobLogger{base: r.log, job: &d.job, attempt: d.attempt}
