@@ -19,8 +19,9 @@ import (
 // render batches of 1,600 recipients (16 an account) instead of the
 // configured 500, inline or from the object store, so render still puts
 // several jobs of an account in one message; the size is kept in the
-// task's record for a resumed expansion, and a task over 5 accounts keeps
-// the configured size.
+// task's record for a resumed expansion, each batch's recipients are
+// spread within a tenth of an even share, and a task over 5 accounts
+// keeps the configured size.
 func TestRenderBatchesGrowWithTheAccountPool(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
@@ -66,6 +67,22 @@ func TestRenderBatchesGrowWithTheAccountPool(t *testing.T) {
 	require.Equal(t, int64(3), batches, "1,600 + 1,600 + 800")
 	// 500 a batch gives each account 5 jobs a batch: about 800 messages.
 	require.LessOrEqual(t, messages, uint64(4000/8), "jobs grouped in messages")
+	// Render balances each batch: no account gets more than its share of
+	// a batch and a tenth (16, 16 and 8 of 1,600, 1,600 and 800), where
+	// the rendezvous hash alone gives the busiest of 100 about 55 of 4,000.
+	perAccount := map[string]int{}
+	for _, e := range ts.Events(t, "inline") {
+		if e.Kind == contract.EventSent {
+			perAccount[e.Account]++
+		}
+	}
+	busiest := 0
+	for _, c := range perAccount {
+		busiest = max(busiest, c)
+	}
+	t.Logf("busiest account sent %d of 4,000 (mean 40)", busiest)
+	require.Len(t, perAccount, accounts)
+	require.LessOrEqual(t, busiest, 18+18+9, "per-account sends %v", perAccount)
 
 	var list strings.Builder
 	for i := range 3200 {

@@ -93,6 +93,101 @@ func TestPickerMatchesRendezvous(t *testing.T) {
 	}
 }
 
+// balancedCounts picks n recipients over pool in batches of size, as
+// render does (a Balancer per batch), and returns each account's count
+// and how many recipients left their rendezvous account.
+func balancedCounts(pool []*contract.Account, n, size int) (map[string]int, int) {
+	p := NewPicker(pool, nil)
+	count, moved := map[string]int{}, 0
+	for first := 0; first < n; first += size {
+		m := min(size, n-first)
+		b := p.Balance(m)
+		for i := first; i < first+m; i++ {
+			to := fmt.Sprintf("+8613%09d", i)
+			a := b.Pick(to)
+			if a != p.Pick(to) {
+				moved++
+			}
+			count[a.Name]++
+		}
+	}
+	return count, moved
+}
+
+func busiest(count map[string]int) int {
+	most := 0
+	for _, c := range count {
+		most = max(most, c)
+	}
+	return most
+}
+
+// TestBalancerBoundsTheBusiestAccount: 60,000 recipients over 1,000 equal
+// accounts in render's batches of 16 per account. Hashing alone gives the
+// busiest account half as much again as the mean (which sets a paced
+// task's time); balanced, no account gets more than its share of each
+// batch plus a tenth, and few recipients leave their usual account. Over
+// 3 accounts (batches of 500) almost none do.
+func TestBalancerBoundsTheBusiestAccount(t *testing.T) {
+	pool := func(k int) []*contract.Account {
+		var out []*contract.Account
+		for i := range k {
+			out = append(out, &contract.Account{Name: fmt.Sprintf("bench-%d", i), RatePerSec: 15})
+		}
+		return out
+	}
+	const n = 60_000
+	many := pool(1000)
+	hashed := map[string]int{}
+	p := NewPicker(many, nil)
+	for i := range n {
+		hashed[p.Pick(fmt.Sprintf("+8613%09d", i)).Name]++
+	}
+	count, moved := balancedCounts(many, n, 16_000)
+	// Batches 16,000 / 16,000 / 16,000 / 12,000: caps 18 / 18 / 18 / 14.
+	t.Logf("1,000 accounts: busiest %d hashed, %d balanced (mean %d); %d of %d moved", busiest(hashed), busiest(count), n/1000, moved, n)
+	require.GreaterOrEqual(t, busiest(hashed), 80, "hashing alone should leave the busiest well over the mean of 60")
+	require.LessOrEqual(t, busiest(count), 18+18+18+14)
+	require.Len(t, count, 1000)
+	require.Less(t, moved, n/10, "a tenth or more of the recipients left their rendezvous account")
+
+	few := pool(3)
+	count, moved = balancedCounts(few, n, 500)
+	t.Logf("3 accounts: busiest %d (mean %d); %d of %d moved", busiest(count), n/3, moved, n)
+	require.Less(t, moved, n/100)
+
+	// Twice the rate, twice the share: the caps follow the weights.
+	few[0].RatePerSec = 30
+	count, _ = balancedCounts(few, n, 500)
+	ratio := float64(count["bench-0"]) / (float64(n-count["bench-0"]) / 2)
+	require.InDelta(t, 2, ratio, 0.2, "counts %v", count)
+}
+
+// TestBalancerRepeatsItsPicks: the same batch picked again (a render
+// batch redelivered) lands every recipient where it did the first time.
+func TestBalancerRepeatsItsPicks(t *testing.T) {
+	var pool []*contract.Account
+	for i := range 50 {
+		pool = append(pool, &contract.Account{Name: fmt.Sprintf("acct-%d", i), RatePerSec: float64(10 + i)})
+	}
+	p := NewPicker(pool, nil)
+	first, again := p.Balance(800), p.Balance(800)
+	moved := 0
+	for i := range 800 {
+		to := fmt.Sprintf("+8613%09d", i)
+		a := first.Pick(to)
+		require.Same(t, a, again.Pick(to), to)
+		if a != p.Pick(to) {
+			moved++
+		}
+	}
+	require.Positive(t, moved, "800 recipients over 50 accounts should overflow some account")
+	// More picks than the batch was sized for still get an account.
+	for i := range 100 {
+		require.NotNil(t, first.Pick(fmt.Sprintf("extra-%d", i)))
+	}
+}
+
 // BenchmarkPick1000Accounts: one recipient's pick among 1,000 accounts,
 // through a Picker (render's batches) and through PickAccount.
 func BenchmarkPick1000Accounts(b *testing.B) {

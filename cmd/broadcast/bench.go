@@ -25,6 +25,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/metrics"
 	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/services/dispatch"
+	"github.com/broadcastd/broadcast/services/ingest"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -734,9 +735,9 @@ func putBenchPolicy(ctx context.Context, js jetstream.JetStream, value string) e
 }
 
 // pacingBound says how fast the task can go at most when its accounts are
-// paced: a recipient keeps its account (shared.Picker, as render picks),
-// so the busiest account, paced at its rate, sets the task's least time.
-// It returns "" for unpaced accounts.
+// paced: render picks each batch's accounts (shared.Balancer over batches
+// of ingest.BatchSizeFor), so the busiest account, paced at its rate, sets
+// the task's least time. It returns "" for unpaced accounts.
 func pacingBound(pool []string, account string, rs []contract.Recipient) string {
 	var accounts []*contract.Account
 	for _, name := range pool {
@@ -746,10 +747,19 @@ func pacingBound(pool []string, account string, rs []contract.Recipient) string 
 		}
 		accounts = append(accounts, a)
 	}
+	configured := ingest.DefaultBatchSize
+	if c, err := ingest.ConfigFromEnv(); err == nil && c.BatchSize > 0 {
+		configured = c.BatchSize
+	}
+	size := ingest.BatchSizeFor(configured, len(pool))
 	picker := shared.NewPicker(accounts, nil)
 	count := map[string]int{}
-	for _, r := range rs {
-		count[picker.Pick(r.To).Name]++
+	for first := 0; first < len(rs); first += size {
+		batch := rs[first:min(first+size, len(rs))]
+		b := picker.Balance(len(batch))
+		for _, r := range batch {
+			count[b.Pick(r.To).Name]++
+		}
 	}
 	busiest := 0
 	for _, c := range count {

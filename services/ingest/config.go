@@ -39,6 +39,9 @@ type Config struct {
 	metrics *metrics.Ingest
 }
 
+// DefaultBatchSize is Config.BatchSize when unset.
+const DefaultBatchSize = 500
+
 // ConfigFromEnv reads INGEST_BATCH_SIZE and INGEST_CONCURRENCY.
 func ConfigFromEnv() (Config, error) {
 	var c Config
@@ -79,7 +82,7 @@ func (c *Config) validate() error {
 
 func (c *Config) withDefaults() {
 	if c.BatchSize == 0 {
-		c.BatchSize = 500
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 2

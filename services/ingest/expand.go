@@ -52,9 +52,8 @@ const jobsPerAccountInBatch = 16
 const maxBatchRecipients = 10_000
 
 // batchSizeFor is how many recipients each of task's render batches
-// holds: the configured size, or 16 per account of the task's pool (the
-// accounts it names, else those of its channel) when that is more, up to
-// 10,000.
+// holds (BatchSizeFor over the accounts it names, else those of its
+// channel).
 func (s *Service) batchSizeFor(task *contract.Task) int {
 	accounts := len(task.Accounts)
 	if accounts == 0 {
@@ -64,7 +63,14 @@ func (s *Service) batchSizeFor(task *contract.Task) int {
 			}
 		}
 	}
-	return max(s.cfg.BatchSize, min(jobsPerAccountInBatch*accounts, maxBatchRecipients))
+	return BatchSizeFor(s.cfg.BatchSize, accounts)
+}
+
+// BatchSizeFor is how many recipients each render batch of a task over
+// pool accounts holds: the configured size, or 16 per account when that
+// is more, up to 10,000.
+func BatchSizeFor(configured, pool int) int {
+	return max(configured, min(jobsPerAccountInBatch*pool, maxBatchRecipients))
 }
 
 // batchSize is the batch size rec fixed (batchSizeFor at acceptance).

@@ -54,6 +54,7 @@
 // digest fields copied into its jobs), config.go (settings);
 // noaccount_test.go tests the held batches' warning, grouping_test.go the
 // groups and a batch rendered again.
-// Account choice is shared.Picker, one per batch (PickAccount's weighted
-// rendezvous hash: capacity-weighted, sticky per recipient).
+// Account choice is a shared.Balancer per batch: PickAccount's weighted
+// rendezvous hash (capacity-weighted, sticky per recipient), with no
+// account taking more than its share of the batch plus a tenth.
 package render
