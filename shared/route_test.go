@@ -123,11 +123,11 @@ func busiest(count map[string]int) int {
 }
 
 // TestBalancerBoundsTheBusiestAccount: 60,000 recipients over 1,000 equal
-// accounts in render's batches of 16 per account. Hashing alone gives the
-// busiest account half as much again as the mean (which sets a paced
-// task's time); balanced, no account gets more than its share of each
-// batch plus a tenth, and few recipients leave their usual account. Over
-// 3 accounts (batches of 500) almost none do.
+// accounts in render's batches of 16 per account (16,000). Hashing alone
+// gives the busiest account half as much again as the mean (which sets a
+// paced task's time); balanced, no account gets more than its share of
+// each batch plus a tenth, and few recipients leave their usual account.
+// Over 3 accounts (batches of 500) almost none do.
 func TestBalancerBoundsTheBusiestAccount(t *testing.T) {
 	pool := func(k int) []*contract.Account {
 		var out []*contract.Account

@@ -17,7 +17,7 @@ import (
 type Config struct {
 	// BatchSize is how many recipients travel in one render batch, at
 	// least: a task over more than BatchSize/16 accounts gets batches of 16
-	// recipients per account (up to 10,000), so that render can still put
+	// recipients per account (up to 16,000), so that render can still put
 	// several jobs of an account in a message. Defaults to 500.
 	BatchSize int
 	// Concurrency is how many tasks are ingested at once. Defaults to 2.

@@ -11,7 +11,7 @@
 //   - broadcast.render.<task>: recipients in batches, each with a
 //     Nats-Msg-Id, so a crash mid-expansion never enqueues a batch twice.
 //     A batch holds Config.BatchSize recipients, or 16 per account of the
-//     task's pool when that is more (up to 10,000), so render can still
+//     task's pool when that is more (up to 16,000), so render can still
 //     group an account's jobs in a message; the size is kept in the task's
 //     record, and a resumed expansion cuts alike (expand.go).
 //     Lists from the object store are read in two streaming passes with a

@@ -45,3 +45,16 @@ func TestBatchesCutByBytes(t *testing.T) {
 	require.Greater(t, len(bs), 20)
 	require.Len(t, batches("t", exp.recipients[:10], 500, budget, false), 1, "small ones stay together")
 }
+
+// TestBatchSizeFor: the configured size, or 16 recipients an account of
+// the pool when that is more, up to 16,000 however large the pool.
+func TestBatchSizeFor(t *testing.T) {
+	for _, c := range []struct{ configured, pool, want int }{
+		{500, 0, 500}, {500, 3, 500}, {500, 31, 500}, {500, 32, 512},
+		{500, 100, 1600}, {500, 1000, 16_000}, {500, 5000, 16_000}, {2000, 50, 2000},
+	} {
+		if got := BatchSizeFor(c.configured, c.pool); got != c.want {
+			t.Errorf("BatchSizeFor(%d, %d) = %d, want %d", c.configured, c.pool, got, c.want)
+		}
+	}
+}
