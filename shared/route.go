@@ -100,13 +100,13 @@ func (p *Picker) rank(to string, counts, caps []int) int {
 	return best
 }
 
-// BalanceSlack is how far over its share of a batch an account may go
+// balanceSlack is how far over its share of a batch an account may go
 // before a Balancer sends the batch's next recipients for it elsewhere.
-const BalanceSlack = 1.1
+const balanceSlack = 1.1
 
 // Balancer picks the accounts of one batch of recipients (a render batch):
 // a recipient goes to its rendezvous account (Pick) unless that account
-// already holds its share of the batch plus a tenth (BalanceSlack), and
+// already holds its share of the batch plus a tenth (balanceSlack), and
 // then to its best-ranked account with room. Hashing alone gives 1,000
 // equal accounts 60 ± 8 each of 60,000 recipients, and the busiest, paced
 // like the others, sets the task's least time (0.65 of what an even
@@ -138,7 +138,7 @@ func (p *Picker) Balance(n int) *Balancer {
 	b.caps = make([]int, len(p.candidates))
 	for i, w := range p.weights {
 		if w > 0 {
-			b.caps[i] = int(math.Ceil(BalanceSlack * float64(n) * w / total))
+			b.caps[i] = int(math.Ceil(balanceSlack * float64(n) * w / total))
 		}
 	}
 	return b

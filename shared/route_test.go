@@ -182,9 +182,17 @@ func TestBalancerRepeatsItsPicks(t *testing.T) {
 		}
 	}
 	require.Positive(t, moved, "800 recipients over 50 accounts should overflow some account")
-	// More picks than the batch was sized for still get an account.
-	for i := range 100 {
-		require.NotNil(t, first.Pick(fmt.Sprintf("extra-%d", i)))
+
+	// A batch sized for one recipient gives every account a cap of one:
+	// the first 50 picks fill them, and picks beyond that go where Pick
+	// sends them.
+	one := p.Balance(1)
+	for i := range 50 {
+		require.NotNil(t, one.Pick(fmt.Sprintf("fill-%d", i)))
+	}
+	for i := range 50 {
+		to := fmt.Sprintf("extra-%d", i)
+		require.Same(t, p.Pick(to), one.Pick(to), to)
 	}
 }
 

@@ -48,10 +48,10 @@ func expand(ch channels.Channel, rs []contract.Recipient) expansion {
 const jobsPerAccountInBatch = 16
 
 // maxBatchRecipients bounds a render batch however many accounts a task
-// has: 16 an account up to 1,000 accounts, and render's grouping record
-// for a batch (a position per recipient, KV broadcast_groupings) stays
-// near 150 KB. Batches of 10,000 over 1,000 accounts, 10 jobs a message,
-// cost 13-20 % more CPU per recipient in bench.
+// has: 16 an account up to 1,000 accounts (fewer jobs a message cost
+// the server an interest check over every lane consumer per message,
+// docs/performance.md), and render's grouping record for a batch (a
+// position per recipient, KV broadcast_groupings) stays near 150 KB.
 const maxBatchRecipients = 16_000
 
 // batchSizeFor is how many recipients each of task's render batches
