@@ -21,7 +21,7 @@
 # everything under .chaos/ (logs kept after a failure or with CHAOS_KEEP=1).
 #
 # Knobs: CHAOS_N (recipients, default 5000), CHAOS_SEED (kill timing and gateway
-# faults, default: time-based), CHAOS_TIMEOUT (seconds for the task, default 150).
+# faults, default: time-based), CHAOS_TIMEOUT (seconds for the task, default 300).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,7 +33,7 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 N="${CHAOS_N:-5000}"
 SEED="${CHAOS_SEED:-$(($(date +%s) % 100000))}"
-TASK_TIMEOUT="${CHAOS_TIMEOUT:-150}"
+TASK_TIMEOUT="${CHAOS_TIMEOUT:-300}"
 CONCURRENCY=8
 BAD_EVERY=100 # every 100th recipient is rejected permanently (400)
 DIR="$ROOT/.chaos"
