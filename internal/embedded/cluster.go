@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -24,9 +25,7 @@ type ClusterConfig struct {
 	// (jetstream { sync_interval: always }). Defaults to false: the server's
 	// own default, an fsync every 2 minutes.
 	SyncAlways bool
-	// Logs turns on the servers' own log lines.
-	Logs bool
-	// Logger, when set, receives every node's log lines instead.
+	// Logger, when set, receives every node's log lines.
 	Logger server.Logger
 	// Configure, when set, is called with each node's options before it
 	// starts, e.g. to add authorization.
@@ -43,10 +42,23 @@ type Cluster struct {
 
 	cfg  ClusterConfig
 	opts []server.Options // each node's options as first built, copied on every start
+	logs []*nodeLog       // each running node's logger
 }
 
+// nodeName is node i's server and store directory name: n1, n2, ...
+func nodeName(i int) string { return fmt.Sprintf("n%d", i+1) }
+
+// portAttempts is how many sets of ports StartCluster tries: the ports are
+// free when chosen, but another process (or an outgoing connection's local
+// port) may take one before its node binds it.
+const portAttempts = 3
+
+// errPortTaken is a node failing to bind one of its ports.
+var errPortTaken = errors.New("port taken")
+
 // StartCluster runs the nodes, routed to each other, and waits until
-// JetStream has a meta leader and every node is current.
+// JetStream has a meta leader and every node is current. When a node finds
+// one of its ports taken, it starts the cluster again on other ports.
 func StartCluster(c ClusterConfig) (*Cluster, error) {
 	if c.StoreDir == "" {
 		return nil, errors.New("embedded: ClusterConfig.StoreDir is required")
@@ -57,25 +69,38 @@ func StartCluster(c ClusterConfig) (*Cluster, error) {
 	if c.Name == "" {
 		c.Name = "broadcast"
 	}
-	clientPorts, err := freePorts(c.Nodes)
+	for attempt := 1; ; attempt++ {
+		cl, err := startCluster(c)
+		if err == nil || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return cl, err
+		}
+		for i := range c.Nodes {
+			if err := os.RemoveAll(filepath.Join(c.StoreDir, nodeName(i))); err != nil {
+				return nil, fmt.Errorf("embedded: clearing a store for new ports: %w", err)
+			}
+		}
+	}
+}
+
+// startCluster is one try of StartCluster on newly chosen ports.
+func startCluster(c ClusterConfig) (*Cluster, error) {
+	// One call, so that no two of the cluster's ports are the same.
+	ports, err := choosePorts(2 * c.Nodes)
 	if err != nil {
 		return nil, err
 	}
-	routePorts, err := freePorts(c.Nodes)
-	if err != nil {
-		return nil, err
-	}
+	clientPorts, routePorts := ports[:c.Nodes], ports[c.Nodes:]
 	var routes []*url.URL
 	for _, p := range routePorts {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 	}
-	cl := &Cluster{Servers: make([]*server.Server, c.Nodes), cfg: c}
+	cl := &Cluster{Servers: make([]*server.Server, c.Nodes), logs: make([]*nodeLog, c.Nodes), cfg: c}
 	for i := range c.Nodes {
 		o := server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1),
+			ServerName: nodeName(i),
 			Host:       "127.0.0.1",
 			Port:       clientPorts[i],
-			StoreDir:   filepath.Join(c.StoreDir, fmt.Sprintf("n%d", i+1)),
+			StoreDir:   filepath.Join(c.StoreDir, nodeName(i)),
 			Cluster: server.ClusterOpts{
 				Name: c.Name,
 				Host: "127.0.0.1",
@@ -117,12 +142,8 @@ func (cl *Cluster) startNode(i int, wait bool) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: node %d: %w", i+1, err)
 	}
-	switch {
-	case cl.cfg.Logger != nil:
-		s.SetLogger(cl.cfg.Logger, false, false)
-	case cl.cfg.Logs:
-		s.ConfigureLogger()
-	}
+	cl.logs[i] = &nodeLog{next: cl.cfg.Logger}
+	s.SetLogger(cl.logs[i], false, false)
 	go s.Start()
 	if wait && !s.ReadyForConnections(15*time.Second) {
 		s.Shutdown()
@@ -135,9 +156,17 @@ func (cl *Cluster) startNode(i int, wait bool) (*server.Server, error) {
 // the JetStream meta leader, and every running node is current with it.
 func (cl *Cluster) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for _, s := range cl.Servers {
-		if s != nil && !s.ReadyForConnections(time.Until(deadline)) {
-			return fmt.Errorf("embedded: %s not accepting clients after %s", s.Name(), timeout)
+	for i, s := range cl.Servers {
+		for s != nil && !s.ReadyForConnections(100*time.Millisecond) {
+			if fatal := cl.logs[i].fatal(); fatal != "" {
+				if strings.Contains(fatal, "address already in use") {
+					return fmt.Errorf("embedded: %s: %w: %s", s.Name(), errPortTaken, fatal)
+				}
+				return fmt.Errorf("embedded: %s: %s", s.Name(), fatal)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("embedded: %s not accepting clients after %s", s.Name(), timeout)
+			}
 		}
 	}
 	for time.Now().Before(deadline) {
@@ -205,6 +234,9 @@ func (cl *Cluster) Shutdown() {
 		cl.Kill(i)
 	}
 }
+
+// choosePorts is freePorts, replaced in tests.
+var choosePorts = freePorts
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(n int) ([]int, error) {

@@ -50,7 +50,8 @@ func (c Credentials) options(opts ...nats.Option) []nats.Option {
 // Setup prepares a new server before the test uses it, for example by
 // creating streams and buckets. It runs on the Server's own client and is
 // tried again for up to 30 s while it fails, because a fresh cluster
-// answers "no leader" until its nodes have elected one.
+// answers "no leader" until its nodes have elected one, each try cut off
+// after 10 s.
 type Setup func(ctx context.Context, js jetstream.JetStream) error
 
 // Start runs a JetStream server for the test, with nothing in it.
@@ -79,6 +80,11 @@ func (ts *Server) connect(t testing.TB, setup Setup) {
 	runSetup(t, ts.JS, setup)
 }
 
+// setupTryTimeout bounds one try of a Setup: a JetStream API request to a
+// cluster that has just formed is now and then never answered, and waiting
+// for it would use up every try.
+const setupTryTimeout = 10 * time.Second
+
 // runSetup runs setup on js, retrying for up to 30 s.
 func runSetup(t testing.TB, js jetstream.JetStream, setup Setup) {
 	t.Helper()
@@ -89,7 +95,10 @@ func runSetup(t testing.TB, js jetstream.JetStream, setup Setup) {
 	defer cancel()
 	var err error
 	for ctx.Err() == nil {
-		if err = setup(ctx, js); err == nil {
+		tryCtx, cancelTry := context.WithTimeout(ctx, setupTryTimeout)
+		err = setup(tryCtx, js)
+		cancelTry()
+		if err == nil {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
