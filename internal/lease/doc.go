@@ -2,7 +2,10 @@
 // exactly one doer at a time: dispatch's sender of each account, status's
 // folder of the events. A lease is a key in KV broadcast_leases whose value
 // names the holder; the bucket's TTL (shared.LeaseTTL) removes a lease its
-// holder stopped refreshing.
+// holder stopped refreshing. A holder's term counts from the start of its
+// last confirmed refresh, so a refresh may wait for a slow answer while the
+// lease is valid, and a refresh stored after its answer was given up on
+// leaves the lease naming its holder, who keeps it.
 //
 // Files:
 //   - lease.go: taking, refreshing, checking and releasing one lease, and

@@ -29,7 +29,8 @@ const (
 	// Margin is how long before the server could remove the lease the
 	// holder stops starting work.
 	Margin = 1500 * time.Millisecond
-	// OpTimeout bounds one lease request.
+	// OpTimeout bounds one lease request (a refresh waits longer while
+	// the lease is still valid).
 	OpTimeout = time.Second
 )
 
@@ -146,18 +147,34 @@ func (l *Lease) reconnectCount() uint64 {
 
 // Refresh extends the lease. ErrLost means someone else holds it (or it
 // expired); any other error may be passing, and the lease stays valid until
-// Until.
+// Until. A refresh that timed out may still have been stored: the next one
+// then finds a newer revision that names this holder and confirms that one.
 func (l *Lease) Refresh(ctx context.Context) error {
 	l.mu.Lock()
-	rev := l.rev
+	rev, until := l.rev, l.validUntil
 	l.mu.Unlock()
 	if rev == 0 {
 		return ErrLost
 	}
-	ctx, cancel := context.WithTimeout(ctx, OpTimeout)
+	// The answer is worth waiting for while the lease is still valid: the
+	// new term counts from this refresh's start however late it comes, and
+	// a loaded server or connection can take longer than OpTimeout (1,000
+	// accounts refresh every second).
+	opCtx, cancel := context.WithTimeout(ctx, max(OpTimeout, time.Until(until)))
 	defer cancel()
 	start, reconnects := time.Now(), l.reconnectCount()
-	next, err := l.kv.Update(ctx, l.key, []byte(l.Owner), rev)
+	next, err := l.kv.Update(opCtx, l.key, []byte(l.Owner), rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		// An earlier refresh whose answer came too late (it timed out
+		// here) may have been stored: if the lease still names this
+		// holder, confirm it at the revision it has now.
+		retryCtx, cancel := context.WithTimeout(ctx, OpTimeout)
+		defer cancel()
+		if e, gerr := l.kv.Get(retryCtx, l.key); gerr == nil && string(e.Value()) == l.Owner {
+			start, reconnects = time.Now(), l.reconnectCount()
+			next, err = l.kv.Update(retryCtx, l.key, []byte(l.Owner), e.Revision())
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -210,7 +227,16 @@ func (l *Lease) Release(ctx context.Context) error {
 	defer cancel()
 	err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return nil // no longer ours: nothing to release
+		// Still ours at a later revision (a refresh stored after its
+		// answer timed out), or no longer ours: nothing to release.
+		e, gerr := l.kv.Get(ctx, l.key)
+		if gerr != nil || string(e.Value()) != l.Owner {
+			return nil
+		}
+		err = l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision()))
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return nil
+		}
 	}
 	return err
 }

@@ -147,3 +147,50 @@ func TestLeaseOfAGoneHolder(t *testing.T) {
 	require.ErrorIs(t, holder.Refresh(ctx), ErrLost, "the old holder learns it lost the lease")
 	require.True(t, standby.Valid())
 }
+
+// TestLeaseRefreshStoredAfterItsAnswerTimedOut: a refresh the server
+// stores after the holder stopped waiting for its answer leaves the
+// holder one revision behind. Its next refresh finds the lease still
+// naming it and keeps it (under load this ended every account's session
+// at once); a lease that names someone else is lost; and a release after
+// such a refresh still frees the lease at once.
+func TestLeaseRefreshStoredAfterItsAnswerTimedOut(t *testing.T) {
+	t.Parallel()
+	_, kv := leasesBucket(t)
+	ctx := context.Background()
+	a, b := New(kv, "acct", shared.LeaseTTL), New(kv, "acct", shared.LeaseTTL)
+	ok, err := a.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// What the timed-out refresh did on the server.
+	late := func() {
+		e, err := kv.Get(ctx, "acct")
+		require.NoError(t, err)
+		_, err = kv.Update(ctx, "acct", []byte(a.Owner), e.Revision())
+		require.NoError(t, err)
+	}
+	late()
+	before := a.Until()
+	require.NoError(t, a.Refresh(ctx), "the lease still names its holder")
+	require.True(t, a.Valid())
+	require.True(t, a.Until().After(before), "the refresh confirmed it anew")
+	require.NoError(t, a.Refresh(ctx), "and the holder is at the latest revision again")
+
+	late()
+	require.NoError(t, a.Release(ctx))
+	ok, err = b.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "released at its later revision: taken at once")
+
+	// Another holder's lease at a later revision is not taken back.
+	e, err := kv.Get(ctx, "acct")
+	require.NoError(t, err)
+	a.mu.Lock()
+	a.rev, a.validUntil = e.Revision()-1, time.Now().Add(time.Second)
+	a.mu.Unlock()
+	require.ErrorIs(t, a.Refresh(ctx), ErrLost)
+	require.False(t, a.Valid())
+	require.NoError(t, b.Refresh(ctx), "b keeps it")
+	require.True(t, b.Valid())
+}
