@@ -34,18 +34,21 @@ import (
 //     episode, the answers counted per rate tried (levels). When the
 //     episode has tried rates down to 0.7 of its first and the lower ones
 //     were refused about as often as the higher ones (rateIndependent),
-//     the refusals are noise: the rate returns to where the episode began,
-//     and for noiseMemory a window refused within twice that share (plus
-//     two refusals of slack) changes nothing and the rate keeps rising;
-//     such windows well below a limit also forget the limit. A capacity
-//     shows the other way: refusals vanish just below it. A run of
-//     refused windows refused more often than any noise the law tolerates
-//     (twice maxNoise, plus two refusals over the run) is never noise,
-//     refutes a noise found, and keeps the test off for noiseMemory: with
-//     a Retry-After pause after every refusal, windows hold two or three
-//     answers, which two refusals of slack a window would always excuse
-//     (a rate above a one-deep capacity then stays there, a send a
-//     second: seed 841142931).
+//     the refusals are noise: the rate returns to where the episode
+//     began, and for noiseMemory a window refused within twice that share
+//     (plus two refusals of slack) changes nothing and the rate keeps
+//     rising; such windows well below a limit also forget the limit. A
+//     capacity shows the other way: refusals vanish just below it. So a
+//     window with one or two refusals and no Retry-After, at or below the
+//     hold rate, is noise too (at least half a percent): a capacity above
+//     the hold refuses nothing there, one below it refuses every send
+//     above it. A run of refused windows refused more often than any
+//     noise the law tolerates (twice maxNoise, plus two refusals over the
+//     run) is never noise, refutes a noise found, and keeps the test off
+//     for noiseMemory: with a Retry-After pause after every refusal,
+//     windows hold two or three answers, which two refusals of slack a
+//     window would always excuse (a rate above a one-deep capacity then
+//     stays there, a send a second: seed 841142931).
 //   - Storms. A window of four answers or more, mostly refused, cuts by
 //     half its refused share (DCTCP's α/2). stormRefusals refusals with
 //     nothing accepted for stormTime drop the rate to the floor and forget
@@ -61,9 +64,11 @@ type rateControl struct {
 	ceiling, floor float64
 	rate           float64
 
-	// The current window: its start and its answers (n) and refusals (k).
+	// The current window: its start, its answers (n) and refusals (k),
+	// and how many of these paused the account (a Retry-After).
 	winStart time.Time
 	n, k     int
+	paused   int
 
 	// noise is the moving average of the refused share per window, at
 	// most maxNoise.
@@ -166,9 +171,10 @@ func (c *rateControl) configure(ceiling, floor float64) {
 	c.rate = min(max(c.rate, c.floor), c.ceiling)
 }
 
-// observe counts one answer at now; limited is a rate-limit answer. It
-// returns whether the rate changed (a window ended before this answer).
-func (c *rateControl) observe(now time.Time, limited bool) bool {
+// observe counts one answer at now; limited is a rate-limit answer, and
+// paused one that paused the account (it had a Retry-After). It returns
+// whether the rate changed (a window ended before this answer).
+func (c *rateControl) observe(now time.Time, limited, paused bool) bool {
 	changed := c.tick(now)
 	if c.winStart.IsZero() {
 		c.winStart = now
@@ -176,6 +182,9 @@ func (c *rateControl) observe(now time.Time, limited bool) bool {
 	c.n++
 	if limited {
 		c.k++
+		if paused {
+			c.paused++
+		}
 		c.refusedSinceOK++
 	} else {
 		c.okAt, c.refusedSinceOK = now, 0
@@ -189,13 +198,13 @@ func (c *rateControl) tick(now time.Time) bool {
 	if c.winStart.IsZero() || now.Sub(c.winStart) < adaptWindow {
 		return false
 	}
-	n, k, span := c.n, c.k, now.Sub(c.winStart)
-	c.winStart, c.n, c.k = time.Time{}, 0, 0
+	n, k, paused, span := c.n, c.k, c.paused, now.Sub(c.winStart)
+	c.winStart, c.n, c.k, c.paused = time.Time{}, 0, 0, 0
 	if n == 0 {
 		return false
 	}
 	before := c.rate
-	c.decide(now, n, k)
+	c.decide(now, n, k, paused)
 	if k == 0 {
 		copy(c.clean[:], c.clean[1:])
 		c.clean[len(c.clean)-1] = cleanWindow{n: n, span: span}
@@ -206,8 +215,9 @@ func (c *rateControl) tick(now time.Time) bool {
 	return c.rate != before
 }
 
-// decide sets the rate after a window of n answers, k of them refused.
-func (c *rateControl) decide(now time.Time, n, k int) {
+// decide sets the rate after a window of n answers, k of them refused
+// (paused of these with a Retry-After).
+func (c *rateControl) decide(now time.Time, n, k, paused int) {
 	share := float64(k) / float64(n)
 	if k > 0 {
 		c.refusedAt = now
@@ -246,6 +256,22 @@ func (c *rateControl) decide(now time.Time, n, k int) {
 			// after all, and the test that found the noise is not trusted
 			// again for a while.
 			c.noise, c.noiseUntil, c.refutedUntil = 0, time.Time{}, now.Add(noiseMemory)
+		}
+		if k <= 2 && paused == 0 && c.limit > 0 && c.rate <= c.hold && share <= maxNoise {
+			// A refusal or two without a pause while holding below a
+			// limit found: a capacity there, with nothing pausing the
+			// account, would refuse nothing or many a second, so they are
+			// noise. Cutting at each ratchets the account down (seed
+			// 172036530: 39/s over a 28/s capacity with 3.6 % noise fell
+			// to 4/s); a capacity that fell below the hold by more than
+			// two sends a second is beyond the tolerance this share gives,
+			// and is cut for then. With a Retry-After after each refusal
+			// a capacity shows as one refusal a pause, as noise does, and
+			// a refusal at the hold rate says the hold is too high.
+			c.noise = min(maxNoise, max(c.noise, noiseGain*share, 0.005))
+			c.noiseUntil = now.Add(noiseMemory)
+			c.rise(now)
+			return
 		}
 		if p, ok := c.rateIndependent(now); ok {
 			// Cutting did not make refusals rarer: noise. Go back to where

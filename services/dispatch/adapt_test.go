@@ -277,6 +277,39 @@ func TestDispatchPacerSimOneDeepCapacity(t *testing.T) {
 	}
 }
 
+// TestDispatchPacerSimCapacityWithNoise: a provider limiting at 28/s (a
+// bucket as deep as the account's burst) that also refuses 3.6 % at random,
+// every 429 without Retry-After, under an account configured at 39/s (seed
+// 172036530's wa-a, which fell to 4/s). Each noise refusal read as a
+// capacity cut the rate again and held it there: the old law accepted
+// 5.6-26.2/s, 45-53 % of the capacity on average per burst. Over 60 s
+// every run accepts at least 60 % of the capacity, and the runs of each
+// burst 85 % on average. A one-deep
+// bucket refuses below its capacity when arrivals jitter, and is
+// TestDispatchPacerSimOneDeepCapacity's.
+func TestDispatchPacerSimCapacityWithNoise(t *testing.T) {
+	t.Parallel()
+	const capacity, d = 28.0, 60 * time.Second
+	for _, burst := range []int{2, 3, 5, 10} {
+		t.Run(fmt.Sprintf("burst=%d", burst), func(t *testing.T) {
+			sum := 0.0
+			const seeds = 10
+			for seed := uint64(1); seed <= seeds; seed++ {
+				prov := &simProvider{capacity: capacity, burst: float64(burst), noise: 0.036, jitter: 2 * time.Millisecond,
+					rng: rand.New(rand.NewPCG(seed, 2))}
+				run := simulate(39, 39.0/20, burst, prov, d)
+				acc, ref := run.count(0, d)
+				r := float64(acc) / d.Seconds()
+				sum += r
+				t.Logf("seed %d: %.1f/s accepted (%.0f %% of capacity), %d refused; rate each second: %s", seed, r, 100*r/capacity, ref, run.trace())
+				require.GreaterOrEqual(t, r, 0.6*capacity, "seed %d", seed)
+			}
+			t.Logf("burst %d: %.1f/s accepted on average (%.0f %% of capacity)", burst, sum/seeds, 100*sum/seeds/capacity)
+			require.GreaterOrEqual(t, sum/seeds, 0.85*capacity)
+		})
+	}
+}
+
 // TestDispatchPacerSimNoise: 5 % of answers refused at random, independent
 // of the rate, leave the account at 60 % of its rate or more over 60 s
 // (three seeds). With Retry-After 1 s on those answers the pauses bound
@@ -373,8 +406,8 @@ func TestDispatchPacerLawNoiseExcusesNoRunOfRefusals(t *testing.T) {
 			below := time.Duration(-1)
 			for i := range 30 {
 				at := start.Add(time.Duration(i) * time.Second)
-				c.observe(at, false)
-				c.observe(at.Add(3*time.Millisecond), true)
+				c.observe(at, false, false)
+				c.observe(at.Add(3*time.Millisecond), true, true)
 				trace = append(trace, fmt.Sprintf("%.0f", c.rate))
 				if below < 0 && c.rate < capacity {
 					below = time.Duration(i) * time.Second

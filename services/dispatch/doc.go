@@ -174,9 +174,11 @@
 // lower rate as at a higher one are noise and, within twice their usual
 // share, leave the rate alone, but a run of refused windows with more
 // than 30 % refused (plus two refusals over the run) is never noise, and
-// after one the noise is not assumed for a minute; refusals beyond the
-// noise with most answers
-// accepted are a capacity, remembered as a limit, held just below (95 % of
+// after one the noise is not assumed for a minute; one or two refusals
+// without Retry-After in a second spent at or below the rate held under a
+// limit found are noise too (a capacity there refuses nothing, or every
+// send above it); refusals beyond the noise with most answers accepted
+// are a capacity, remembered as a limit, held just below (95 % of
 // the rate the provider took) for 20 s and then probed slowly; four
 // refusals with nothing accepted for 3 s are a storm (the floor, then back
 // to the ceiling by a quarter a second). Linear AIMD cannot both hold a

@@ -259,7 +259,7 @@ func (p *pacer) observe(limited bool, retryAfter time.Duration) {
 			p.pausedUntil, p.emptyOnResume = until, true
 		}
 	}
-	if p.ctl.observe(now, limited) {
+	if p.ctl.observe(now, limited, limited && retryAfter > 0) {
 		p.limiter.SetLimitAt(now, rate.Limit(p.ctl.rate))
 	}
 }

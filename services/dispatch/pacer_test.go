@@ -35,12 +35,14 @@ func newFakeClock() *fakeClock           { return &fakeClock{t: time.Date(2026, 
 // its rate is below ceiling.
 func slowed(p *pacer, clk *fakeClock) {
 	for range 3 {
-		for range 9 {
+		for range 7 {
 			p.succeeded()
 			clk.add(100 * time.Millisecond)
 		}
-		p.rateLimited(0)
-		clk.add(100 * time.Millisecond)
+		for range 3 {
+			p.rateLimited(0)
+			clk.add(100 * time.Millisecond)
+		}
 	}
 	p.succeeded()
 }
