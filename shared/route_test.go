@@ -48,7 +48,7 @@ func TestPickAccountSpreadsEvenly(t *testing.T) {
 	}
 }
 
-// referencePick is PickAccount as first written, with hash/fnv per
+// referencePick is PickAccount written plainly, with hash/fnv per
 // candidate and a logarithm for every score: Picker must choose alike.
 func referencePick(candidates []*contract.Account, to string) *contract.Account {
 	var best *contract.Account
@@ -58,11 +58,10 @@ func referencePick(candidates []*contract.Account, to string) *contract.Account 
 		if w <= 0 {
 			continue
 		}
-		h := fnv.New64a()
-		h.Write([]byte(a.Name))
-		h.Write([]byte{0})
-		h.Write([]byte(to))
-		u := (float64(mix64(h.Sum64())>>11) + 0.5) / (1 << 53)
+		ha, hr := fnv.New64a(), fnv.New64a()
+		ha.Write([]byte(a.Name))
+		hr.Write([]byte(to))
+		u := (float64(mix64(mix64(ha.Sum64())^mix64(hr.Sum64()))>>11) + 0.5) / (1 << 53)
 		if score := -w / math.Log(u); score > bestScore {
 			best, bestScore = a, score
 		}
