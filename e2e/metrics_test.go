@@ -101,6 +101,14 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 	require.True(t, m.Has("broadcast_queue_depth", "account", "hook"), "queue depth is polled")
 	require.Equal(t, 1.0, m.Sum("broadcast_tasks", "state", "partial"))
 	require.Equal(t, 1.0, m.Sum("broadcast_tasks", "state", "rejected"))
+	// The account's session refreshed its lease while it sent, and ends
+	// idle once nothing is left: no session ended otherwise.
+	require.Positive(t, m.Sum("broadcast_lease_refresh_seconds"), "lease refreshes are timed")
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		m = metricstest.Scrape(t, url)
+		return m.Sum("broadcast_account_sessions_ended_total", "cause", "idle") == 1
+	}, "the account's session ends idle")
+	require.Equal(t, 1.0, m.Sum("broadcast_account_sessions_ended_total"), "no session ended but the idle one")
 	// No series carries a task id or a recipient.
 	for name, fam := range m {
 		for _, s := range fam.GetMetric() {

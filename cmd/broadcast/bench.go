@@ -283,6 +283,9 @@ type benchResult struct {
 	idleAccounts        int // configured, not named by the task
 	statusReplicas      int
 	providerLatencyStr  string
+	// sessions is dispatch's account sessions and lease refreshes, read
+	// from its metrics once the task is final.
+	sessions string
 }
 
 func (r *benchResult) print() {
@@ -303,6 +306,9 @@ func (r *benchResult) print() {
 		r.e2eRate, float64(r.cpu.Microseconds())/float64(r.n), r.cpu.Seconds()/max(r.finalSeen.Seconds(), 1e-3))
 	fmt.Printf("  enqueue-to-send latency: p50 %s p99 %s\n", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 	fmt.Printf("  peak RSS of this process (server + services): %.0f MB\n", r.peakRSSMB)
+	if r.sessions != "" {
+		fmt.Printf("  dispatch: %s\n", r.sessions)
+	}
 }
 
 // benchPipeline runs the four services (dispatch with `replicas` copies)
@@ -443,6 +449,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		}
 	}
 	res.final = lastP
+	res.sessions = sessionSummary(o.registry)
 	res.elapsed = lastP.FinishedAt.Sub(start)
 	if lastP.StartedAt != nil {
 		res.firstSend = lastP.StartedAt.Sub(start)
@@ -476,6 +483,45 @@ func renderedJobs(reg *prometheus.Registry) int {
 		}
 	}
 	return int(n)
+}
+
+// sessionSummary says how dispatch's account sessions ended and how long
+// its lease refreshes took, from the services' metrics in reg: a session
+// that lost its lease hands its unacknowledged jobs back, and a refresh
+// slower than lease.Margin stops the account's sends meanwhile.
+func sessionSummary(reg *prometheus.Registry) string {
+	families, err := reg.Gather()
+	if err != nil {
+		return ""
+	}
+	var ended []string
+	var refreshes uint64
+	var over map[float64]uint64
+	for _, f := range families {
+		switch f.GetName() {
+		case "broadcast_account_sessions_ended_total":
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					ended = append(ended, fmt.Sprintf("%s %.0f", l.GetValue(), m.GetCounter().GetValue()))
+				}
+			}
+		case "broadcast_lease_refresh_seconds":
+			for _, m := range f.GetMetric() {
+				h := m.GetHistogram()
+				refreshes = h.GetSampleCount()
+				over = map[float64]uint64{}
+				for _, b := range h.GetBucket() {
+					over[b.GetUpperBound()] = refreshes - b.GetCumulativeCount()
+				}
+			}
+		}
+	}
+	slices.Sort(ended)
+	if len(ended) == 0 {
+		ended = []string{"none"}
+	}
+	return fmt.Sprintf("account sessions ended: %s; lease refreshes %d, over 0.5 s %d, over 1 s %d, over 2.5 s %d",
+		strings.Join(ended, ", "), refreshes, over[0.5], over[1], over[2.5])
 }
 
 // waitLeases waits until each of the leases (accounts' and the fold lease)

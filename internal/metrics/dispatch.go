@@ -16,6 +16,8 @@ type Dispatch struct {
 	latency     *prometheus.HistogramVec
 	rate        *prometheus.GaugeVec
 	batchSize   *prometheus.HistogramVec
+	sessions    *prometheus.CounterVec
+	refresh     prometheus.Histogram
 }
 
 // latencyBuckets spans a sandbox's microseconds to a slow gateway's tens of
@@ -35,6 +37,8 @@ var batchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
 //	broadcast_retries_total{account, class}
 //	broadcast_rate_limited_total{account}
 //	broadcast_account_rate_per_sec{account}    (effective, adaptive rate)
+//	broadcast_account_sessions_ended_total{cause="idle|lease_lost|reconnected|give_back|consumer_gone|stop|panic|error"}
+//	broadcast_lease_refresh_seconds            (histogram of accounts' lease refreshes)
 func NewDispatch(reg *prometheus.Registry) *Dispatch {
 	if reg == nil {
 		return nil
@@ -66,7 +70,32 @@ func NewDispatch(reg *prometheus.Registry) *Dispatch {
 			Help:    "Recipients per provider call of batch accounts (max_batch > 1), by account.",
 			Buckets: batchSizeBuckets,
 		}, []string{"account"})),
+		sessions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "account_sessions_ended_total",
+			Help: "Sessions of this process sending for an account that ended, by cause: idle (no work), give_back (handed to another replica), stop (the process stops); the others are failures.",
+		}, []string{"cause"})),
+		refresh: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "lease_refresh_seconds",
+			Help:    "Time an account's lease refresh took, answered or not; the holder counts its lease valid until 3.5 s after the last confirmed refresh began.",
+			Buckets: latencyBuckets,
+		})),
 	}
+}
+
+// SessionEnded records the end of an account's sending session and why.
+func (m *Dispatch) SessionEnded(cause string) {
+	if m == nil {
+		return
+	}
+	m.sessions.WithLabelValues(cause).Inc()
+}
+
+// LeaseRefreshed records how long one lease refresh took.
+func (m *Dispatch) LeaseRefreshed(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.refresh.Observe(d.Seconds())
 }
 
 // Outcome records an outcome event dispatch published.

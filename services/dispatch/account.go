@@ -324,6 +324,7 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 	if !gaveBack {
 		r.svc.share.Released()
 	}
+	r.svc.cfg.metrics.SessionEnded(sessionEndCause(context.Cause(sctx)))
 	if errors.Is(context.Cause(sctx), lease.ErrLost) {
 		l.Drop()
 		r.log.Warn("lost the account's lease; stopped sending (another process may send for it now)")
@@ -341,6 +342,27 @@ func (r *accountRunner) own(ctx context.Context, l *lease.Lease) {
 		return
 	}
 	r.log.Info("released the account to another replica", "reason", context.Cause(sctx))
+}
+
+// sessionEndCause names why a session ended, for the metrics.
+func sessionEndCause(cause error) string {
+	switch {
+	case errors.Is(cause, lease.ErrLost):
+		return "lease_lost"
+	case errors.Is(cause, errIdle):
+		return "idle"
+	case errors.Is(cause, errReconnected):
+		return "reconnected"
+	case errors.Is(cause, lease.ErrGiveBack):
+		return "give_back"
+	case errors.Is(cause, errSessionPanic):
+		return "panic"
+	case errors.Is(cause, shared.ErrConsumerGone):
+		return "consumer_gone"
+	case cause == nil || errors.Is(cause, context.Canceled):
+		return "stop"
+	}
+	return "error"
 }
 
 // backlogPoll is how often the owner asks the server about a lane above

@@ -27,7 +27,9 @@
 // (KV Update with the revision) and starts no send once the lease cannot be
 // confirmed fresh: it counts it valid until its last successful refresh
 // began plus the TTL minus 1.5 s, so a former holder's last send starts at
-// least 1.5 s before anyone else can hold the lease. A stopping holder
+// least 1.5 s before anyone else can hold the lease. How long refreshes
+// take and why sessions end (idle, lease lost, ...) are metrics
+// (broadcast_lease_refresh_seconds, broadcast_account_sessions_ended_total). A stopping holder
 // deletes the lease after its in-flight sends and the standbys (the other
 // replicas' runners, which watch the key and retry every second while the
 // lane finder shows jobs for the account) take over at once. A killed one's lease

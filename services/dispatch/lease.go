@@ -84,7 +84,9 @@ func (r *accountRunner) keepLease(ctx context.Context, l *lease.Lease, end conte
 			end(errReconnected)
 			return
 		}
+		began := time.Now()
 		err := l.Refresh(ctx)
+		r.svc.cfg.metrics.LeaseRefreshed(time.Since(began))
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
