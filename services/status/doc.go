@@ -56,7 +56,12 @@
 // already in that state and changes nothing. The outcome array is
 // checkpointed before events are acknowledged, so after a crash the
 // unacknowledged events are folded again onto the last checkpoint with the
-// same result.
+// same result. They must come in stream order: a dead letter's re-queue
+// event (failed back to retrying) folded after the re-queued job's new
+// outcome would undo it. So whoever takes a fold lease first resets the
+// partition's consumer to its acknowledgement floor (status.go,
+// replayUnacknowledged): what the previous holder was handed comes again
+// before anything newer, instead of after its ack wait.
 //
 // Receipts (delivered, read, undelivered events from services/feedback)
 // are folded into a second byte per recipient, the strongest receipt seen
@@ -83,7 +88,8 @@
 // client, and forward a retry of selected dead letters as a retry-dead
 // control request with their sequences.
 //
-// Where to edit what: status.go (the consume and flush loop), partition.go
+// Where to edit what: status.go (the consume and flush loop, the replay
+// in stream order at a take-over; replay_test.go), partition.go
 // (the partitions: names, which tasks, where a new consumer starts, making
 // a removed one again), layouts.go (removing another partition count's
 // consumers),

@@ -189,6 +189,26 @@ func (s *Service) runPartition(ctx context.Context, p *partition, cons jetstream
 	}
 }
 
+// replayUnacknowledged resets p's consumer to its acknowledgement floor
+// before a new holding of the fold lease pulls from it. The events the
+// previous holder (a killed process, or this one before it lost the lease)
+// was handed and did not acknowledge would otherwise come back only after
+// the ack wait, behind newer events, and the fold is not indifferent to
+// order: a dead letter's re-queue event (failed to retrying) folded after
+// the recipient's new outcome turned it back to retrying for good (scenario
+// seed 595946141, status killed during a retry-dead). After the reset
+// everything unacknowledged comes again in stream order, before anything
+// newer; what was acknowledged beyond the floor is folded again,
+// idempotently.
+func (s *Service) replayUnacknowledged(ctx context.Context, p *partition) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := s.js.ResetConsumer(rctx, contract.StreamEvents, p.consumer); err != nil && ctx.Err() == nil {
+		s.log.Warn("could not reset the fold consumer to its acknowledgement floor; events the previous holder left unacknowledged come back after its ack wait, possibly after newer ones",
+			"consumer", p.consumer, "err", err)
+	}
+}
+
 // foldWhileHeld folds events while this process holds the fold lease: it
 // returns nil after a stop (having flushed, acknowledged and released the
 // lease), or why it lost the lease. Then the events it folded but did not
@@ -211,6 +231,7 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 		shareCheckC = t.C
 	}
 
+	s.replayUnacknowledged(sctx, p)
 	msgs := make(chan jetstream.Msg, 4096)
 	rctx, stopReceiving := context.WithCancel(sctx)
 	received := make(chan struct{})

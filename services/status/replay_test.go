@@ -1,0 +1,84 @@
+package status_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/pipelinetest"
+	"github.com/broadcastd/broadcast/services/status"
+)
+
+// TestFoldReplaysAPreviousHoldersEventsInStreamOrder: a fold holder is
+// handed a dead letter's re-queue event and dies before acknowledging it;
+// the re-queued job's new failure is published after. The next holder
+// folds both in stream order, so the recipient ends failed and the task
+// final. Pulling on from the consumer folded the failure first (a failed
+// recipient stays failed) and the re-queue event after the ack wait,
+// leaving the recipient retrying for good (scenario seed 595946141).
+func TestFoldReplaysAPreviousHoldersEventsInStreamOrder(t *testing.T) {
+	t.Parallel()
+	ts := pipelinetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const task = "replay"
+	publish := func(ev contract.Event) {
+		t.Helper()
+		ev.TaskID, ev.At = task, time.Now().UTC()
+		if ev.JobID != "" {
+			ev.To, ev.Account = "+15550000000", "a"
+		}
+		data, err := contract.EncodeEvent(&ev)
+		require.NoError(t, err)
+		_, err = ts.JS.Publish(ctx, contract.EventSubject(task, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
+		require.NoError(t, err)
+	}
+	stream, err := ts.JS.Stream(ctx, contract.StreamEvents)
+	require.NoError(t, err)
+	settled := func(want func(*contract.Progress) bool) func() bool {
+		return func() bool {
+			info, err := stream.Info(ctx)
+			if err != nil {
+				return false
+			}
+			c, err := stream.Consumer(ctx, contract.ConsumerStatus)
+			if err != nil || c.CachedInfo().AckFloor.Stream != info.State.LastSeq {
+				return false
+			}
+			p := ts.Progress(t, task)
+			return p != nil && want(p)
+		}
+	}
+
+	publish(contract.Event{Kind: contract.EventAccepted, Index: -1, Total: 1, State: contract.StateProcessing})
+	publish(contract.Event{JobID: task + ".0", Kind: contract.EventFailed, Index: 0, Attempt: 1, Class: contract.ClassPermanent})
+	runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, settled(func(p *contract.Progress) bool {
+		return p.State.Final() && p.Failed == 1
+	}))
+
+	// The holder that dies: handed the re-queue event, never acknowledging it.
+	publish(contract.Event{JobID: task + ".0", Kind: contract.EventRetrying, Index: 0, Requeued: true, Code: "retry_dead"})
+	cons, err := stream.Consumer(ctx, contract.ConsumerStatus)
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	n := 0
+	for m := range batch.Messages() {
+		require.Contains(t, m.Subject(), string(contract.EventRetrying))
+		n++
+	}
+	require.Equal(t, 1, n, "the dying holder was handed the re-queue event")
+	publish(contract.Event{JobID: task + ".0", Kind: contract.EventFailed, Index: 0, Attempt: 1, Generation: 1, Class: contract.ClassPermanent})
+
+	var last *contract.Progress
+	runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, settled(func(p *contract.Progress) bool {
+		last = p
+		return p.State.Final() && p.Failed == 1 && p.Retrying == 0
+	}))
+	t.Logf("after the take-over: %s failed=%d retrying=%d", last.State, last.Failed, last.Retrying)
+}
