@@ -488,7 +488,8 @@ func renderedJobs(reg *prometheus.Registry) int {
 // sessionSummary says how dispatch's account sessions ended and how long
 // its lease refreshes took, from the services' metrics in reg: a session
 // that lost its lease hands its unacknowledged jobs back, and a refresh
-// slower than lease.Margin stops the account's sends meanwhile.
+// slower than 2.5 s lets the lease lapse (valid until 3.5 s after the last
+// confirmed refresh began), stopping the account's sends.
 func sessionSummary(reg *prometheus.Registry) string {
 	families, err := reg.Gather()
 	if err != nil {
