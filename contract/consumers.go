@@ -1,5 +1,7 @@
 package contract
 
+import "strconv"
+
 // Durable consumer names. Other services, nats.conf's grants and tests
 // name them too (status reads the dispatch lanes' queues), so they belong
 // to the contract.
@@ -36,4 +38,17 @@ func DispatchConsumer(account string, p Priority) string {
 		return DispatchConsumerPrefix + "_" + string(p) + "-" + account
 	}
 	return DispatchConsumerPrefix + "-" + account
+}
+
+// MaxStatusPartitions bounds status's partition count (STATUS_PARTITIONS):
+// every partition's consumer is delivered every event.
+const MaxStatusPartitions = 16
+
+// StatusConsumer is the durable consumer of partition k of n of status's
+// fold: ConsumerStatus with one partition, "status-<k>-of-<n>" with more.
+func StatusConsumer(k, n int) string {
+	if n <= 1 {
+		return ConsumerStatus
+	}
+	return ConsumerStatus + "-" + strconv.Itoa(k) + "-of-" + strconv.Itoa(n)
 }

@@ -229,6 +229,10 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		{"dispatch", "$JS.API.STREAM.DELETE.DEAD", false},
 		{"status", "$JS.API.STREAM.PURGE.EVENTS", false},
 		{"status", "$JS.API.CONSUMER.DELETE.JOBS.dispatch-hook", false},
+		// A new fold holder resets its partition's consumer, and no other.
+		{"status", "$JS.API.CONSUMER.RESET.EVENTS.status-3-of-4", true},
+		{"status", "$JS.API.CONSUMER.RESET.EVENTS.feedback-index", false},
+		{"operator", "$JS.API.CONSUMER.RESET.EVENTS.status", false},
 		// Only admin (`broadcast setup`) creates or changes the topology:
 		// the services and the operator only read it.
 		{"ingest", "$JS.API.STREAM.CREATE.TASKS", false},

@@ -180,8 +180,8 @@ func statusUser() User {
 						contract.BucketLeases, contract.BucketSignals, contract.BucketScores}, kvRead),
 					objectRead(contract.BucketStatus), subjects("$JS.API.STREAM.PURGE."+shared.ObjectStream(contract.BucketStatus))),
 				grant("its consumer on EVENTS", durable(contract.StreamEvents, contract.ConsumerStatus)),
-				grant("replaying what a previous fold holder left unacknowledged, in stream order",
-					subjects("$JS.API.CONSUMER.RESET."+contract.StreamEvents+"."+contract.ConsumerStatus)),
+				grant("replaying what a previous fold holder left unacknowledged, in stream order (every partition's consumer)",
+					statusFoldResets()),
 				grant("the fold partitions' consumers: where a new one starts (STATUS_PARTITIONS)",
 					subjects("$JS.API.CONSUMER.NAMES."+contract.StreamEvents, "$JS.API.CONSUMER.INFO."+contract.StreamEvents+".*")),
 				grant("the operator's pages: a task's dead letters and events, a recipient's index entries (short-lived consumers)",
@@ -318,4 +318,17 @@ func adminUser() User {
 		},
 		Subscribe: inbox(),
 	}
+}
+
+// statusFoldResets are the consumer resets of every partition count's fold
+// consumers (contract.StatusConsumer): a new fold holder resets its
+// partition's consumer to the acknowledgement floor.
+func statusFoldResets() []string {
+	var out []string
+	for n := 1; n <= contract.MaxStatusPartitions; n++ {
+		for k := range n {
+			out = append(out, "$JS.API.CONSUMER.RESET."+contract.StreamEvents+"."+contract.StatusConsumer(k, n))
+		}
+	}
+	return subjects(out...)
 }

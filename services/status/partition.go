@@ -53,16 +53,13 @@ type partition struct {
 
 // maxPartitions bounds Config.Partitions: every partition's consumer is
 // delivered every event.
-const maxPartitions = 16
+const maxPartitions = contract.MaxStatusPartitions
 
 func newPartitions(n int) []*partition {
 	parts := make([]*partition, n)
 	for k := range parts {
-		p := &partition{k: k, n: n, leaseKey: FoldLeaseKey(k, n), consumer: contract.ConsumerStatus,
+		p := &partition{k: k, n: n, leaseKey: FoldLeaseKey(k, n), consumer: contract.StatusConsumer(k, n),
 			changed: make(chan string, 1024), hurry: make(chan struct{}, 1), folds: map[string]*taskFold{}}
-		if n > 1 {
-			p.consumer = fmt.Sprintf("%s-%d-of-%d", contract.ConsumerStatus, k, n)
-		}
 		parts[k] = p
 	}
 	return parts
