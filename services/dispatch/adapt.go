@@ -40,7 +40,7 @@ import (
 //     rising; such windows well below a limit also forget the limit. A
 //     capacity shows the other way: refusals vanish just below it. So a
 //     window with one or two refusals and no Retry-After, at or below the
-//     hold rate, is noise too (at least half a percent): a capacity above
+//     hold rate, is noise too (at least minNoise): a capacity above
 //     the hold refuses nothing there, one below it refuses every send
 //     above it. A run of refused windows refused more often than any
 //     noise the law tolerates (twice maxNoise, plus two refusals over the
@@ -154,6 +154,10 @@ const (
 	noiseMemory = time.Minute
 	// maxNoise is the largest refused share told from a capacity as noise.
 	maxNoise = 0.15
+	// minNoise is the smallest noise share that earns a window two
+	// refusals of slack (noiseTolerance); a noise learnt at the hold rate
+	// starts there at least.
+	minNoise = 0.005
 )
 
 func newRateControl(ceiling, floor float64) rateControl {
@@ -268,7 +272,7 @@ func (c *rateControl) decide(now time.Time, n, k, paused int) {
 			// and is cut for then. With a Retry-After after each refusal
 			// a capacity shows as one refusal a pause, as noise does, and
 			// a refusal at the hold rate says the hold is too high.
-			c.noise = min(maxNoise, max(c.noise, noiseGain*share, 0.005))
+			c.noise = min(maxNoise, max(c.noise, noiseGain*share, minNoise))
 			c.noiseUntil = now.Add(noiseMemory)
 			c.rise(now)
 			return
@@ -386,7 +390,7 @@ func (c *rateControl) runBeyondNoise() bool {
 // is any noise (with none, every refusal counts).
 func (c *rateControl) noiseTolerance(n int) float64 {
 	t := 2 * c.noise
-	if c.noise >= 0.005 {
+	if c.noise >= minNoise {
 		t += 2 / float64(n)
 	}
 	return t
