@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,10 +65,7 @@ type accountRunner struct {
 	// starts or runs, and wake nudges a sleeping runner (idle.go).
 	lanes     atomic.Pointer[sessionLanes]
 	inSession atomic.Bool
-	// laneLosses holds, per lane, the connection's losses when the runner
-	// last made the lane's consumer (laneConsumer).
-	laneLosses [numLanes]atomic.Uint64
-	wake       chan struct{}
+	wake      chan struct{}
 	// batch merges sends of identical text into one call, for accounts
 	// whose max_batch is above 1 (nil otherwise, so single sends take no
 	// extra hop). Each ownership session makes its own; the handlers of a
@@ -103,20 +102,7 @@ func newAccountRunner(parent context.Context, s *Service, a *contract.Account, s
 		wake:    make(chan struct{}, 1),
 	}
 	r.configurePacer(a)
-	losses := r.connLosses()
-	for i := range r.laneLosses {
-		r.laneLosses[i].Store(losses)
-	}
 	return r
-}
-
-// connLosses is how often the service's connection was lost.
-func (r *accountRunner) connLosses() uint64 {
-	if r.svc.conn == nil {
-		return 0
-	}
-	_, n := r.svc.conn.State()
-	return n
 }
 
 // canUpdateInPlace reports whether a change leaves the consumer as it is.
@@ -437,25 +423,32 @@ func watchBacklog(ctx context.Context, sched *scheduler, lanes *sessionLanes) {
 	}
 }
 
-// laneConsumer creates or updates the consumer of one lane, with metadata
-// meta (the normal lane's closed marks, lanes.go), retrying until it works
-// or ctx ends (then it returns nil).
+// recheckMark is a lane consumer's metadata key naming the last JOBS
+// sequence when it was made: the jobs up to it were queued before it and
+// may have been delivered, even sent, by a consumer it replaced (one a
+// server restart lost, the server keeping their state in memory); the
+// later ones only it has delivered, so a first delivery of one is fresh.
+// The mark lives and dies with the consumer's state, so whichever replica
+// consumes the lane next reads what its maker knew.
+const recheckMark = "broadcast.recheck_through"
+
+// laneConsumer creates the consumer of one lane, or updates the one there,
+// with metadata meta (the normal lane's closed marks, lanes.go) and its
+// recheck mark, retrying until it works or ctx ends (then it returns nil).
+// recheckThrough is the mark: the jobs up to it are checked for an earlier
+// send.
 func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority, meta map[string]string) (cons jetstream.Consumer, recheckThrough uint64) {
 	cfg := consumerConfig(a, p)
-	if len(meta) > 0 {
-		cfg.Metadata = meta
-	}
-	lane := laneOf(p)
 	for {
-		losses := r.connLosses()
-		cons, err := r.svc.js.CreateOrUpdateConsumer(ctx, contract.StreamJobs, cfg)
+		cons, recheckThrough, err := r.makeLaneConsumer(ctx, cfg, meta)
 		if err == nil {
-			if recheckThrough, err = r.freshConsumerBacklog(ctx, cons, losses != r.laneLosses[lane].Load()); err == nil {
-				r.laneLosses[lane].Store(losses)
-				return cons, recheckThrough
-			}
+			return cons, recheckThrough
 		}
-		if err != nil && r.replaceOldConsumer(ctx, cfg) {
+		if ctx.Err() == nil && (errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDoesNotExist) ||
+			errors.Is(err, jetstream.ErrConsumerExists)) {
+			continue // deleted or made by another replica meanwhile
+		}
+		if r.replaceOldConsumer(ctx, cfg) {
 			continue
 		}
 		r.log.Warn("cannot create account consumer; retrying", "priority", p, "err", err)
@@ -467,20 +460,42 @@ func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p
 	}
 }
 
-// freshConsumerBacklog returns, for a consumer that has delivered nothing
-// yet (new, or created again after a server restart lost its state), the
-// stream's last sequence: the jobs up to it were queued before it and may
-// have been delivered, even sent, by the consumer it replaces. For a
-// consumer with state it returns 0, unless reconnected: the connection was
-// lost since the runner last made it, so the server may have restarted,
-// and the state seen may be a new one, made by the previous session's
-// loop, which pulls again on its own once reconnected (a delivery count of
-// 1 then proves nothing).
-func (r *accountRunner) freshConsumerBacklog(ctx context.Context, cons jetstream.Consumer, reconnected bool) (uint64, error) {
-	info := cons.CachedInfo()
-	if !reconnected && (info.Delivered.Stream != 0 || info.AckFloor.Stream != 0) || info.NumPending == 0 && info.NumAckPending == 0 {
-		return 0, nil
+// makeLaneConsumer is one try of laneConsumer. A consumer made anew is
+// marked with the stream's last sequence, read before it is made (the
+// jobs stored after that read were delivered by nobody else); one found
+// keeps its mark, and one found without a mark (made by an earlier
+// version) is as unknown as one made now.
+func (r *accountRunner) makeLaneConsumer(ctx context.Context, cfg jetstream.ConsumerConfig, meta map[string]string) (jetstream.Consumer, uint64, error) {
+	withMark := func(through uint64) {
+		cfg.Metadata = maps.Clone(meta)
+		if cfg.Metadata == nil {
+			cfg.Metadata = map[string]string{}
+		}
+		cfg.Metadata[recheckMark] = strconv.FormatUint(through, 10)
 	}
+	through, err := r.jobsLastSeq(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	withMark(through)
+	cons, err := r.svc.js.CreateConsumer(ctx, contract.StreamJobs, cfg)
+	if !errors.Is(err, jetstream.ErrConsumerExists) {
+		return cons, through, err
+	}
+	found, err := r.svc.js.Consumer(ctx, contract.StreamJobs, cfg.Durable)
+	if err != nil {
+		return nil, 0, err
+	}
+	if marked, err := strconv.ParseUint(found.CachedInfo().Config.Metadata[recheckMark], 10, 64); err == nil {
+		through = marked
+	}
+	withMark(through)
+	cons, err = r.svc.js.UpdateConsumer(ctx, contract.StreamJobs, cfg)
+	return cons, through, err
+}
+
+// jobsLastSeq is JOBS's last sequence.
+func (r *accountRunner) jobsLastSeq(ctx context.Context) (uint64, error) {
 	st, err := r.svc.js.Stream(ctx, contract.StreamJobs)
 	if err != nil {
 		return 0, err
@@ -492,7 +507,7 @@ func (r *accountRunner) freshConsumerBacklog(ctx context.Context, cons jetstream
 // made it (pinned and for every priority before the lanes, with its state
 // in a file before memory), when the server refuses to update it in place.
 // The jobs stay in the stream: the new consumer delivers them, checking
-// each for an earlier send (freshConsumerBacklog). It reports whether it
+// each for an earlier send (recheckMark). It reports whether it
 // deleted one.
 func (r *accountRunner) replaceOldConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) bool {
 	cons, err := r.svc.js.Consumer(ctx, contract.StreamJobs, cfg.Durable)

@@ -15,9 +15,12 @@
 // jobs count as fresh). Each lane's
 // MaxAckPending is the account's concurrency (so held jobs of one lane
 // never stop another lane's delivery) and its client buffer is no larger.
-// Their state is kept in memory (consumerConfig in account.go says why); a
-// consumer created anew, after a server restart, checks the jobs it finds
-// queued for an earlier send (delivery.recheck).
+// Their state is kept in memory (consumerConfig in account.go says why), so
+// a server restart loses them with what they delivered: each consumer is
+// made with a mark in its metadata naming the last JOBS sequence then
+// (recheckMark), and whichever replica consumes it checks the jobs up to
+// the mark for an earlier send when they come (delivery.recheck), also
+// after a take-over from a replica that made the consumer and died.
 //
 // One sender per account: only the holder of the account's lease in KV
 // broadcast_leases (package lease: key <account>, value the runner's instance id,
@@ -273,7 +276,8 @@
 //   - dispatch.go: the service, starting and stopping account runners
 //     (a new account it cannot send with starts paused, with the reason).
 //   - account.go: one account's runner: its session while it holds the
-//     lease, its lanes' consumers, the backlog watch, its sender.
+//     lease, its lanes' consumers and their recheck marks, the backlog
+//     watch, its sender.
 //   - lanes.go: opening the high and low lanes when jobs appear, closing
 //     them when idle, their closed marks, the lane finder.
 //   - lease.go: waiting for the account's lease and keeping it while sending.

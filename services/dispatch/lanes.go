@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +34,7 @@ import (
 // with the normal lane's state, which the server keeps in memory, so after
 // a server restart (when a lost consumer may have handled jobs) there is
 // none and the jobs found are checked for an earlier send
-// (freshConsumerBacklog), as before.
+// (recheckMark), as before.
 //
 // A closed lane opens when the server shows jobs on its subject: the
 // backlog watch asks for the high lane while lower jobs wait, and the
@@ -58,15 +59,18 @@ type sessionLanes struct {
 	// still checks its jobs for an earlier send: the asleep mark's when
 	// the session began with one (idle.go), else 0.
 	freshThrough uint64
-	loops        sync.WaitGroup
-	wanted       chan int // lanes the server showed jobs for
+	// normalMark is the recheck mark of the normal lane's consumer
+	// (laneConsumer), which every update of its marks keeps.
+	normalMark string
+	loops      sync.WaitGroup
+	wanted     chan int // lanes the server showed jobs for
 }
 
 // openLane is an open lane's consumer and its consume loop.
 type openLane struct {
 	cons jetstream.Consumer
 	// recheckThrough is the consumer's: jobs queued before it was created
-	// anew (freshConsumerBacklog), kept when its loop starts again.
+	// anew (recheckMark), kept when its loop starts again.
 	recheckThrough uint64
 	stop           context.CancelFunc
 	done           chan struct{} // closed when the loop returned
@@ -147,10 +151,12 @@ func (sl *sessionLanes) start() bool {
 	if cons == nil {
 		return false
 	}
+	sl.normalMark = strconv.FormatUint(recheckThrough, 10)
 	if normalIdle {
 		recheckThrough = min(recheckThrough, sl.freshThrough)
 	}
 	sl.run(laneNormal, cons, recheckThrough)
+	r.log.Debug("lane opened", "priority", contract.PriorityNormal, "fresh", normalIdle, "recheck_through", recheckThrough)
 	for _, lane := range toOpen {
 		sl.openLane(lane, existed[lane])
 	}
@@ -164,6 +170,9 @@ func (sl *sessionLanes) marks() map[string]string {
 		if on {
 			meta[closedMark(p)] = "true"
 		}
+	}
+	if sl.normalMark != "" {
+		meta[recheckMark] = sl.normalMark
 	}
 	return meta
 }
@@ -238,7 +247,7 @@ func (sl *sessionLanes) openLane(lane int, existed bool) {
 		recheckThrough = min(recheckThrough, sl.freshThrough)
 	}
 	sl.run(lane, cons, recheckThrough)
-	sl.r.log.Debug("lane opened", "priority", p, "fresh", fresh)
+	sl.r.log.Debug("lane opened", "priority", p, "fresh", fresh, "recheck_through", recheckThrough)
 }
 
 // run starts the consume loop of lane. A loop that fails ends the session,

@@ -43,6 +43,16 @@ func laneExists(t *testing.T, js jetstream.JetStream, account string, p contract
 	return true
 }
 
+// laneMetadata returns the metadata of account's consumer of lane p.
+func laneMetadata(t *testing.T, js jetstream.JetStream, account string, p contract.Priority) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer(account, p))
+	require.NoError(t, err)
+	return c.CachedInfo().Config.Metadata
+}
+
 // closedMarks returns the closed marks on account's normal lane.
 func closedMarks(t *testing.T, js jetstream.JetStream, account string) map[contract.Priority]bool {
 	t.Helper()
@@ -116,6 +126,8 @@ func TestLanesOpenForJobsAndCloseWhenIdle(t *testing.T) {
 	}, 3*laneIdleClose+5*time.Second, 50*time.Millisecond, "the idle high lane closes, marked")
 	time.Sleep(500 * time.Millisecond)
 	require.EqualValues(t, n, sentEvents(t, js, "hi"), "each job sent once")
+	require.Equal(t, "0", laneMetadata(t, js, "lanes", contract.PriorityNormal)[recheckMark],
+		"the normal lane's recheck mark (made on an empty stream) outlives the updates of its closed marks")
 }
 
 // TestLaneWithoutMarkChecksItsJobs: high jobs queued with no mark (as after
