@@ -268,7 +268,12 @@
 // the copy in the ledger entry before publishing it with a Nats-Msg-Id
 // naming its own message (handoff.go): killed before its ack, its
 // redelivery publishes the same copy again, which the duplicate window
-// drops, and is acknowledged without sending, so the two never both live. It answers
+// drops, and is acknowledged without sending, so the two never both live.
+// The window forgets a copy that was consumed or whose schedule fired
+// when a server restart rebuilds it, so the copy also names the record in
+// a header (Broadcast-Copy) and the first message delivered with it
+// claims the record (compare-and-set in the ledger, claimCopy); a second
+// copy is acknowledged without a step. It answers
 // requests on broadcast.alive.dispatch.<replica> (lease.Presence) and on
 // broadcast.requeue.<task> (requeue.go).
 //
@@ -318,8 +323,10 @@
 //   - delay.go: scheduled waits, held jobs, moving jobs to other accounts.
 //   - digest.go: digests: joining, carrying, the recipient policy item by
 //     item, sending and finishing them, and the backlog rule.
-//   - handoff.go: copies a delivery publishes in place of its job, and
-//     their record in the ledger, so a crash before the ack repeats none.
+//   - handoff.go: copies a delivery publishes in place of its job, their
+//     record in the ledger, so a crash before the ack repeats none, and
+//     the claim that keeps a copy published twice from being handled
+//     twice.
 //   - pool.go: the accounts a job may move to (its pool, or its task's).
 //   - wake.go: waking held jobs on account edits and signal changes.
 //   - reap.go: stopping runners of deleted accounts, and adopting the

@@ -3,9 +3,11 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -24,12 +26,31 @@ import (
 // now. Ids by sequence let a later copy of the job (a new message) be
 // parked or moved again.
 
+//
+// The duplicate window does not always drop the copy published again: a
+// server restart rebuilds it from the messages still stored, and a copy
+// that was consumed, or a schedule that fired (the message it makes has no
+// Nats-Msg-Id), is not among them. So each copy carries its record's id in
+// a header (copyHeader), and the first delivery of a message with it
+// claims the record by compare-and-set (claimCopy): a second copy finds
+// the record claimed by another message and is acknowledged without a
+// step.
+
+// copyHeader names, on a copy's message, the Nats-Msg-Id of the handoff
+// record it is the copy of. Schedules keep it when they fire, and the
+// re-queues of parked and held copies carry it on (requeueCopy), so two
+// lane messages of one copy, however they came, are told apart.
+const copyHeader = "Broadcast-Copy"
+
 // handoff is a copy a delivery published in place of its message.
 type handoff struct {
 	// Seq is the stream sequence of the message handed off.
 	Seq     uint64 `json:"seq"`
 	Subject string `json:"subject"`
 	MsgID   string `json:"msg_id"`
+	// Claimed is the stream sequence of the message delivered first as
+	// the copy (claimCopy); 0 until then.
+	Claimed uint64 `json:"claimed,omitempty"`
 	// The copy is the message's job with these (not the job itself: the
 	// entry must stay small whatever the body).
 	Account   string `json:"account"`
@@ -82,8 +103,54 @@ func (s *Service) publishCopy(ctx context.Context, h *handoff, cp *contract.Job)
 		}
 		opts = append(opts, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(h.Target))
 	}
-	_, err = s.js.Publish(ctx, h.Subject, data, opts...)
+	msg := nats.NewMsg(h.Subject)
+	msg.Data = data
+	msg.Header.Set(copyHeader, h.MsgID)
+	_, err = s.js.PublishMsg(ctx, msg, opts...)
 	return err
+}
+
+// handoffNamed is the record whose copy's Nats-Msg-Id is id, if any.
+func (le *ledgerEntry) handoffNamed(id string) *handoff {
+	for i := range le.Handoffs {
+		if le.Handoffs[i].MsgID == id {
+			return &le.Handoffs[i]
+		}
+	}
+	return nil
+}
+
+// claimCopy makes d's message the copy of the handoff record it names
+// (d.copyOf), unless another message already is, and reads the job's
+// ledger entry into d.entry. done reports that d is a second copy, to be
+// acknowledged without a step. A record no longer kept (maxHandoffs) or
+// never stored lets the copy go on, as before records were claimed.
+func (r *accountRunner) claimCopy(ctx context.Context, d *delivery) (done bool, err error) {
+	for {
+		le, rev, err := r.svc.readLedgerRevision(ctx, &d.job)
+		if err != nil {
+			return true, fmt.Errorf("ledger: %w", err)
+		}
+		d.entry = le
+		h := le.handoffNamed(d.copyOf)
+		switch {
+		case h == nil || h.Claimed == d.seq:
+			return false, nil
+		case h.Claimed != 0:
+			d.log.Debug("another message is the copy this one repeats (published again after the duplicate window forgot it); not handling it",
+				"copy", d.copyOf, "seq", d.seq, "claimed_by", h.Claimed)
+			return true, nil
+		}
+		h.Claimed = d.seq
+		err = r.svc.updateLedger(ctx, &d.job, le, rev)
+		if err == nil {
+			return false, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return true, fmt.Errorf("ledger: claim the copy: %w", err)
+		}
+		// Changed since it was read (the other copy's claim, say): again.
+	}
 }
 
 // handedOff is the copy the entry records for the message at seq, if any.

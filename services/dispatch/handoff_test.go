@@ -147,7 +147,10 @@ func TestParkedCopyIsNotRepeatedAfterACrash(t *testing.T) {
 	require.EqualValues(t, 0, g.count(t, parked))
 	d = g.next(t)
 	require.True(t, d.job.Recheck)
+	require.NotEmpty(t, d.copyOf, "the unparked copy still names its record")
 	require.False(t, g.sentBefore(t, d))
+	require.NotNil(t, d.entry.handoffNamed(d.copyOf))
+	require.Equal(t, d.seq, d.entry.handoffNamed(d.copyOf).Claimed, "and claims it")
 	require.True(t, g.mayStillSend(t, d), "parked again")
 	require.NoError(t, d.msgAck(t))
 	require.EqualValues(t, 1, g.count(t, parked), "the second park is stored")
@@ -285,4 +288,50 @@ func TestGivenUpJobIsNotSentAfterACrash(t *testing.T) {
 	requeued := g.next(t)
 	require.Equal(t, 1, requeued.job.Generation)
 	require.False(t, g.sentBefore(t, requeued), "a new generation may send")
+}
+
+// TestCopyPublishedAgainAfterTheWindowIsDropped: a delayed job's original
+// comes back after its copy fired and was handled, and the stream no
+// longer knows the copy's Nats-Msg-Id (a server restart rebuilds the
+// duplicate window from the messages still stored; here the window is
+// shortened instead). The original publishes its copy again, which the
+// stream keeps: that second copy must not be sent (multi-process scenario
+// seed 583131964 sent such jobs twice).
+func TestCopyPublishedAgainAfterTheWindowIsDropped(t *testing.T) {
+	g := newHandoffRig(t)
+	ctx := t.Context()
+	stream, err := g.js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	cfg := stream.CachedInfo().Config
+	cfg.Duplicates = 100 * time.Millisecond
+	_, err = g.js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	queueJobs(t, g.js, "againcopy", "a", 1)
+
+	d := g.next(t)
+	require.False(t, g.sentBefore(t, d))
+	require.NoError(t, g.delay(t, d, time.Second)) // never acknowledged: a crash
+	copies, sends := 0, 0
+	var firstCopy uint64
+	for copies < 2 {
+		d := g.next(t)
+		if d.copyOf == "" {
+			require.True(t, g.sentBefore(t, d), "the original comes back and publishes its copy again")
+			require.NoError(t, d.msgAck(t))
+			continue
+		}
+		copies++
+		if copies == 1 {
+			firstCopy = d.seq
+		}
+		if !g.sentBefore(t, d) {
+			sends++
+		}
+		require.NoError(t, d.msgAck(t))
+	}
+	require.Equal(t, 1, sends, "one of the two copies is the job")
+	le, err := g.svc.readLedger(ctx, &d.job)
+	require.NoError(t, err)
+	require.Len(t, le.Handoffs, 1)
+	require.Equal(t, firstCopy, le.Handoffs[0].Claimed, "the copy delivered first claimed the record")
 }

@@ -54,18 +54,36 @@ type ledgerEntry struct {
 
 // readLedger returns the job's ledger entry, or an empty one.
 func (s *Service) readLedger(ctx context.Context, job *contract.Job) (*ledgerEntry, error) {
+	le, _, err := s.readLedgerRevision(ctx, job)
+	return le, err
+}
+
+// readLedgerRevision is readLedger with the entry's revision (0: none
+// stored), for updateLedger.
+func (s *Service) readLedgerRevision(ctx context.Context, job *contract.Job) (*ledgerEntry, uint64, error) {
 	e, err := s.ledger.Get(ctx, job.LedgerKey())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &ledgerEntry{}, nil
+		return &ledgerEntry{}, 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var le ledgerEntry
 	if err := json.Unmarshal(e.Value(), &le); err != nil {
-		return &ledgerEntry{}, nil
+		return &ledgerEntry{}, e.Revision(), nil
 	}
-	return &le, nil
+	return &le, e.Revision(), nil
+}
+
+// updateLedger stores the entry if it is still at revision rev;
+// otherwise it fails with jetstream.ErrKeyRevisionMismatch.
+func (s *Service) updateLedger(ctx context.Context, job *contract.Job, le *ledgerEntry, rev uint64) error {
+	data, err := json.Marshal(le)
+	if err != nil {
+		return err
+	}
+	_, err = s.ledger.Update(ctx, job.LedgerKey(), data, rev)
+	return err
 }
 
 // writeLedger stores the entry.

@@ -95,9 +95,7 @@ func (s *Service) unpark(ctx context.Context, taskID string) {
 			// Never dropped silently: kept in DEAD with its raw bytes.
 			return s.deadLetter(ctx, m, fmt.Errorf("parked job does not decode: %v", err))
 		}
-		_, err := s.js.Publish(ctx, contract.JobSubject(job.Account, job.Priority), m.Data(),
-			jetstream.WithMsgID(fmt.Sprintf("%s:unpark:%d", job.MsgID(), seqOf(m))))
-		return err
+		return s.requeueCopy(ctx, m, &job, "unpark")
 	})
 	if err != nil {
 		s.log.Warn("unparking stopped; the sweeper will finish it", shared.KeyTaskID, taskID, "err", err)
@@ -105,6 +103,21 @@ func (s *Service) unpark(ctx context.Context, taskID string) {
 	if n > 0 {
 		s.log.Info("parked jobs re-queued", shared.KeyTaskID, taskID, "count", n)
 	}
+}
+
+// requeueCopy publishes m, a copy of job that waited (parked, held), to
+// job's lane, with a Nats-Msg-Id naming m and what re-queues it, and m's
+// copyHeader: should the window forget that id (a server restart) and m
+// be re-queued twice, or its schedule fire as well, the first delivery
+// claims the copy's record and the other is not handled (claimCopy).
+func (s *Service) requeueCopy(ctx context.Context, m jetstream.Msg, job *contract.Job, action string) error {
+	out := nats.NewMsg(contract.JobSubject(job.Account, job.Priority))
+	out.Data = m.Data()
+	if h := m.Headers(); h != nil && h.Get(copyHeader) != "" {
+		out.Header.Set(copyHeader, h.Get(copyHeader))
+	}
+	_, err := s.js.PublishMsg(ctx, out, jetstream.WithMsgID(fmt.Sprintf("%s:%s:%d", job.MsgID(), action, seqOf(m))))
+	return err
 }
 
 func seqOf(m jetstream.Msg) uint64 {

@@ -29,7 +29,7 @@ const turnCheck = 500 * time.Millisecond
 // should do; waits longer than Config.LongWait are scheduled
 // re-publications, so they hold no MaxAckPending slot.
 // Jobs at stream sequences up to recheckThrough were queued before their
-// consumer was created (freshConsumerBacklog) and are checked like a
+// consumer was created (recheckMark) and are checked like a
 // redelivery.
 //
 // A redelivery that comes while an earlier delivery of its message is still
@@ -150,6 +150,9 @@ type delivery struct {
 	// claim is the delivery's hold on its message (nil when none was
 	// taken).
 	claim *liveClaim
+	// copyOf names the handoff record whose copy the message is (its
+	// copyHeader), "" for a message that is none.
+	copyOf string
 	// lane is the lane that delivered the job and queued that lane's jobs
 	// on the account when it did (noteQueue): the ones behind it (the
 	// message's NumPending) plus the ones being handled here, itself
@@ -241,6 +244,9 @@ func (r *accountRunner) receive(msg jetstream.Msg, meta *jetstream.MsgMetadata, 
 		d.part, d.nextPart = true, pm.queued
 	}
 	d.seq, d.delivered = meta.Sequence.Stream, meta.NumDelivered
+	if h := msg.Headers(); h != nil {
+		d.copyOf = h.Get(copyHeader)
+	}
 	d.redelivered = meta.NumDelivered > 1
 	d.recheck = meta.Sequence.Stream <= recheckThrough
 	d.attempt = d.job.Attempts + int(meta.NumDelivered)
@@ -283,7 +289,11 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 		d.log.Debug("job already sent (its sent event exists); not sending again")
 		return true, nil
 	}
-	if d.entry, err = s.readLedger(ctx, &d.job); err != nil {
+	if d.copyOf != "" {
+		if done, err := r.claimCopy(ctx, d); done {
+			return true, err
+		}
+	} else if d.entry, err = s.readLedger(ctx, &d.job); err != nil {
 		return true, fmt.Errorf("ledger: %w", err)
 	}
 	if h := d.entry.handedOff(d.seq); h != nil {

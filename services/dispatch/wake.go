@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,8 +92,6 @@ func (s *Service) wakeHeld(ctx context.Context, account string) (int, error) {
 			// consume loop dead-letters it like any undecodable job.
 			return errSkip
 		}
-		_, err := s.js.Publish(ctx, contract.JobSubject(job.Account, job.Priority), m.Data(),
-			jetstream.WithMsgID(fmt.Sprintf("%s:wake:%d", job.MsgID(), seqOf(m))))
-		return err
+		return s.requeueCopy(ctx, m, &job, "wake")
 	})
 }
