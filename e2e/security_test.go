@@ -232,6 +232,12 @@ func TestLeastPrivilegeDenials(t *testing.T) {
 		// A new fold holder resets its partition's consumer, and no other.
 		{"status", "$JS.API.CONSUMER.RESET.EVENTS.status-3-of-4", true},
 		{"status", "$JS.API.CONSUMER.RESET.EVENTS.feedback-index", false},
+		// Its short-lived consumers on EVENTS (the operator's pages) give it
+		// no hold on feedback's durables there.
+		{"status", "$JS.API.CONSUMER.MSG.NEXT.EVENTS.feedback-index", false},
+		{"status", "$JS.ACK.EVENTS.feedback-wxpusher.1.2.3.4.5.6", false},
+		{"status", "$JS.API.CONSUMER.DELETE.EVENTS.feedback-index", false},
+		{"status", "$JS.API.CONSUMER.MSG.NEXT.EVENTS.status-1-of-2", true},
 		{"operator", "$JS.API.CONSUMER.RESET.EVENTS.status", false},
 		// Only admin (`broadcast setup`) creates or changes the topology:
 		// the services and the operator only read it.

@@ -1,6 +1,8 @@
 package permissions
 
 import (
+	"slices"
+
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -37,6 +39,18 @@ var serviceDurables = []struct{ stream, name string }{
 	{contract.StreamEvents, contract.ConsumerFeedbackIndex},
 	{contract.StreamEvents, contract.ConsumerFeedbackWxPusher},
 	{contract.StreamReceipts, contract.ConsumerFeedback},
+}
+
+// othersDurables is durableTouch for the services' durables on streams,
+// but own.
+func othersDurables(own string, streams ...string) []string {
+	var out []string
+	for _, d := range serviceDurables {
+		if slices.Contains(streams, d.stream) && d.name != own {
+			out = append(out, durableTouch(d.stream, d.name)...)
+		}
+	}
+	return out
 }
 
 // Users returns every user, in the order auth.conf lists them: one per
@@ -191,7 +205,10 @@ func statusUser() User {
 				flowControl(),
 			},
 			Deny: []Grant{grant("what only others publish", subjects(contract.SubjectTasks, contract.SubjectJobsPrefix+">",
-				contract.SubjectEventsPrefix+">", contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">"))},
+				contract.SubjectEventsPrefix+">", contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">")),
+				grant("the other services' durable consumers on the streams it browses: no deleting or reconfiguring "+
+					"them, no pulling or acknowledging their messages", othersDurables(contract.ConsumerStatus, contract.StreamEvents,
+					contract.StreamDead, contract.StreamLookup))},
 		},
 		Subscribe:      inbox(contract.AliveSubject("status", "*")),
 		AllowResponses: true,
