@@ -149,6 +149,9 @@ func (r *accountRunner) noteLeftUnsent(d *delivery) {
 	if le.State == "sent" || le.GivenUp || le.handedOff(d.seq) != nil {
 		return
 	}
+	if h := le.handoffNamed(d.copyOf); d.copyOf != "" && h != nil && h.Claimed != 0 && h.Claimed != d.seq {
+		return // a second copy (claimCopy): the entry is the first one's
+	}
 	le.Seq, le.Delivery = d.seq, max(d.delivered, d.claim.deliveredThrough())
 	le.MaybeSent = le.MaybeSent || d.job.MaybeSent
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
