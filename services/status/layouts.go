@@ -3,7 +3,6 @@ package status
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -111,29 +110,21 @@ func (s *Service) heldFoldCounts(ctx context.Context) (map[int]bool, error) {
 // foldConsumerCount is the partition count a consumer on EVENTS folds
 // for: 1 for "status", n for "status-<k>-of-<n>", 0 when name is not a
 // fold consumer's.
-func foldConsumerCount(name string) int {
-	if name == contract.ConsumerStatus {
-		return 1
-	}
-	return partitionCount(name, contract.ConsumerStatus+"-%d-of-%d")
-}
+func foldConsumerCount(name string) int { return partitionCount(name, contract.StatusConsumer) }
 
 // foldLeaseCount is the partition count of a fold lease key (FoldLeaseKey),
 // 0 when key is not one.
-func foldLeaseCount(key string) int {
-	if key == contract.StatusFoldLease {
-		return 1
-	}
-	return partitionCount(key, contract.StatusFoldLease+".%d-of-%d")
-}
+func foldLeaseCount(key string) int { return partitionCount(key, FoldLeaseKey) }
 
-// partitionCount parses name as format with k and n, exactly, and
-// returns n (0 when it is not such a name).
-func partitionCount(name, format string) int {
-	var k, n int
-	if _, err := fmt.Sscanf(name, format, &k, &n); err != nil || n < 2 || n > maxPartitions || k < 0 || k >= n ||
-		fmt.Sprintf(format, k, n) != name {
-		return 0
+// partitionCount is the n for which name is nameOf(k, n) for some
+// partition k, 0 when there is none.
+func partitionCount(name string, nameOf func(k, n int) string) int {
+	for n := 1; n <= maxPartitions; n++ {
+		for k := range n {
+			if nameOf(k, n) == name {
+				return n
+			}
+		}
 	}
-	return n
+	return 0
 }
