@@ -39,7 +39,9 @@ package channels
 // retried once on a fresh connection. Close (io.Closer) ends them all.
 // With a server that offers PIPELINING (RFC 2920; Postfix and Exim do
 // by default) MAIL, RCPT and DATA leave together: two round trips
-// per message instead of four (smtp_pipeline.go).
+// per message instead of four (smtp_pipeline.go); one that also offers
+// CHUNKING (RFC 3030) takes the message as BDAT in the same write, one
+// round trip (smtp_chunking.go).
 //
 // Recipients are email addresses as net/mail parses them; the canonical form
 // is the bare address with the domain lower-cased (display names dropped).
@@ -404,12 +406,16 @@ func (s *smtpSender) unlessCancelled(ctx context.Context, conn *smtpConn) *smtpC
 }
 
 // transmit runs one mail transaction, pipelined when the server offers
-// it (smtp_pipeline.go); cancelling ctx closes the connection so a stuck
+// it (smtp_pipeline.go), with BDAT when it offers CHUNKING too
+// (smtp_chunking.go); cancelling ctx closes the connection so a stuck
 // server cannot hold the send past its deadline.
 func (s *smtpSender) transmit(ctx context.Context, conn *smtpConn, msg *gomail.Msg) error {
 	stop := context.AfterFunc(ctx, conn.close)
 	defer stop()
 	if ok, _ := conn.Extension("PIPELINING"); ok {
+		if ok, _ := conn.Extension("CHUNKING"); ok {
+			return s.transmitChunked(conn, msg)
+		}
 		return s.transmitPipelined(conn, msg)
 	}
 	return s.client.SendWithSMTPClient(conn.Client, msg)

@@ -22,7 +22,8 @@ import (
 )
 
 // smtpSinkChildEnv makes TestSMTPBenchSink serve instead of skipping:
-// "1" offers PIPELINING, "serial" does not.
+// "chunked" offers PIPELINING and CHUNKING, "pipelined" PIPELINING only,
+// "serial" neither.
 const smtpSinkChildEnv = "BROADCAST_SMTP_BENCH_SINK"
 
 // TestSMTPBenchSink is the benchmark's SMTP server when the test binary
@@ -33,10 +34,10 @@ const smtpSinkChildEnv = "BROADCAST_SMTP_BENCH_SINK"
 // time and the messages it accepted), and exits when stdin closes.
 func TestSMTPBenchSink(t *testing.T) {
 	mode := os.Getenv(smtpSinkChildEnv)
-	if mode != "1" && mode != "serial" {
+	if mode != "chunked" && mode != "pipelined" && mode != "serial" {
 		t.Skip("the SMTP benchmark's child process")
 	}
-	sink, err := fakes.StartSMTP(fakes.SMTPConfig{Discard: true, NoPipelining: mode == "serial"})
+	sink, err := fakes.StartSMTP(fakes.SMTPConfig{Discard: true, NoPipelining: mode == "serial", NoChunking: mode != "chunked"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +68,8 @@ type smtpBenchSink struct {
 	port int
 }
 
-func startSMTPBenchSink(b *testing.B, pipelining bool) *smtpBenchSink {
+func startSMTPBenchSink(b *testing.B, mode string) *smtpBenchSink {
 	b.Helper()
-	mode := "1"
-	if !pipelining {
-		mode = "serial"
-	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSMTPBenchSink$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), smtpSinkChildEnv+"="+mode)
 	cmd.Stderr = os.Stderr
@@ -124,26 +121,33 @@ func (s *smtpBenchSink) cpu(b *testing.B) (time.Duration, int) {
 // time per message of this process (client-µs/msg: the sender, its
 // connections and the benchmark loop) and of the sink (sink-µs/msg).
 // Each case runs against a sink without PIPELINING (serial: go-mail's
-// transaction) and then one with it (pipelined), one after the other.
+// transaction), then one with it (pipelined), then one with CHUNKING as
+// well (chunked), one after the other.
 //
 //	go test -run '^$' -bench BenchmarkSMTPSend -benchtime 20000x ./channels
 func BenchmarkSMTPSend(b *testing.B) {
-	sinks := map[bool]*smtpBenchSink{false: startSMTPBenchSink(b, false), true: startSMTPBenchSink(b, true)}
+	modes := []string{"serial", "pipelined", "chunked"}
+	sinks := map[string]*smtpBenchSink{}
+	for _, m := range modes {
+		sinks[m] = startSMTPBenchSink(b, m)
+	}
 	type benchCase struct {
-		name       string
-		conc       int
-		html       bool
-		pipelining bool
+		name string
+		conc int
+		html bool
+		mode string
 	}
 	var cases []benchCase
-	for _, c := range []benchCase{{"plain/conc=1", 1, false, false}, {"plain/conc=4", 4, false, false},
-		{"plain/conc=16", 16, false, false}, {"html/conc=4", 4, true, false}} {
-		serial, pipelined := c, c
-		serial.name, pipelined.name, pipelined.pipelining = "serial/"+c.name, "pipelined/"+c.name, true
-		cases = append(cases, serial, pipelined)
+	for _, c := range []benchCase{{"plain/conc=1", 1, false, ""}, {"plain/conc=4", 4, false, ""},
+		{"plain/conc=16", 16, false, ""}, {"html/conc=4", 4, true, ""}} {
+		for _, m := range modes {
+			mc := c
+			mc.name, mc.mode = m+"/"+c.name, m
+			cases = append(cases, mc)
+		}
 	}
 	for _, bc := range cases {
-		sink := sinks[bc.pipelining]
+		sink := sinks[bc.mode]
 		b.Run(bc.name, func(b *testing.B) {
 			js := fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
 				"from":"Bench <bench@example.org>","subject":"Hello","html":%t,"concurrency":%d}`,

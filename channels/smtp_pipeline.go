@@ -22,35 +22,15 @@ import (
 // after it are read, a DATA the server went ahead with anyway gets an
 // empty message's end (RFC 2920, 3.1) and the transaction is reset.
 func (s *smtpSender) transmitPipelined(conn *smtpConn, msg *gomail.Msg) error {
-	from, err := msg.GetSender(false)
+	cmds, err := envelopeCommands(conn, msg)
 	if err != nil {
-		return &smtpStepError{reason: gomail.ErrGetSender, err: err}
-	}
-	rcpts, err := msg.GetRecipients()
-	if err != nil {
-		return &smtpStepError{reason: gomail.ErrGetRcpts, err: err}
-	}
-	if len(rcpts) != 1 || strings.ContainsAny(from+rcpts[0], "\r\n") {
-		return &smtpStepError{reason: gomail.ErrGetRcpts, err: errors.New("want one recipient and addresses without line breaks")}
+		return err
 	}
 	if err := conn.UpdateDeadline(s.timeout); err != nil {
 		return &smtpStepError{reason: gomail.ErrConnCheck, err: err}
 	}
-	var cmds strings.Builder
-	cmds.WriteString("MAIL FROM:")
-	cmds.WriteString(from)
-	if ok, _ := conn.Extension("8BITMIME"); ok {
-		cmds.WriteString(" BODY=8BITMIME")
-	}
-	if ok, _ := conn.Extension("SMTPUTF8"); ok {
-		cmds.WriteString(" SMTPUTF8")
-	}
-	cmds.WriteString("\r\nRCPT TO:")
-	cmds.WriteString(rcpts[0])
-	cmds.WriteString("\r\nDATA\r\n")
-
 	t := conn.Text
-	if _, err := t.W.WriteString(cmds.String()); err != nil {
+	if _, err := t.W.WriteString(cmds + "DATA\r\n"); err != nil {
 		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err}
 	}
 	if err := t.W.Flush(); err != nil {
@@ -97,6 +77,35 @@ func (s *smtpSender) transmitPipelined(conn *smtpConn, msg *gomail.Msg) error {
 		return &smtpStepError{reason: gomail.ErrSMTPDataClose, err: err}
 	}
 	return nil
+}
+
+// envelopeCommands are msg's MAIL and RCPT commands, each line ended, for
+// a transaction that sends them together.
+func envelopeCommands(conn *smtpConn, msg *gomail.Msg) (string, error) {
+	from, err := msg.GetSender(false)
+	if err != nil {
+		return "", &smtpStepError{reason: gomail.ErrGetSender, err: err}
+	}
+	rcpts, err := msg.GetRecipients()
+	if err != nil {
+		return "", &smtpStepError{reason: gomail.ErrGetRcpts, err: err}
+	}
+	if len(rcpts) != 1 || strings.ContainsAny(from+rcpts[0], "\r\n") {
+		return "", &smtpStepError{reason: gomail.ErrGetRcpts, err: errors.New("want one recipient and addresses without line breaks")}
+	}
+	var cmds strings.Builder
+	cmds.WriteString("MAIL FROM:")
+	cmds.WriteString(from)
+	if ok, _ := conn.Extension("8BITMIME"); ok {
+		cmds.WriteString(" BODY=8BITMIME")
+	}
+	if ok, _ := conn.Extension("SMTPUTF8"); ok {
+		cmds.WriteString(" SMTPUTF8")
+	}
+	cmds.WriteString("\r\nRCPT TO:")
+	cmds.WriteString(rcpts[0])
+	cmds.WriteString("\r\n")
+	return cmds.String(), nil
 }
 
 // abandonTransaction ends a transaction whose MAIL or RCPT was refused:

@@ -50,6 +50,8 @@ type smtpServer struct {
 	// pipelining offers PIPELINING (RFC 2920); replies then wait until
 	// every command received so far is answered, as Postfix's do.
 	pipelining bool
+	// chunking offers CHUNKING (RFC 3030): BDAT.
+	chunking bool
 	// lenientData answers DATA with 354 even when no recipient was
 	// accepted (the quirk RFC 2920 section 3.1 tells clients to expect),
 	// and refuses the message that follows.
@@ -63,6 +65,8 @@ type smtpServer struct {
 	// already in the same read: pipelined transactions.
 	grouped atomic.Int32
 	resets  atomic.Int32
+	// chunks counts BDAT commands.
+	chunks atomic.Int32
 	// transactions counts MAIL commands.
 	transactions atomic.Int32
 	wg           sync.WaitGroup
@@ -140,6 +144,32 @@ func (s *smtpServer) serve(c net.Conn) {
 	var to []string
 	inMail := false
 	delivered := 0
+	// messageEnd answers a message's end and reports whether the session
+	// goes on.
+	messageEnd := func(data []byte) bool {
+		if len(to) == 0 {
+			reply("554 5.5.1 Error: no valid recipients")
+			from, inMail = "", false
+			return true
+		}
+		refuse := s.dataReply != "" && (s.transactions.Load() == 1 || !s.once)
+		if refuse && s.dataReply == "stall" {
+			return true // never answer; the next read ends when the client hangs up
+		}
+		if refuse {
+			reply(s.dataReply)
+			from, to, inMail = "", nil, false
+			return true
+		}
+		s.mu.Lock()
+		s.mails = append(s.mails, receivedMail{From: from, To: to, Data: data})
+		n := len(s.mails)
+		s.mu.Unlock()
+		reply("250 2.0.0 Ok: queued as Q" + strconv.Itoa(n))
+		from, to, inMail = "", nil, false
+		delivered++
+		return s.closeAfter == 0 || delivered < s.closeAfter
+	}
 	for {
 		line, err := tp.ReadLine()
 		if err != nil {
@@ -152,6 +182,9 @@ func (s *smtpServer) serve(c net.Conn) {
 			lines := []string{"250-test.local", "250-8BITMIME", "250-ENHANCEDSTATUSCODES"}
 			if s.pipelining {
 				lines = append(lines, "250-PIPELINING")
+			}
+			if s.chunking {
+				lines = append(lines, "250-CHUNKING")
 			}
 			if s.user != "" {
 				lines = append(lines, "250-AUTH PLAIN")
@@ -211,28 +244,29 @@ func (s *smtpServer) serve(c net.Conn) {
 			if err != nil {
 				return
 			}
-			if len(to) == 0 {
-				reply("554 5.5.1 Error: no valid recipients")
-				from, inMail = "", false
+			if !messageEnd(data) {
+				return
+			}
+		case "BDAT":
+			// One chunk, read whatever was refused before it (RFC 3030,
+			// 2); the message as sent, its CRLFs as LFs to compare with
+			// DATA's.
+			size, last, _ := strings.Cut(arg, " ")
+			n, err := strconv.Atoi(size)
+			if !s.chunking || err != nil || n < 0 || last != "LAST" {
+				reply("501 5.5.4 Syntax: BDAT count LAST")
+				return
+			}
+			s.chunks.Add(1)
+			chunk := make([]byte, n)
+			if _, err := io.ReadFull(tp.R, chunk); err != nil {
+				return
+			}
+			if !inMail {
+				reply("503 5.5.1 Error: need MAIL command")
 				continue
 			}
-			refuse := s.dataReply != "" && (s.transactions.Load() == 1 || !s.once)
-			if refuse && s.dataReply == "stall" {
-				continue // never answer; the next read ends when the client hangs up
-			}
-			if refuse {
-				reply(s.dataReply)
-				from, to, inMail = "", nil, false
-				continue
-			}
-			s.mu.Lock()
-			s.mails = append(s.mails, receivedMail{From: from, To: to, Data: data})
-			n := len(s.mails)
-			s.mu.Unlock()
-			reply("250 2.0.0 Ok: queued as Q" + strconv.Itoa(n))
-			from, to, inMail = "", nil, false
-			delivered++
-			if s.closeAfter > 0 && delivered >= s.closeAfter {
+			if !messageEnd(bytes.ReplaceAll(chunk, []byte("\r\n"), []byte("\n"))) {
 				return
 			}
 		case "RSET":
@@ -260,13 +294,21 @@ func addrArg(arg string) string {
 	return arg[start+1 : end]
 }
 
+// smtpMode is what a test server offers of the extensions that change the
+// client's transaction.
+type smtpMode struct{ pipelining, chunking bool }
+
 // eachTransaction runs test against a server without PIPELINING (go-mail's
-// transaction, a round trip per command) and one with it (pipelined).
-func eachTransaction(t *testing.T, test func(t *testing.T, pipelining bool)) {
-	for _, pipelining := range []bool{false, true} {
-		t.Run(map[bool]string{false: "serial", true: "pipelined"}[pipelining], func(t *testing.T) {
+// transaction, a round trip per command), one with it (pipelined) and one
+// with CHUNKING as well (the message as BDAT in the same write).
+func eachTransaction(t *testing.T, test func(t *testing.T, mode smtpMode)) {
+	for _, m := range []struct {
+		name string
+		mode smtpMode
+	}{{"serial", smtpMode{}}, {"pipelined", smtpMode{pipelining: true}}, {"chunked", smtpMode{pipelining: true, chunking: true}}} {
+		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			test(t, pipelining)
+			test(t, m.mode)
 		})
 	}
 }
@@ -362,8 +404,8 @@ func TestSMTPSendPlain(t *testing.T) {
 	eachTransaction(t, testSMTPSendPlain)
 }
 
-func testSMTPSendPlain(t *testing.T, pipelining bool) {
-	srv := (&smtpServer{pipelining: pipelining}).start(t)
+func testSMTPSendPlain(t *testing.T, mode smtpMode) {
+	srv := (&smtpServer{pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	body := "Hello Li,\n你好！Your code is X-1."
@@ -452,8 +494,8 @@ func TestSMTPConnectionReuse(t *testing.T) {
 	eachTransaction(t, testSMTPConnectionReuse)
 }
 
-func testSMTPConnectionReuse(t *testing.T, pipelining bool) {
-	srv := (&smtpServer{pipelining: pipelining}).start(t)
+func testSMTPConnectionReuse(t *testing.T, mode smtpMode) {
+	srv := (&smtpServer{pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	for i := range 5 {
@@ -465,8 +507,9 @@ func testSMTPConnectionReuse(t *testing.T, pipelining bool) {
 
 	require.Len(t, srv.received(), 7)
 	require.EqualValues(t, 1, srv.accepted.Load(), "every Send reuses the one connection")
-	if pipelining {
-		require.EqualValues(t, 7, srv.grouped.Load(), "MAIL, RCPT and DATA of each message arrive together")
+	if mode.pipelining {
+		require.EqualValues(t, 7, srv.grouped.Load(), "MAIL, RCPT and DATA (or BDAT) of each message arrive together")
+		require.EqualValues(t, map[bool]int{true: 7}[mode.chunking], srv.chunks.Load(), "BDAT when the server offers CHUNKING")
 	} else {
 		require.Zero(t, srv.grouped.Load(), "one command at a time")
 	}
@@ -505,8 +548,8 @@ func TestSMTPRedialsAfterServerClosed(t *testing.T) {
 	eachTransaction(t, testSMTPRedialsAfterServerClosed)
 }
 
-func testSMTPRedialsAfterServerClosed(t *testing.T, pipelining bool) {
-	srv := (&smtpServer{closeAfter: 1, pipelining: pipelining}).start(t)
+func testSMTPRedialsAfterServerClosed(t *testing.T, mode smtpMode) {
+	srv := (&smtpServer{closeAfter: 1, pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	for i := range 3 {
@@ -522,8 +565,8 @@ func testSMTPRedialsAfterServerClosed(t *testing.T, pipelining bool) {
 // message goes out at once on a fresh connection, pipelined or not.
 func TestSMTPRedialsAfter421(t *testing.T) {
 	t.Parallel()
-	eachTransaction(t, func(t *testing.T, pipelining bool) {
-		srv := (&smtpServer{refuseAfter: 2, pipelining: pipelining}).start(t)
+	eachTransaction(t, func(t *testing.T, mode smtpMode) {
+		srv := (&smtpServer{refuseAfter: 2, pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
 		s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 		for i := range 5 {
 			rs := s.Send(context.Background(), []Message{mailTo("t1."+strconv.Itoa(i), "li@example.com", "hi")})
@@ -536,17 +579,17 @@ func TestSMTPRedialsAfter421(t *testing.T) {
 
 func TestSMTPReplyClasses(t *testing.T) {
 	t.Parallel()
-	eachTransaction(t, func(t *testing.T, pipelining bool) { testSMTPReplyClasses(t, pipelining) })
+	eachTransaction(t, func(t *testing.T, mode smtpMode) { testSMTPReplyClasses(t, mode) })
 	// A server that answers DATA with 354 after refusing every recipient
 	// gets an empty message's end and a RSET, and keeps the connection.
 	t.Run("pipelined/lenient data", func(t *testing.T) {
 		t.Parallel()
-		testSMTPReplyClasses(t, true, func(s *smtpServer) { s.lenientData = true })
+		testSMTPReplyClasses(t, smtpMode{pipelining: true}, func(s *smtpServer) { s.lenientData = true })
 	})
 }
 
-func testSMTPReplyClasses(t *testing.T, pipelining bool, quirks ...func(*smtpServer)) {
-	srv := &smtpServer{pipelining: pipelining, rcptReply: map[string]string{
+func testSMTPReplyClasses(t *testing.T, mode smtpMode, quirks ...func(*smtpServer)) {
+	srv := &smtpServer{pipelining: mode.pipelining, chunking: mode.chunking, rcptReply: map[string]string{
 		"busy@example.com":   "450 4.2.1 Mailbox busy, try again later",
 		"nouser@example.com": "550 5.1.1 No such user",
 		"full@example.com":   "452 4.2.2 Mailbox full",
@@ -596,9 +639,9 @@ func TestSMTPTransactionFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			eachTransaction(t, func(t *testing.T, pipelining bool) {
+			eachTransaction(t, func(t *testing.T, mode smtpMode) {
 				srv := &smtpServer{greeting: tt.srv.greeting, mailReply: tt.srv.mailReply, dataReply: tt.srv.dataReply,
-					pipelining: pipelining, once: true}
+					pipelining: mode.pipelining, chunking: mode.chunking, once: true}
 				srv.start(t)
 				s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 				rs := s.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi")})
@@ -647,8 +690,8 @@ func TestSMTPContextEndsStalledSend(t *testing.T) {
 	eachTransaction(t, testSMTPContextEndsStalledSend)
 }
 
-func testSMTPContextEndsStalledSend(t *testing.T, pipelining bool) {
-	srv := (&smtpServer{dataReply: "stall", pipelining: pipelining}).start(t)
+func testSMTPContextEndsStalledSend(t *testing.T, mode smtpMode) {
+	srv := (&smtpServer{dataReply: "stall", pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
 	s := smtpSenderFor(t, smtpAccount(t, srv, "")) // timeout 5s
 
 	for i := range 2 {
@@ -705,5 +748,29 @@ func TestMessageIDSkipsTheRegexpOnlyWhenItWouldChangeNothing(t *testing.T) {
 		"a!#$%&'*+/=?^_`{|}~": "a!#$%&'*+/=?^_`{|}~@shop.example",
 	} {
 		require.Equal(t, want, messageID(id, "shop.example"), id)
+	}
+}
+
+// TestCRLFBuffer: BDAT sends the message as DATA's dot-writer would have
+// delivered it: bare LFs get their CR, CRLFs stay (also split between
+// writes), and the last line is ended.
+func TestCRLFBuffer(t *testing.T) {
+	for _, tt := range []struct {
+		writes []string
+		want   string
+	}{
+		{[]string{"a\r\nb\nc"}, "a\r\nb\r\nc\r\n"},
+		{[]string{"a\r", "\nb\n"}, "a\r\nb\r\n"},
+		{[]string{"\n\n", "x\r\n"}, "\r\n\r\nx\r\n"},
+		{[]string{""}, ""},
+	} {
+		var b crlfBuffer
+		for _, w := range tt.writes {
+			n, err := b.Write([]byte(w))
+			require.NoError(t, err)
+			require.Equal(t, len(w), n)
+		}
+		b.end()
+		require.Equal(t, tt.want, b.String(), "%q", tt.writes)
 	}
 }

@@ -11,8 +11,10 @@
 # /proc/<pid>/stat of the postgres processes; PG_PID names the postmaster,
 # else ss finds it by PGPORT). Knobs: N (20000), ROUNDS (2),
 # LM_CONCURRENCY ("10 64"), BC_CONCURRENCY ("16 64"; "" skips a system),
-# BC_AUTH (1: nats.conf's users as in the Procfile; 0: none), BENCH_LOCK
-# (/tmp/bench.lock, taken around each measured run; "" for none), OUT.
+# BC_AUTH (1: nats.conf's users as in the Procfile; 0: none), SINK_CHUNKING
+# (1: the sink offers CHUNKING, as Postfix does; 0: not, so Broadcast sends
+# DATA as listmonk does), BENCH_LOCK (/tmp/bench.lock, taken around each
+# measured run; "" for none), OUT.
 # Everything listens on 127.0.0.1 only. docs/performance.md has the figures.
 set -euo pipefail
 
@@ -22,6 +24,7 @@ N="${N:-20000}"
 LM_CONCURRENCY="${LM_CONCURRENCY-10 64}"
 BC_CONCURRENCY="${BC_CONCURRENCY-16 64}"
 BC_AUTH="${BC_AUTH:-1}"
+SINK_CHUNKING="${SINK_CHUNKING:-1}"
 BENCH_LOCK="${BENCH_LOCK-/tmp/bench.lock}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -105,7 +108,7 @@ unlock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>&-; fi; }
 # in sample-SYSTEM.eml; SINK_PORT is its port.
 start_sink() {
 	: >"$WORK/sink.out"
-	"$WORK/smtpsink" -n "$N" -dump "$WORK/sample-$1.eml" >"$WORK/sink.out" 2>&1 &
+	"$WORK/smtpsink" -n "$N" -chunking="$([[ $SINK_CHUNKING == 1 ]] && echo true || echo false)" -dump "$WORK/sample-$1.eml" >"$WORK/sink.out" 2>&1 &
 	SINK_PID=$!
 	wait_for 10 "the SMTP sink" grep -q '^addr ' "$WORK/sink.out"
 	SINK_PORT=$(awk '/^addr /{split($2, a, ":"); print a[2]}' "$WORK/sink.out")

@@ -1,8 +1,11 @@
 package fakes
 
 import (
+	"bytes"
+	"io"
 	"net"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +28,10 @@ type SMTPConfig struct {
 	// as a server without it would; by default it is offered, as
 	// Postfix and Exim do by default.
 	NoPipelining bool
+	// NoChunking leaves CHUNKING (RFC 3030: BDAT) out of the EHLO reply;
+	// by default it is offered, as Postfix (since 3.0) and Exim (since
+	// 4.88) do by default.
+	NoChunking bool
 }
 
 // Mail is one message an SMTP fake received.
@@ -37,8 +44,8 @@ type Mail struct {
 }
 
 // SMTP is just enough of an SMTP server for a sender under test: EHLO,
-// HELO, MAIL, RCPT, DATA, RSET, NOOP and QUIT on a loopback port, without
-// TLS or AUTH. Like a real server it keeps the commands' order (RCPT
+// HELO, MAIL, RCPT, DATA, BDAT, RSET, NOOP and QUIT on a loopback port,
+// without TLS or AUTH. Like a real server it keeps the commands' order (RCPT
 // needs MAIL, DATA an accepted recipient) and, with pipelining, holds its
 // replies until it has answered every command already received, so a
 // pipelined group's replies leave in one write.
@@ -115,6 +122,27 @@ func (s *SMTP) Close() {
 	s.wg.Wait()
 }
 
+// maxChunk bounds a BDAT chunk the fake reads, as a server's message size
+// limit would (Postfix's message_size_limit defaults to 10,240,000).
+const maxChunk = 10240000
+
+// messageEnd answers a message's end: the Data hook's refusal, or it is
+// accepted and kept.
+func (s *SMTP) messageEnd(m Mail) string {
+	if s.cfg.Data != nil {
+		if answer := s.cfg.Data(m); answer != "" {
+			return answer
+		}
+	}
+	s.mu.Lock()
+	s.accepted++
+	if !s.cfg.Discard {
+		s.mails = append(s.mails, m)
+	}
+	s.mu.Unlock()
+	return "250 queued"
+}
+
 func (s *SMTP) serve(c net.Conn) {
 	defer func() {
 		c.Close()
@@ -132,10 +160,14 @@ func (s *SMTP) serve(c net.Conn) {
 			_ = tp.W.Flush()
 		}
 	}
-	ehlo := "250-fake\r\n250-PIPELINING\r\n250 8BITMIME"
-	if s.cfg.NoPipelining {
-		ehlo = "250-fake\r\n250 8BITMIME"
+	ehlo := "250-fake\r\n"
+	if !s.cfg.NoPipelining {
+		ehlo += "250-PIPELINING\r\n"
 	}
+	if !s.cfg.NoChunking {
+		ehlo += "250-CHUNKING\r\n"
+	}
+	ehlo += "250 8BITMIME"
 	reply("220 fake ESMTP")
 	var m Mail
 	inMail := false
@@ -188,20 +220,29 @@ func (s *SMTP) serve(c net.Conn) {
 			if m.Data, err = tp.ReadDotBytes(); err != nil {
 				return
 			}
-			answer := ""
-			if s.cfg.Data != nil {
-				answer = s.cfg.Data(m)
+			reply(s.messageEnd(m))
+			m, inMail = Mail{}, false
+		case "BDAT":
+			// One chunk marked LAST, read even after a refusal (RFC 3030,
+			// 2); kept with LF line ends, as DATA's are.
+			size, last, _ := strings.Cut(arg, " ")
+			n, err := strconv.Atoi(size)
+			if s.cfg.NoChunking || err != nil || n < 0 || n > maxChunk || !strings.EqualFold(last, "LAST") {
+				reply("501 5.5.4 Syntax: BDAT count LAST")
+				return
 			}
-			if answer != "" {
-				reply(answer)
-			} else {
-				s.mu.Lock()
-				s.accepted++
-				if !s.cfg.Discard {
-					s.mails = append(s.mails, m)
-				}
-				s.mu.Unlock()
-				reply("250 queued")
+			chunk := make([]byte, n)
+			if _, err := io.ReadFull(tp.R, chunk); err != nil {
+				return
+			}
+			switch {
+			case !inMail:
+				reply("503 5.5.1 Error: need MAIL command")
+			case len(m.To) == 0:
+				reply("554 5.5.1 Error: no valid recipients")
+			default:
+				m.Data = bytes.ReplaceAll(chunk, []byte("\r\n"), []byte("\n"))
+				reply(s.messageEnd(m))
 			}
 			m, inMail = Mail{}, false
 		case "QUIT":

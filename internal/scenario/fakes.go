@@ -422,8 +422,10 @@ func newWhatsAppFake(seed uint64, a Account, token, phoneID string) *httpFake {
 
 // smtpFake is an SMTP stand-in (fakes.SMTP): "bad..." mailboxes answer
 // 550, a share of transactions answers 451 (retryable) from the account's
-// FailRate. Half the seeds' servers offer PIPELINING (odd seeds do not),
-// so both of the sender's transactions meet every scenario.
+// FailRate. Half the seeds' servers offer PIPELINING (odd seeds do not)
+// and half CHUNKING (seeds with bit 1 set do not), so each of the
+// sender's transactions (serial, pipelined DATA, BDAT) meets every
+// scenario.
 type smtpFake struct {
 	hits
 	srv     *fakes.SMTP
@@ -435,7 +437,7 @@ type smtpFake struct {
 
 func newSMTPFake(seed uint64, a Account) (*smtpFake, error) {
 	s := &smtpFake{seed: seed, account: a, seen: map[string]int{}}
-	srv, err := fakes.StartSMTP(fakes.SMTPConfig{Rcpt: s.rcpt, Data: s.data, NoPipelining: seed%2 == 1})
+	srv, err := fakes.StartSMTP(fakes.SMTPConfig{Rcpt: s.rcpt, Data: s.data, NoPipelining: seed%2 == 1, NoChunking: seed/2%2 == 1})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 func main() {
 	n := flag.Int64("n", 20000, "print done after this many accepted messages")
 	dump := flag.String("dump", "", "write the first accepted message (its DATA) to this file")
+	chunking := flag.Bool("chunking", true, "offer CHUNKING (BDAT), as Postfix does by default; false answers as a server without it")
 	flag.Parse()
 
 	var (
@@ -50,7 +51,7 @@ func main() {
 			done <- time.Now()
 		}
 		return "" // accept
-	}})
+	}, NoChunking: !*chunking})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "smtpsink:", err)
 		os.Exit(1)

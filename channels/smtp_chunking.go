@@ -1,0 +1,104 @@
+package channels
+
+import (
+	"bytes"
+	"strconv"
+
+	gomail "github.com/wneessen/go-mail"
+)
+
+// transmitChunked runs one mail transaction for servers that announce
+// CHUNKING (RFC 3030) beside PIPELINING (Postfix since 3.0 and Exim since
+// 4.88 do by default): the message leaves as one BDAT chunk marked LAST,
+// in the same write as MAIL and RCPT, and the three replies are read
+// together. That is one round trip, one write and one read per message,
+// where DATA needs a second round trip for its 354. BDAT's bytes are the
+// message as it is, so there is no dot-stuffing either.
+//
+// A failure to read the first reply (the server closed an idle connection
+// and never read the commands) is a MAIL step failure, as in the
+// pipelined transaction, so the send is tried again at once on a fresh
+// connection (staleConn): a server answers MAIL before it hangs up, and
+// one that took the message and died before any reply is the same
+// uncertainty as DATA's final reply lost. A refused MAIL or RCPT still has
+// its BDAT read and refused by the server (RFC 3030, 2); any refusal
+// resets the transaction.
+func (s *smtpSender) transmitChunked(conn *smtpConn, msg *gomail.Msg) error {
+	cmds, err := envelopeCommands(conn, msg)
+	if err != nil {
+		return err
+	}
+	var body crlfBuffer
+	if _, err := msg.WriteTo(&body); err != nil {
+		return &smtpStepError{reason: gomail.ErrWriteContent, err: err}
+	}
+	body.end()
+	if err := conn.UpdateDeadline(s.timeout); err != nil {
+		return &smtpStepError{reason: gomail.ErrConnCheck, err: err}
+	}
+	t := conn.Text
+	_, _ = t.W.WriteString(cmds)
+	_, _ = t.W.WriteString("BDAT " + strconv.Itoa(body.Len()) + " LAST\r\n")
+	_, _ = t.W.Write(body.Bytes())
+	if err := t.W.Flush(); err != nil {
+		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err}
+	}
+	var failed *smtpStepError
+	for _, step := range []struct {
+		expect int
+		reason gomail.SendErrReason
+	}{{250, gomail.ErrSMTPMailFrom}, {25, gomail.ErrSMTPRcptTo}, {250, gomail.ErrSMTPDataClose}} {
+		_, _, err := t.ReadResponse(step.expect)
+		switch {
+		case err == nil:
+		case !isReply(err):
+			if failed == nil {
+				return &smtpStepError{reason: step.reason, err: err, broken: true}
+			}
+			failed.broken = true
+			return failed
+		case failed == nil:
+			failed = &smtpStepError{reason: step.reason, err: err}
+		}
+	}
+	if failed != nil {
+		failed.broken = failed.broken || !abandonTransaction(t, false)
+		return failed
+	}
+	return nil
+}
+
+// crlfBuffer holds a message as BDAT sends it: every line ending CRLF (a
+// bare LF, which DATA's dot-writer would turn into CRLF, gets its CR),
+// the last line ended too.
+type crlfBuffer struct {
+	bytes.Buffer
+	lastCR bool
+}
+
+func (b *crlfBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			b.Buffer.Write(p)
+			b.lastCR = p[len(p)-1] == '\r'
+			break
+		}
+		b.Buffer.Write(p[:i])
+		if !(i > 0 && p[i-1] == '\r' || i == 0 && b.lastCR) {
+			b.Buffer.WriteByte('\r')
+		}
+		b.Buffer.WriteByte('\n')
+		b.lastCR = false
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// end ends the last line, as DATA's dot-writer does before the dot.
+func (b *crlfBuffer) end() {
+	if b.Len() > 0 && !bytes.HasSuffix(b.Bytes(), []byte("\r\n")) {
+		b.Buffer.WriteString("\r\n")
+	}
+}
