@@ -136,18 +136,9 @@ func TestLanesOpenForJobsAndCloseWhenIdle(t *testing.T) {
 // each for an earlier send: the half with a sent event are not sent again.
 func TestLaneWithoutMarkChecksItsJobs(t *testing.T) {
 	js := topologyJS(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	const n, sentBefore = 10, 5
 	queueLaneJobs(t, js, "again-hi", "acct", contract.PriorityHigh, 0, n)
-	for i := range sentBefore {
-		ev := contract.Event{TaskID: "again-hi", JobID: contract.JobID("again-hi", i, false), To: fmt.Sprintf("user-%d", i),
-			Account: "acct", Kind: contract.EventSent, Attempt: 1, Index: i, At: time.Now().UTC()}
-		data, err := json.Marshal(&ev)
-		require.NoError(t, err)
-		_, err = js.Publish(ctx, contract.EventSubject("again-hi", contract.EventSent), data)
-		require.NoError(t, err)
-	}
+	publishSentEvents(t, js, "again-hi", indexesBelow(sentBefore)...)
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4}`})
 	runService(t, js, Config{})
 	require.Eventually(t, func() bool { return sentEvents(t, js, "again-hi") >= n }, 20*time.Second, 50*time.Millisecond, "the other jobs are sent")

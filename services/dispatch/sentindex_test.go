@@ -30,6 +30,15 @@ func publishSentEvents(t *testing.T, js jetstream.JetStream, taskID string, inde
 	}
 }
 
+// indexesBelow is 0, 1, ..., n-1.
+func indexesBelow(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // apiCalls is how many JetStream API requests the server has answered.
 func apiCalls(t *testing.T, js jetstream.JetStream) uint64 {
 	t.Helper()
