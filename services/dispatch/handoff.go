@@ -25,7 +25,6 @@ import (
 // is acknowledged without sending, whatever the task or account state is
 // now. Ids by sequence let a later copy of the job (a new message) be
 // parked or moved again.
-
 //
 // The duplicate window does not always drop the copy published again: a
 // server restart rebuilds it from the messages still stored, and a copy
