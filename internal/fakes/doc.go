@@ -5,8 +5,9 @@
 // accepted.
 //
 // Files:
-//   - smtp.go: SMTP, a minimal SMTP server with hooks for RCPT and DATA
-//     that keeps the commands' order and offers PIPELINING (unless told not to).
+//   - smtp.go: SMTP, a minimal SMTP server with hooks for RCPT and the
+//     message (DATA or BDAT) that keeps the commands' order and offers
+//     PIPELINING and CHUNKING (unless told not to).
 //   - status.go: StatusRecorder, an http.ResponseWriter that keeps the
 //     status a handler answered.
 package fakes
