@@ -43,24 +43,8 @@ func (s *smtpSender) transmitChunked(conn *smtpConn, msg *gomail.Msg) error {
 	if err := t.W.Flush(); err != nil {
 		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err}
 	}
-	var failed *smtpStepError
-	for _, step := range []struct {
-		expect int
-		reason gomail.SendErrReason
-	}{{250, gomail.ErrSMTPMailFrom}, {25, gomail.ErrSMTPRcptTo}, {250, gomail.ErrSMTPDataClose}} {
-		_, _, err := t.ReadResponse(step.expect)
-		switch {
-		case err == nil:
-		case !isReply(err):
-			if failed == nil {
-				return &smtpStepError{reason: step.reason, err: err, broken: true}
-			}
-			failed.broken = true
-			return failed
-		case failed == nil:
-			failed = &smtpStepError{reason: step.reason, err: err}
-		}
-	}
+	failed, _ := readReplies(t, replyStep{250, gomail.ErrSMTPMailFrom}, replyStep{25, gomail.ErrSMTPRcptTo},
+		replyStep{250, gomail.ErrSMTPDataClose})
 	if failed != nil {
 		failed.broken = failed.broken || !abandonTransaction(t, false)
 		return failed

@@ -36,32 +36,10 @@ func (s *smtpSender) transmitPipelined(conn *smtpConn, msg *gomail.Msg) error {
 	if err := t.W.Flush(); err != nil {
 		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err}
 	}
-	// The first refusal is the transaction's result. A failure to read a
-	// reply (not an SMTP reply) leaves nothing more to read: the session
-	// is done, and the result is the refusal before it if there was one
-	// (a 421 to MAIL, then the server hangs up).
-	var failed *smtpStepError
-	inData := false
-	for _, step := range []struct {
-		expect int
-		reason gomail.SendErrReason
-	}{{250, gomail.ErrSMTPMailFrom}, {25, gomail.ErrSMTPRcptTo}, {354, gomail.ErrSMTPData}} {
-		_, _, err := t.ReadResponse(step.expect)
-		switch {
-		case err == nil:
-			inData = step.expect == 354
-		case !isReply(err):
-			if failed == nil {
-				return &smtpStepError{reason: step.reason, err: err}
-			}
-			failed.broken = true
-			return failed
-		case failed == nil:
-			failed = &smtpStepError{reason: step.reason, err: err}
-		}
-	}
+	failed, inData := readReplies(t, replyStep{250, gomail.ErrSMTPMailFrom}, replyStep{25, gomail.ErrSMTPRcptTo},
+		replyStep{354, gomail.ErrSMTPData})
 	if failed != nil {
-		if failed.reason != gomail.ErrSMTPData {
+		if !failed.broken && failed.reason != gomail.ErrSMTPData {
 			failed.broken = !abandonTransaction(t, inData)
 		}
 		return failed
@@ -77,6 +55,40 @@ func (s *smtpSender) transmitPipelined(conn *smtpConn, msg *gomail.Msg) error {
 		return &smtpStepError{reason: gomail.ErrSMTPDataClose, err: err}
 	}
 	return nil
+}
+
+// replyStep is a reply a pipelined group of commands expects and the step
+// of the transaction it answers.
+type replyStep struct {
+	expect int
+	reason gomail.SendErrReason
+}
+
+// readReplies reads the replies to a pipelined group of commands, in
+// order. The first refusal is the group's result. A failure to read a
+// reply (not an SMTP reply) leaves nothing more to read: the session is
+// done (broken), and the result is the refusal before it if there was one
+// (a 421 to MAIL, then the server hangs up). lastOK says the last step's
+// reply was a success (a 354 to DATA).
+func readReplies(t *textproto.Conn, steps ...replyStep) (failed *smtpStepError, lastOK bool) {
+	for _, step := range steps {
+		_, _, err := t.ReadResponse(step.expect)
+		switch {
+		case err == nil:
+			lastOK = true
+			continue
+		case !isReply(err):
+			if failed == nil {
+				failed = &smtpStepError{reason: step.reason, err: err}
+			}
+			failed.broken = true
+			return failed, false
+		case failed == nil:
+			failed = &smtpStepError{reason: step.reason, err: err}
+		}
+		lastOK = false
+	}
+	return failed, lastOK
 }
 
 // envelopeCommands are msg's MAIL and RCPT commands, each line ended, for
