@@ -334,4 +334,13 @@ func TestCopyPublishedAgainAfterTheWindowIsDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, le.Handoffs, 1)
 	require.Equal(t, firstCopy, le.Handoffs[0].Claimed, "the copy delivered first claimed the record")
+
+	// A second copy handed back unbegun at its session's end leaves the
+	// entry as the first copy's delivery left it.
+	before := le.Seq
+	second := &delivery{job: d.job, seq: firstCopy + 100, delivered: 1, copyOf: le.Handoffs[0].MsgID, entry: le}
+	g.r.noteLeftUnsent(second)
+	after, err := g.svc.readLedger(ctx, &d.job)
+	require.NoError(t, err)
+	require.Equal(t, before, after.Seq, "the entry still names the first copy's delivery")
 }
