@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -60,8 +59,8 @@ type scheduler struct {
 	slots int // in-flight cap: at most this many granted, unreleased sends
 
 	mu      sync.Mutex
-	waiting [numLanes][]*ticket // FIFO per lane
-	busy    [numLanes]int       // tickets being handled outside their provider call
+	waiting [numLanes]waitLine // FIFO per lane
+	busy    [numLanes]int      // tickets being handled outside their provider call
 	// backlog marks the high and normal lanes while their consumers have
 	// jobs not yet acknowledged on the server, or while that is not known
 	// (setBacklog): the lanes below wait for them too.
@@ -98,6 +97,8 @@ type ticket struct {
 	held    bool          // holds a slot
 	live    bool          // counted in live: not finished
 	granted bool          // was granted (ready is closed)
+	inLine  bool          // waiting in its lane's line (waitLine)
+	listed  bool          // in its lane's line's slice, in line or not
 	seq     uint64        // the grant's number in the session, from 1
 	ready   chan struct{} // closed on grant
 	// queued, when set, is called each time wait has queued the ticket
@@ -216,7 +217,7 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 		}
 		return true, nil
 	}
-	s.waiting[t.lane] = append(s.waiting[t.lane], t)
+	s.waiting[t.lane].join(t)
 	s.mu.Unlock()
 	if t.queued != nil {
 		t.queued()
@@ -243,9 +244,7 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) 
 	if t.granted {
 		return true, nil // granted at the same moment
 	}
-	if i := slices.Index(s.waiting[t.lane], t); i >= 0 {
-		s.waiting[t.lane] = slices.Delete(s.waiting[t.lane], i, i+1)
-	}
+	s.waiting[t.lane].leave(t)
 	return false, err
 }
 
@@ -265,7 +264,7 @@ var waitTimers = sync.Pool{New: func() any {
 // goroutine switches a job, 4% of the benchmark's CPU. Call with s.mu held.
 func (s *scheduler) grantNow(t *ticket) bool {
 	for up := range t.lane + 1 {
-		if len(s.waiting[up]) > 0 {
+		if s.waiting[up].len() > 0 {
 			return false
 		}
 		if up < t.lane && (s.busy[up] > 0 || s.backlog[up]) {
@@ -303,7 +302,7 @@ func (s *scheduler) lowestWaiting() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for lane := numLanes - 1; lane > 0; lane-- {
-		if len(s.waiting[lane]) > 0 || time.Since(s.wanted[lane]) < 2*backlogPoll {
+		if s.waiting[lane].len() > 0 || time.Since(s.wanted[lane]) < 2*backlogPoll {
 			return lane
 		}
 	}
@@ -330,7 +329,7 @@ func (s *scheduler) setBacklog(lane int, queued bool) {
 func (s *scheduler) laneIdle(lane int) (idle bool, began uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.live[lane] == 0 && len(s.waiting[lane]) == 0, s.began[lane]
+	return s.live[lane] == 0 && s.waiting[lane].len() == 0, s.began[lane]
 }
 
 // handling is how many of lane's jobs are being handled here (begun, not
@@ -372,7 +371,7 @@ func (s *scheduler) setBacklogAsOf(lane int, queued bool, asOf uint64) {
 // held.
 func (s *scheduler) pick() int {
 	for lane := range numLanes {
-		if len(s.waiting[lane]) > 0 {
+		if s.waiting[lane].len() > 0 {
 			for up := range lane {
 				if s.backlog[up] {
 					return -1
@@ -442,8 +441,7 @@ func (s *scheduler) grant() bool {
 	if lane < 0 {
 		return true
 	}
-	t := s.waiting[lane][0]
-	s.waiting[lane] = s.waiting[lane][1:]
+	t := s.waiting[lane].pop()
 	t.held, t.granted = true, true
 	s.grants++
 	t.seq = s.grants

@@ -247,7 +247,7 @@ func TestDispatchSchedulerIgnoresStaleEmpty(t *testing.T) {
 	s.setBacklogAsOf(laneHigh, false, asked)
 	normal := s.begin(laneNormal)
 	s.mu.Lock()
-	s.waiting[laneNormal] = append(s.waiting[laneNormal], normal)
+	s.waiting[laneNormal].join(normal)
 	require.Equal(t, -1, s.pick(), "no lane may be served on a stale empty")
 	require.True(t, s.backlog[laneHigh])
 	s.mu.Unlock()
