@@ -292,6 +292,8 @@
 //   - inflight.go: the replica's in-flight budget (the share of the
 //     accounts over replicas is lease.FairShare).
 //   - sched.go: priority and the in-flight cap.
+//   - waitline.go: a lane's jobs waiting for a turn, first come first
+//     served, a job whose wait timed out keeping its place.
 //   - live.go: the JOBS messages being handled here, so a redelivery
 //     that comes while its earlier delivery is still handled is left to it
 //     (and a job handed back unsent names the last such delivery in the
@@ -338,7 +340,9 @@
 //   - control.go: the tasks' pause and cancel.
 //   - backoff.go: retry delays.
 //   - ledger.go: the ledger, KV broadcast_ledger: attempt errors, sent
-//     records whose event could not be stored, and handed-off copies.
+//     records whose event could not be stored, and handed-off copies;
+//     written by compare-and-set, a write that finds the entry changed by
+//     another message of the job keeping what that one recorded.
 //   - sentindex.go: the task's sent events as the record of successes.
 //   - deadletter.go: giving up (recorded in the ledger first, settleGiveUp
 //     in send.go, so a redelivery after a crash gives up again instead of

@@ -50,6 +50,10 @@ type ledgerEntry struct {
 	// sends. A dead letter re-queued (a new generation) is not held by it.
 	GivenUp    bool `json:"given_up,omitempty"`
 	Generation int  `json:"generation,omitempty"`
+
+	// rev is the revision the entry was read at (0: none was stored), so
+	// writeLedger knows whether another message of the job wrote since.
+	rev uint64
 }
 
 // readLedger returns the job's ledger entry, or an empty one.
@@ -70,8 +74,9 @@ func (s *Service) readLedgerRevision(ctx context.Context, job *contract.Job) (*l
 	}
 	var le ledgerEntry
 	if err := json.Unmarshal(e.Value(), &le); err != nil {
-		return &ledgerEntry{}, e.Revision(), nil
+		return &ledgerEntry{rev: e.Revision()}, e.Revision(), nil
 	}
+	le.rev = e.Revision()
 	return &le, e.Revision(), nil
 }
 
@@ -82,18 +87,92 @@ func (s *Service) updateLedger(ctx context.Context, job *contract.Job, le *ledge
 	if err != nil {
 		return err
 	}
-	_, err = s.ledger.Update(ctx, job.LedgerKey(), data, rev)
+	nrev, err := s.ledger.Update(ctx, job.LedgerKey(), data, rev)
+	if err == nil {
+		le.rev = nrev
+	}
 	return err
 }
 
-// writeLedger stores the entry.
+// writeLedger stores the entry over the one it was read from. When
+// another message of the job wrote the entry since (an original and its
+// copy, or two copies, live at once after a crash), what that write holds
+// against a repeat is kept (keepGuards) and the write is tried again: a
+// plain overwrite could erase a copy's record or its claim, and let the
+// original or a second copy send.
 func (s *Service) writeLedger(ctx context.Context, job *contract.Job, le *ledgerEntry) error {
-	data, err := json.Marshal(le)
-	if err != nil {
-		return err
+	for range maxLedgerWrites {
+		data, err := json.Marshal(le)
+		if err != nil {
+			return err
+		}
+		var rev uint64
+		if le.rev == 0 {
+			rev, err = s.ledger.Create(ctx, job.LedgerKey(), data)
+		} else {
+			rev, err = s.ledger.Update(ctx, job.LedgerKey(), data, le.rev)
+		}
+		if err == nil {
+			le.rev = rev
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err
+		}
+		stored, _, err := s.readLedgerRevision(ctx, job)
+		if err != nil {
+			return err
+		}
+		le.keepGuards(stored)
 	}
-	_, err = s.ledger.Put(ctx, job.LedgerKey(), data)
-	return err
+	return errLedgerContended
+}
+
+// maxLedgerWrites bounds writeLedger's tries: only the few messages of one
+// job ever write its entry.
+const maxLedgerWrites = 8
+
+var errLedgerContended = errors.New("the entry kept changing while it was written")
+
+// keepGuards takes into le, about to be written over stored, what stored
+// holds that stops a repeat: the records of copies and their claims, a
+// give-up, a send whose event was not stored, a failed attempt that may
+// have reached the recipient, a lost answer. le's own outcome (Seq,
+// Delivery) stays: it is the newer.
+func (le *ledgerEntry) keepGuards(stored *ledgerEntry) {
+	le.rev = stored.rev
+	var handoffs []handoff
+	for _, h := range stored.Handoffs {
+		if mine := le.handoffNamed(h.MsgID); mine != nil && mine.Claimed != 0 {
+			h.Claimed = mine.Claimed
+		}
+		handoffs = append(handoffs, h)
+	}
+	for _, h := range le.Handoffs {
+		if stored.handoffNamed(h.MsgID) == nil {
+			handoffs = append(handoffs, h)
+		}
+	}
+	if n := len(handoffs); n > maxHandoffs {
+		handoffs = handoffs[n-maxHandoffs:]
+	}
+	le.Handoffs = handoffs
+	if stored.GivenUp && (!le.GivenUp || stored.Generation > le.Generation) {
+		le.GivenUp, le.Generation = true, stored.Generation
+	}
+	if stored.State == "sent" && le.State != "sent" {
+		le.State, le.Account, le.Attempt, le.ProviderID, le.At = stored.State, stored.Account, stored.Attempt, stored.ProviderID, stored.At
+	}
+	le.MaybeSent = le.MaybeSent || stored.MaybeSent
+	for _, a := range stored.History {
+		if !slices.ContainsFunc(le.History, func(b contract.AttemptError) bool { return b.Attempt == a.Attempt && b.At.Equal(a.At) }) {
+			le.History = append(le.History, a)
+		}
+	}
+	slices.SortStableFunc(le.History, func(a, b contract.AttemptError) int { return a.At.Compare(b.At) })
+	if len(le.History) > maxHistory {
+		le.History = le.History[len(le.History)-maxHistory:]
+	}
 }
 
 // settledLast reports whether the last outcome the entry holds is that of
