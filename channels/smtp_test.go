@@ -3,15 +3,12 @@ package channels
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
 	"mime/quotedprintable"
-	"net"
 	"net/mail"
-	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,276 +19,32 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/fakes"
 )
 
 const smtpPassword = "s3cret-SMTP-pass"
 
-// smtpServer is just enough of an SMTP server for the adapter's tests:
-// EHLO/HELO, AUTH PLAIN, MAIL, RCPT, DATA, RSET, NOOP, QUIT, with chosen
-// replies. Set the fields before start.
-type smtpServer struct {
-	// user enables AUTH PLAIN; the password must be smtpPassword.
-	user string
-	// greeting, mailReply, dataReply replace the normal reply when set;
-	// dataReply "stall" never answers the message.
-	greeting, mailReply, dataReply string
-	// once limits mailReply and dataReply to the server's first
-	// transaction.
-	once bool
-	// rcptReply replaces the reply to RCPT for the given addresses.
-	rcptReply map[string]string
-	// closeAfter closes a connection after that many messages, like a
-	// server's idle timeout would.
-	closeAfter int
-	// refuseAfter answers the MAIL after that many messages of a
-	// connection with 421 and closes it, as a server ending a session
-	// does.
-	refuseAfter int
-	// pipelining offers PIPELINING (RFC 2920); replies then wait until
-	// every command received so far is answered, as Postfix's do.
-	pipelining bool
-	// chunking offers CHUNKING (RFC 3030): BDAT.
-	chunking bool
-	// lenientData answers DATA with 354 even when no recipient was
-	// accepted (the quirk RFC 2920 section 3.1 tells clients to expect),
-	// and refuses the message that follows.
-	lenientData bool
-
-	ln       net.Listener
-	port     int
-	accepted atomic.Int32
-	quits    atomic.Int32
-	// grouped counts MAIL commands that arrived with the next command
-	// already in the same read: pipelined transactions.
-	grouped atomic.Int32
-	resets  atomic.Int32
-	// chunks counts BDAT commands.
-	chunks atomic.Int32
-	// transactions counts MAIL commands.
-	transactions atomic.Int32
-	wg           sync.WaitGroup
-	mu           sync.Mutex
-	conns        []net.Conn
-	mails        []receivedMail
-}
-
-type receivedMail struct {
-	From string
-	To   []string
-	Data []byte
-}
-
-func (s *smtpServer) start(t *testing.T) *smtpServer {
+// startSMTP starts the SMTP fake (internal/fakes) offering mode's
+// extensions, with cfg's answers and quirks.
+func startSMTP(t *testing.T, mode smtpMode, cfg fakes.SMTPConfig) *fakes.SMTP {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	cfg.NoPipelining, cfg.NoChunking = !mode.pipelining, !mode.chunking
+	srv, err := fakes.StartSMTP(cfg)
 	require.NoError(t, err)
-	s.ln, s.port = ln, ln.Addr().(*net.TCPAddr).Port
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.accepted.Add(1)
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				s.serve(c)
-			}()
-		}
-	}()
-	t.Cleanup(s.stop)
-	return s
+	t.Cleanup(srv.Close)
+	return srv
 }
 
-func (s *smtpServer) stop() {
-	_ = s.ln.Close()
-	s.mu.Lock()
-	for _, c := range s.conns {
-		_ = c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
-func (s *smtpServer) received() []receivedMail {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]receivedMail(nil), s.mails...)
-}
-
-func (s *smtpServer) serve(c net.Conn) {
-	tp := textproto.NewConn(c)
-	reply := func(line string) bool {
-		_, _ = tp.W.WriteString(line + "\r\n")
-		if s.pipelining && tp.R.Buffered() > 0 {
-			return true
+// firstOnly answers reply the first time it is asked and nothing (go on)
+// after: a refusal of the server's first transaction only.
+func firstOnly[T any](reply string) func(T) string {
+	var asked atomic.Bool
+	return func(T) string {
+		if reply == "" || asked.Swap(true) {
+			return ""
 		}
-		return tp.W.Flush() == nil
+		return reply
 	}
-	if s.greeting != "" {
-		reply(s.greeting)
-		return
-	}
-	reply("220 test.local ESMTP ready")
-	var from string
-	var to []string
-	inMail := false
-	delivered := 0
-	// messageEnd answers a message's end and reports whether the session
-	// goes on.
-	messageEnd := func(data []byte) bool {
-		if len(to) == 0 {
-			reply("554 5.5.1 Error: no valid recipients")
-			from, inMail = "", false
-			return true
-		}
-		refuse := s.dataReply != "" && (s.transactions.Load() == 1 || !s.once)
-		if refuse && s.dataReply == "stall" {
-			return true // never answer; the next read ends when the client hangs up
-		}
-		if refuse {
-			reply(s.dataReply)
-			from, to, inMail = "", nil, false
-			return true
-		}
-		s.mu.Lock()
-		s.mails = append(s.mails, receivedMail{From: from, To: to, Data: data})
-		n := len(s.mails)
-		s.mu.Unlock()
-		reply("250 2.0.0 Ok: queued as Q" + strconv.Itoa(n))
-		from, to, inMail = "", nil, false
-		delivered++
-		return s.closeAfter == 0 || delivered < s.closeAfter
-	}
-	for {
-		line, err := tp.ReadLine()
-		if err != nil {
-			return
-		}
-		verb, arg, _ := strings.Cut(line, " ")
-		switch strings.ToUpper(verb) {
-		case "EHLO":
-			from, to, inMail = "", nil, false
-			lines := []string{"250-test.local", "250-8BITMIME", "250-ENHANCEDSTATUSCODES"}
-			if s.pipelining {
-				lines = append(lines, "250-PIPELINING")
-			}
-			if s.chunking {
-				lines = append(lines, "250-CHUNKING")
-			}
-			if s.user != "" {
-				lines = append(lines, "250-AUTH PLAIN")
-			}
-			lines = append(lines, "250 SIZE 10240000")
-			reply(strings.Join(lines, "\r\n"))
-		case "HELO":
-			reply("250 test.local")
-		case "AUTH":
-			mech, b64, _ := strings.Cut(arg, " ")
-			raw, _ := base64.StdEncoding.DecodeString(b64)
-			parts := strings.Split(string(raw), "\x00")
-			if strings.ToUpper(mech) == "PLAIN" && len(parts) == 3 && parts[1] == s.user && parts[2] == smtpPassword {
-				reply("235 2.7.0 Authentication successful")
-			} else {
-				reply("535 5.7.8 Authentication credentials invalid")
-			}
-		case "MAIL":
-			if tp.R.Buffered() > 0 {
-				s.grouped.Add(1)
-			}
-			if inMail {
-				reply("503 5.5.1 Error: nested MAIL command")
-				continue
-			}
-			if s.refuseAfter > 0 && delivered >= s.refuseAfter {
-				reply("421 4.4.2 test.local Error: timeout exceeded, closing")
-				_ = tp.W.Flush() // a server says it before it hangs up
-				return
-			}
-			first := s.transactions.Add(1) == 1
-			if s.mailReply != "" && (first || !s.once) {
-				reply(s.mailReply)
-				continue
-			}
-			from, to, inMail = addrArg(arg), nil, true
-			reply("250 2.1.0 Ok")
-		case "RCPT":
-			if !inMail {
-				reply("503 5.5.1 Error: need MAIL command")
-				continue
-			}
-			addr := addrArg(arg)
-			if r := s.rcptReply[addr]; r != "" {
-				reply(r)
-				continue
-			}
-			to = append(to, addr)
-			reply("250 2.1.5 Ok")
-		case "DATA":
-			if len(to) == 0 && !s.lenientData {
-				reply("503 5.5.1 Error: need RCPT command")
-				continue
-			}
-			reply("354 End data with <CR><LF>.<CR><LF>")
-			data, err := tp.ReadDotBytes()
-			if err != nil {
-				return
-			}
-			if !messageEnd(data) {
-				return
-			}
-		case "BDAT":
-			// One chunk, read whatever was refused before it (RFC 3030,
-			// 2); the message as sent, its CRLFs as LFs to compare with
-			// DATA's.
-			size, last, _ := strings.Cut(arg, " ")
-			n, err := strconv.Atoi(size)
-			if !s.chunking || err != nil || n < 0 || last != "LAST" {
-				reply("501 5.5.4 Syntax: BDAT count LAST")
-				return
-			}
-			s.chunks.Add(1)
-			chunk := make([]byte, n)
-			if _, err := io.ReadFull(tp.R, chunk); err != nil {
-				return
-			}
-			if !inMail {
-				reply("503 5.5.1 Error: need MAIL command")
-				continue
-			}
-			if !messageEnd(bytes.ReplaceAll(chunk, []byte("\r\n"), []byte("\n"))) {
-				return
-			}
-		case "RSET":
-			s.resets.Add(1)
-			from, to, inMail = "", nil, false
-			reply("250 2.0.0 Ok")
-		case "NOOP":
-			reply("250 2.0.0 Ok")
-		case "QUIT":
-			s.quits.Add(1)
-			reply("221 2.0.0 Bye")
-			return
-		default:
-			reply("502 5.5.2 Error: command not recognized")
-		}
-	}
-}
-
-// addrArg extracts the address from "FROM:<a@b> BODY=8BITMIME".
-func addrArg(arg string) string {
-	start, end := strings.IndexByte(arg, '<'), strings.IndexByte(arg, '>')
-	if start < 0 || end < start {
-		return ""
-	}
-	return arg[start+1 : end]
 }
 
 // smtpMode is what a test server offers of the extensions that change the
@@ -313,9 +66,9 @@ func eachTransaction(t *testing.T, test func(t *testing.T, mode smtpMode)) {
 	}
 }
 
-func smtpAccount(t *testing.T, srv *smtpServer, extra string) *contract.Account {
+func smtpAccount(t *testing.T, srv *fakes.SMTP, extra string) *contract.Account {
 	js := fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none","from":"Shop <noreply@shop.example>",
-		"subject":"Your order","concurrency":2,"timeout":"5s"%s}`, srv.port, extra)
+		"subject":"Your order","concurrency":2,"timeout":"5s"%s}`, srv.Port(), extra)
 	return testAccount(t, js)
 }
 
@@ -332,7 +85,7 @@ func mailTo(id, to, body string) Message {
 }
 
 // parseMail reads a received message.
-func parseMail(t *testing.T, m receivedMail) *mail.Message {
+func parseMail(t *testing.T, m fakes.Mail) *mail.Message {
 	t.Helper()
 	msg, err := mail.ReadMessage(bytes.NewReader(m.Data))
 	require.NoError(t, err)
@@ -405,14 +158,14 @@ func TestSMTPSendPlain(t *testing.T) {
 }
 
 func testSMTPSendPlain(t *testing.T, mode smtpMode) {
-	srv := (&smtpServer{pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
+	srv := startSMTP(t, mode, fakes.SMTPConfig{})
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	body := "Hello Li,\n你好！Your code is X-1."
 	rs := s.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", body)})
 
 	require.Equal(t, []Result{{Code: "250", ProviderID: "t1.0@shop.example"}}, rs)
-	mails := srv.received()
+	mails := srv.Received()
 	require.Len(t, mails, 1)
 	require.Equal(t, "noreply@shop.example", mails[0].From)
 	require.Equal(t, []string{"li@example.com"}, mails[0].To)
@@ -435,14 +188,14 @@ func testSMTPSendPlain(t *testing.T, mode smtpMode) {
 
 func TestSMTPSendHTML(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{}).start(t)
+	srv := startSMTP(t, smtpMode{}, fakes.SMTPConfig{})
 	s := smtpSenderFor(t, smtpAccount(t, srv, `,"html":true,"subject":""`))
 
 	body := `<html><head><style>h1{color:red}</style></head><body><h1>Hi &amp; welcome</h1><p>Your code is <b>X-1</b>.</p></body></html>`
 	rs := s.Send(context.Background(), []Message{mailTo("t1.7", "li@example.com", body)})
 
 	require.True(t, rs[0].OK(), "%+v", rs[0])
-	msg := parseMail(t, srv.received()[0])
+	msg := parseMail(t, srv.Received()[0])
 	require.Equal(t, SMTPDefaultSubject, msg.Header.Get("Subject"))
 	mt, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
 	require.NoError(t, err)
@@ -469,14 +222,14 @@ func TestSMTPSendHTML(t *testing.T) {
 
 func TestSMTPAuth(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{user: "shop"}).start(t)
+	srv := startSMTP(t, smtpMode{}, fakes.SMTPConfig{User: "shop", Password: smtpPassword})
 	ok := smtpSenderFor(t, smtpAccount(t, srv, `,"username":"shop","secret_env":"BROADCAST_SECRET_SMTP"`))
 	rs := ok.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi")})
 	require.True(t, rs[0].OK(), "%+v", rs[0])
 
 	bad, err := SMTP{}.NewSender(smtpAccount(t, srv, `,"username":"shop","secret_env":"BROADCAST_SECRET_SMTP"`), envWith("BROADCAST_SECRET_SMTP", "wrong-"+smtpPassword))
 	require.NoError(t, err)
-	before := srv.accepted.Load()
+	before := srv.Connections()
 	rs = bad.Send(context.Background(), []Message{mailTo("t1.1", "a@example.com", "hi"), mailTo("t1.2", "b@example.com", "hi")})
 	require.Len(t, rs, 2)
 	for _, r := range rs {
@@ -485,8 +238,8 @@ func TestSMTPAuth(t *testing.T) {
 		require.Contains(t, r.Err, "Authentication credentials invalid")
 	}
 	requireNoSecret(t, rs, smtpPassword)
-	require.Equal(t, before+1, srv.accepted.Load(), "a rejected login is not retried within the batch")
-	require.Len(t, srv.received(), 1)
+	require.Equal(t, before+1, srv.Connections(), "a rejected login is not retried within the batch")
+	require.Len(t, srv.Received(), 1)
 }
 
 func TestSMTPConnectionReuse(t *testing.T) {
@@ -495,7 +248,7 @@ func TestSMTPConnectionReuse(t *testing.T) {
 }
 
 func testSMTPConnectionReuse(t *testing.T, mode smtpMode) {
-	srv := (&smtpServer{pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
+	srv := startSMTP(t, mode, fakes.SMTPConfig{})
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	for i := range 5 {
@@ -505,23 +258,23 @@ func testSMTPConnectionReuse(t *testing.T, mode smtpMode) {
 	rs := s.Send(context.Background(), []Message{mailTo("t1.5", "a@example.com", "hi"), mailTo("t1.6", "b@example.com", "hi")})
 	require.True(t, rs[0].OK() && rs[1].OK(), "%+v", rs)
 
-	require.Len(t, srv.received(), 7)
-	require.EqualValues(t, 1, srv.accepted.Load(), "every Send reuses the one connection")
+	require.Len(t, srv.Received(), 7)
+	require.EqualValues(t, 1, srv.Connections(), "every Send reuses the one connection")
 	if mode.pipelining {
-		require.EqualValues(t, 7, srv.grouped.Load(), "MAIL, RCPT and DATA (or BDAT) of each message arrive together")
-		require.EqualValues(t, map[bool]int{true: 7}[mode.chunking], srv.chunks.Load(), "BDAT when the server offers CHUNKING")
+		require.EqualValues(t, 7, srv.Counts().Pipelined, "MAIL, RCPT and DATA (or BDAT) of each message arrive together")
+		require.EqualValues(t, map[bool]int{true: 7}[mode.chunking], srv.Counts().Chunks, "BDAT when the server offers CHUNKING")
 	} else {
-		require.Zero(t, srv.grouped.Load(), "one command at a time")
+		require.Zero(t, srv.Counts().Pipelined, "one command at a time")
 	}
-	require.Zero(t, srv.resets.Load(), "a finished transaction needs no RSET")
+	require.Zero(t, srv.Counts().Resets, "a finished transaction needs no RSET")
 
 	require.NoError(t, s.(io.Closer).Close())
-	require.Eventually(t, func() bool { return srv.quits.Load() == 1 }, 5*time.Second, 10*time.Millisecond, "Close says QUIT")
+	require.Eventually(t, func() bool { return srv.Counts().Quits == 1 }, 5*time.Second, 10*time.Millisecond, "Close says QUIT")
 }
 
 func TestSMTPPoolBoundedByConcurrency(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{}).start(t)
+	srv := startSMTP(t, smtpMode{}, fakes.SMTPConfig{})
 	s := smtpSenderFor(t, smtpAccount(t, srv, "")) // concurrency 2
 
 	var wg sync.WaitGroup
@@ -539,8 +292,8 @@ func TestSMTPPoolBoundedByConcurrency(t *testing.T) {
 	wg.Wait()
 
 	require.Zero(t, failed.Load())
-	require.Len(t, srv.received(), 24)
-	require.LessOrEqual(t, srv.accepted.Load(), int32(2), "no more connections than the account's concurrency")
+	require.Len(t, srv.Received(), 24)
+	require.LessOrEqual(t, srv.Connections(), 2, "no more connections than the account's concurrency")
 }
 
 func TestSMTPRedialsAfterServerClosed(t *testing.T) {
@@ -549,15 +302,15 @@ func TestSMTPRedialsAfterServerClosed(t *testing.T) {
 }
 
 func testSMTPRedialsAfterServerClosed(t *testing.T, mode smtpMode) {
-	srv := (&smtpServer{closeAfter: 1, pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
+	srv := startSMTP(t, mode, fakes.SMTPConfig{CloseAfter: 1})
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	for i := range 3 {
 		rs := s.Send(context.Background(), []Message{mailTo("t1."+strconv.Itoa(i), "li@example.com", "hi")})
 		require.True(t, rs[0].OK(), "send %d: %+v", i, rs[0])
 	}
-	require.Len(t, srv.received(), 3, "each message delivered exactly once")
-	require.EqualValues(t, 3, srv.accepted.Load())
+	require.Len(t, srv.Received(), 3, "each message delivered exactly once")
+	require.EqualValues(t, 3, srv.Connections())
 }
 
 // TestSMTPRedialsAfter421: a server that ends a pooled session with 421
@@ -566,14 +319,14 @@ func testSMTPRedialsAfterServerClosed(t *testing.T, mode smtpMode) {
 func TestSMTPRedialsAfter421(t *testing.T) {
 	t.Parallel()
 	eachTransaction(t, func(t *testing.T, mode smtpMode) {
-		srv := (&smtpServer{refuseAfter: 2, pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
+		srv := startSMTP(t, mode, fakes.SMTPConfig{RefuseAfter: 2})
 		s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 		for i := range 5 {
 			rs := s.Send(context.Background(), []Message{mailTo("t1."+strconv.Itoa(i), "li@example.com", "hi")})
 			require.True(t, rs[0].OK(), "send %d: %+v", i, rs[0])
 		}
-		require.Len(t, srv.received(), 5, "each message delivered exactly once")
-		require.EqualValues(t, 3, srv.accepted.Load(), "a connection per two messages")
+		require.Len(t, srv.Received(), 5, "each message delivered exactly once")
+		require.EqualValues(t, 3, srv.Connections(), "a connection per two messages")
 	})
 }
 
@@ -584,20 +337,21 @@ func TestSMTPReplyClasses(t *testing.T) {
 	// gets an empty message's end and a RSET, and keeps the connection.
 	t.Run("pipelined/lenient data", func(t *testing.T) {
 		t.Parallel()
-		testSMTPReplyClasses(t, smtpMode{pipelining: true}, func(s *smtpServer) { s.lenientData = true })
+		testSMTPReplyClasses(t, smtpMode{pipelining: true}, func(c *fakes.SMTPConfig) { c.LenientData = true })
 	})
 }
 
-func testSMTPReplyClasses(t *testing.T, mode smtpMode, quirks ...func(*smtpServer)) {
-	srv := &smtpServer{pipelining: mode.pipelining, chunking: mode.chunking, rcptReply: map[string]string{
+func testSMTPReplyClasses(t *testing.T, mode smtpMode, quirks ...func(*fakes.SMTPConfig)) {
+	replies := map[string]string{
 		"busy@example.com":   "450 4.2.1 Mailbox busy, try again later",
 		"nouser@example.com": "550 5.1.1 No such user",
 		"full@example.com":   "452 4.2.2 Mailbox full",
-	}}
-	for _, q := range quirks {
-		q(srv)
 	}
-	srv.start(t)
+	cfg := fakes.SMTPConfig{Rcpt: func(addr string) string { return replies[addr] }}
+	for _, q := range quirks {
+		q(&cfg)
+	}
+	srv := startSMTP(t, mode, cfg)
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 
 	rs := s.Send(context.Background(), []Message{
@@ -615,48 +369,49 @@ func testSMTPReplyClasses(t *testing.T, mode smtpMode, quirks ...func(*smtpServe
 	require.Equal(t, Result{Code: "250", ProviderID: "t1.2@shop.example"}, rs[2])
 	require.Equal(t, contract.ClassRetryable, rs[3].Class)
 	require.Equal(t, "452", rs[3].Code)
-	require.Len(t, srv.received(), 1)
-	require.EqualValues(t, 1, srv.accepted.Load(), "rejected recipients do not cost the connection")
-	require.EqualValues(t, 3, srv.resets.Load(), "each refused transaction is reset")
+	require.Len(t, srv.Received(), 1)
+	require.EqualValues(t, 1, srv.Connections(), "rejected recipients do not cost the connection")
+	require.EqualValues(t, 3, srv.Counts().Resets, "each refused transaction is reset")
 }
 
 func TestSMTPTransactionFailures(t *testing.T) {
 	t.Parallel()
+	// Each refuses the server's first transaction (or every connection,
+	// with a greeting).
 	tests := []struct {
-		name  string
-		srv   *smtpServer
-		class contract.ErrorClass
-		code  string
+		name                           string
+		greeting, mailReply, dataReply string
+		class                          contract.ErrorClass
+		code                           string
 	}{
-		{"data 554 rejected", &smtpServer{dataReply: "554 5.7.1 Message rejected as spam"}, contract.ClassPermanent, "554"},
-		{"data 451 later", &smtpServer{dataReply: "451 4.3.0 Temporary failure, try later"}, contract.ClassRetryable, "451"},
-		{"mail 553 sender refused", &smtpServer{mailReply: "553 5.7.1 Sender address rejected: not owned by user"}, contract.ClassAccountFatal, "553"},
-		{"mail 451 later", &smtpServer{mailReply: "451 4.3.2 System not accepting messages"}, contract.ClassRetryable, "451"},
-		{"mail 530 auth required", &smtpServer{mailReply: "530 5.7.0 Authentication required"}, contract.ClassAccountFatal, "530"},
-		{"greeting 421 busy", &smtpServer{greeting: "421 4.3.2 Too many connections"}, contract.ClassRetryable, "421"},
-		{"greeting 554 refused", &smtpServer{greeting: "554 5.7.1 Access denied"}, contract.ClassAccountFatal, "554"},
+		{"data 554 rejected", "", "", "554 5.7.1 Message rejected as spam", contract.ClassPermanent, "554"},
+		{"data 451 later", "", "", "451 4.3.0 Temporary failure, try later", contract.ClassRetryable, "451"},
+		{"mail 553 sender refused", "", "553 5.7.1 Sender address rejected: not owned by user", "", contract.ClassAccountFatal, "553"},
+		{"mail 451 later", "", "451 4.3.2 System not accepting messages", "", contract.ClassRetryable, "451"},
+		{"mail 530 auth required", "", "530 5.7.0 Authentication required", "", contract.ClassAccountFatal, "530"},
+		{"greeting 421 busy", "421 4.3.2 Too many connections", "", "", contract.ClassRetryable, "421"},
+		{"greeting 554 refused", "554 5.7.1 Access denied", "", "", contract.ClassAccountFatal, "554"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			eachTransaction(t, func(t *testing.T, mode smtpMode) {
-				srv := &smtpServer{greeting: tt.srv.greeting, mailReply: tt.srv.mailReply, dataReply: tt.srv.dataReply,
-					pipelining: mode.pipelining, chunking: mode.chunking, once: true}
-				srv.start(t)
+				srv := startSMTP(t, mode, fakes.SMTPConfig{Greeting: tt.greeting,
+					MailFrom: firstOnly[string](tt.mailReply), Data: firstOnly[fakes.Mail](tt.dataReply)})
 				s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 				rs := s.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi")})
 				require.Equal(t, tt.class, rs[0].Class, "%+v", rs[0])
 				require.Equal(t, tt.code, rs[0].Code)
 				require.NotEmpty(t, rs[0].Err)
 				require.Empty(t, rs[0].ProviderID)
-				require.Empty(t, srv.received())
-				if tt.class == contract.ClassAccountFatal || tt.srv.greeting != "" {
+				require.Empty(t, srv.Received())
+				if tt.class == contract.ClassAccountFatal || tt.greeting != "" {
 					return
 				}
 				// A refused transaction leaves the connection fit for the next.
 				rs = s.Send(context.Background(), []Message{mailTo("t1.1", "li@example.com", "hi")})
 				require.True(t, rs[0].OK(), "%+v", rs[0])
-				require.Len(t, srv.received(), 1)
+				require.Len(t, srv.Received(), 1)
 			})
 		})
 	}
@@ -664,8 +419,8 @@ func TestSMTPTransactionFailures(t *testing.T) {
 
 func TestSMTPConnectionRefused(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{}).start(t)
-	srv.stop()
+	srv := startSMTP(t, smtpMode{}, fakes.SMTPConfig{})
+	srv.Close()
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 	rs := s.Send(context.Background(), []Message{mailTo("t1.0", "li@example.com", "hi"), mailTo("t1.1", "wang@example.com", "hi")})
 	for _, r := range rs {
@@ -676,13 +431,13 @@ func TestSMTPConnectionRefused(t *testing.T) {
 
 func TestSMTPCancelledContext(t *testing.T) {
 	t.Parallel()
-	srv := (&smtpServer{}).start(t)
+	srv := startSMTP(t, smtpMode{}, fakes.SMTPConfig{})
 	s := smtpSenderFor(t, smtpAccount(t, srv, ""))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	rs := s.Send(ctx, []Message{mailTo("t1.0", "li@example.com", "hi")})
 	require.Equal(t, contract.ClassRetryable, rs[0].Class)
-	require.Empty(t, srv.received())
+	require.Empty(t, srv.Received())
 }
 
 func TestSMTPContextEndsStalledSend(t *testing.T) {
@@ -691,7 +446,7 @@ func TestSMTPContextEndsStalledSend(t *testing.T) {
 }
 
 func testSMTPContextEndsStalledSend(t *testing.T, mode smtpMode) {
-	srv := (&smtpServer{dataReply: "stall", pipelining: mode.pipelining, chunking: mode.chunking}).start(t)
+	srv := startSMTP(t, mode, fakes.SMTPConfig{Data: func(fakes.Mail) string { return fakes.SMTPStall }})
 	s := smtpSenderFor(t, smtpAccount(t, srv, "")) // timeout 5s
 
 	for i := range 2 {
@@ -703,7 +458,7 @@ func testSMTPContextEndsStalledSend(t *testing.T, mode smtpMode) {
 		require.Equal(t, contract.ClassRetryable, rs[0].Class)
 		require.Equal(t, "timeout", rs[0].Code)
 	}
-	require.EqualValues(t, 2, srv.accepted.Load(), "a connection cut by the context is not reused")
+	require.EqualValues(t, 2, srv.Connections(), "a connection cut by the context is not reused")
 }
 
 func TestHTMLToText(t *testing.T) {

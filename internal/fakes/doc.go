@@ -5,9 +5,15 @@
 // accepted.
 //
 // Files:
-//   - smtp.go: SMTP, a minimal SMTP server with hooks for RCPT and the
-//     message (DATA or BDAT) that keeps the commands' order and offers
-//     PIPELINING and CHUNKING (unless told not to).
+//   - smtp.go: SMTP, a minimal SMTP server in Postfix's words, with
+//     hooks for MAIL, RCPT and the message (DATA or BDAT), AUTH PLAIN,
+//     and the quirks a sender must survive (a refusing greeting, hang-ups
+//     after some messages, a 421 ending a session, a message never
+//     answered, DATA accepted with no recipient); it keeps the commands'
+//     order, offers PIPELINING and CHUNKING (unless told not to) and
+//     counts connections, transactions, pipelined groups, BDATs, RSETs
+//     and QUITs. The channels package's tests and the benchmark sink use
+//     it too.
 //   - status.go: StatusRecorder, an http.ResponseWriter that keeps the
 //     status a handler answered.
 package fakes

@@ -2,6 +2,7 @@ package fakes
 
 import (
 	"bytes"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/textproto"
@@ -32,23 +33,63 @@ type SMTPConfig struct {
 	// by default it is offered, as Postfix (since 3.0) and Exim (since
 	// 4.88) do by default.
 	NoChunking bool
+	// User, when set, offers AUTH PLAIN and takes User with Password;
+	// other credentials get 535.
+	User, Password string
+	// Greeting, when set, is all the server says to a connection before
+	// it hangs up: a 421 or 554 refusing service.
+	Greeting string
+	// MailFrom, when set, answers MAIL FROM for addr: a reply line
+	// refuses the transaction, "" lets it go on.
+	MailFrom func(addr string) string
+	// CloseAfter hangs up after a connection's CloseAfter-th accepted
+	// message, as a server's idle timeout would, without a word.
+	CloseAfter int
+	// RefuseAfter answers the MAIL after a connection's RefuseAfter
+	// messages with 421 and hangs up, as a server ending a session does.
+	RefuseAfter int
+	// LenientData answers DATA with 354 when no recipient was accepted
+	// (the quirk RFC 2920 section 3.1 tells clients to expect) and refuses
+	// the message that follows.
+	LenientData bool
+}
+
+// SMTPStall, answered by SMTPConfig.Data, leaves the message without a
+// reply: the connection stays open until the client hangs up.
+const SMTPStall = "stall"
+
+// SMTPCounts counts what an SMTP fake saw, over all its connections.
+type SMTPCounts struct {
+	// Connections accepted.
+	Connections int
+	// Transactions are MAIL commands.
+	Transactions int
+	// Pipelined are MAIL commands that arrived with the next command
+	// already in the same read.
+	Pipelined int
+	// Chunks are BDAT commands.
+	Chunks int
+	Resets int
+	Quits  int
 }
 
 // Mail is one message an SMTP fake received.
 type Mail struct {
 	// At is when the transaction's MAIL command arrived.
-	At time.Time
+	At   time.Time
+	From string
 	// To are the recipients RCPT accepted.
 	To   []string
 	Data []byte
 }
 
 // SMTP is just enough of an SMTP server for a sender under test: EHLO,
-// HELO, MAIL, RCPT, DATA, BDAT, RSET, NOOP and QUIT on a loopback port,
-// without TLS or AUTH. Like a real server it keeps the commands' order (RCPT
-// needs MAIL, DATA an accepted recipient) and, with pipelining, holds its
-// replies until it has answered every command already received, so a
-// pipelined group's replies leave in one write.
+// HELO, AUTH PLAIN, MAIL, RCPT, DATA, BDAT, RSET, NOOP and QUIT on a
+// loopback port, without TLS. Like a real server it keeps the commands'
+// order (RCPT needs MAIL, DATA an accepted recipient), answers in
+// Postfix's words, and holds its replies until it has answered every
+// command already received, so a pipelined group's replies leave in one
+// write.
 type SMTP struct {
 	cfg SMTPConfig
 	ln  net.Listener
@@ -56,7 +97,7 @@ type SMTP struct {
 
 	mu       sync.Mutex
 	conns    map[net.Conn]bool
-	count    int
+	counts   SMTPCounts
 	accepted int
 	mails    []Mail
 }
@@ -76,7 +117,7 @@ func StartSMTP(cfg SMTPConfig) (*SMTP, error) {
 			}
 			s.mu.Lock()
 			s.conns[c] = true
-			s.count++
+			s.counts.Connections++
 			s.mu.Unlock()
 			s.wg.Go(func() { s.serve(c) })
 		}
@@ -105,10 +146,20 @@ func (s *SMTP) Accepted() int {
 }
 
 // Connections counts the connections accepted so far.
-func (s *SMTP) Connections() int {
+func (s *SMTP) Connections() int { return s.Counts().Connections }
+
+// Counts returns what the server saw so far.
+func (s *SMTP) Counts() SMTPCounts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.count
+	return s.counts
+}
+
+// count adds one to the count c picks.
+func (s *SMTP) count(c func(*SMTPCounts) *int) {
+	s.mu.Lock()
+	*c(&s.counts)++
+	s.mu.Unlock()
 }
 
 // Close stops listening, closes every connection and waits for them.
@@ -126,21 +177,56 @@ func (s *SMTP) Close() {
 // limit would (Postfix's message_size_limit defaults to 10,240,000).
 const maxChunk = 10240000
 
-// messageEnd answers a message's end: the Data hook's refusal, or it is
-// accepted and kept.
-func (s *SMTP) messageEnd(m Mail) string {
+// messageEnd answers a message's end: the Data hook's refusal (or
+// SMTPStall), or it is accepted and kept, and reports whether it was.
+func (s *SMTP) messageEnd(m Mail) (string, bool) {
 	if s.cfg.Data != nil {
 		if answer := s.cfg.Data(m); answer != "" {
-			return answer
+			return answer, false
 		}
 	}
 	s.mu.Lock()
 	s.accepted++
+	n := s.accepted
 	if !s.cfg.Discard {
 		s.mails = append(s.mails, m)
 	}
 	s.mu.Unlock()
-	return "250 queued"
+	return "250 2.0.0 Ok: queued as Q" + strconv.Itoa(n), true
+}
+
+// ehlo is the server's EHLO reply.
+func (s *SMTP) ehlo() string {
+	lines := []string{"250-fake", "250-8BITMIME", "250-ENHANCEDSTATUSCODES"}
+	if !s.cfg.NoPipelining {
+		lines = append(lines, "250-PIPELINING")
+	}
+	if !s.cfg.NoChunking {
+		lines = append(lines, "250-CHUNKING")
+	}
+	if s.cfg.User != "" {
+		lines = append(lines, "250-AUTH PLAIN")
+	}
+	return strings.Join(append(lines, "250 SIZE 10240000"), "\r\n")
+}
+
+// authPlain reports whether an AUTH argument is PLAIN with the
+// configured credentials.
+func (s *SMTP) authPlain(arg string) bool {
+	mech, b64, _ := strings.Cut(arg, " ")
+	raw, _ := base64.StdEncoding.DecodeString(b64)
+	parts := strings.Split(string(raw), "\x00")
+	return s.cfg.User != "" && strings.EqualFold(mech, "PLAIN") && len(parts) == 3 &&
+		parts[1] == s.cfg.User && parts[2] == s.cfg.Password
+}
+
+// addrArg is the address of "FROM:<a@b> BODY=8BITMIME".
+func addrArg(arg string) string {
+	start, end := strings.IndexByte(arg, '<'), strings.IndexByte(arg, '>')
+	if start < 0 || end < start {
+		return ""
+	}
+	return arg[start+1 : end]
 }
 
 func (s *SMTP) serve(c net.Conn) {
@@ -160,17 +246,27 @@ func (s *SMTP) serve(c net.Conn) {
 			_ = tp.W.Flush()
 		}
 	}
-	ehlo := "250-fake\r\n"
-	if !s.cfg.NoPipelining {
-		ehlo += "250-PIPELINING\r\n"
+	if s.cfg.Greeting != "" {
+		reply(s.cfg.Greeting)
+		return
 	}
-	if !s.cfg.NoChunking {
-		ehlo += "250-CHUNKING\r\n"
-	}
-	ehlo += "250 8BITMIME"
 	reply("220 fake ESMTP")
 	var m Mail
-	inMail := false
+	inMail, rcptSeen := false, false
+	delivered := 0
+	// end answers a message's end and reports whether the session goes on.
+	end := func() bool {
+		answer, ok := s.messageEnd(m)
+		m, inMail = Mail{}, false
+		if answer == SMTPStall {
+			return true // the next read ends when the client hangs up
+		}
+		reply(answer)
+		if ok {
+			delivered++
+		}
+		return s.cfg.CloseAfter == 0 || delivered < s.cfg.CloseAfter
+	}
 	for {
 		line, err := tp.ReadLine()
 		if err != nil {
@@ -178,27 +274,54 @@ func (s *SMTP) serve(c net.Conn) {
 		}
 		verb, arg, _ := strings.Cut(line, " ")
 		switch strings.ToUpper(verb) {
-		case "EHLO", "HELO":
+		case "EHLO":
 			m, inMail = Mail{}, false
-			reply(ehlo)
+			reply(s.ehlo())
+		case "HELO":
+			m, inMail = Mail{}, false
+			reply("250 fake")
+		case "AUTH":
+			if s.authPlain(arg) {
+				reply("235 2.7.0 Authentication successful")
+			} else {
+				reply("535 5.7.8 Authentication credentials invalid")
+			}
 		case "MAIL":
+			if tp.R.Buffered() > 0 {
+				s.count(func(c *SMTPCounts) *int { return &c.Pipelined })
+			}
 			if inMail {
 				reply("503 5.5.1 Error: nested MAIL command")
 				continue
 			}
-			m, inMail = Mail{At: time.Now()}, true
-			reply("250 Ok")
+			if s.cfg.RefuseAfter > 0 && delivered >= s.cfg.RefuseAfter {
+				reply("421 4.4.2 fake Error: timeout exceeded, closing")
+				_ = tp.W.Flush() // said before hanging up
+				return
+			}
+			s.count(func(c *SMTPCounts) *int { return &c.Transactions })
+			from := addrArg(arg)
+			if s.cfg.MailFrom != nil {
+				if r := s.cfg.MailFrom(from); r != "" {
+					reply(r)
+					continue
+				}
+			}
+			m, inMail, rcptSeen = Mail{At: time.Now(), From: from}, true, false
+			reply("250 2.1.0 Ok")
 		case "RSET":
+			s.count(func(c *SMTPCounts) *int { return &c.Resets })
 			m, inMail = Mail{}, false
-			reply("250 Ok")
+			reply("250 2.0.0 Ok")
 		case "NOOP":
-			reply("250 Ok")
+			reply("250 2.0.0 Ok")
 		case "RCPT":
 			if !inMail {
 				reply("503 5.5.1 Error: need MAIL command")
 				continue
 			}
-			addr := strings.Trim(strings.TrimPrefix(arg, "TO:"), "<> ")
+			rcptSeen = true
+			addr := addrArg(arg)
 			if s.cfg.Rcpt != nil {
 				if r := s.cfg.Rcpt(addr); r != "" {
 					reply(r)
@@ -206,22 +329,29 @@ func (s *SMTP) serve(c net.Conn) {
 				}
 			}
 			m.To = append(m.To, addr)
-			reply("250 Ok")
+			reply("250 2.1.5 Ok")
 		case "DATA":
-			if !inMail {
+			// Postfix's answers: no RCPT at all, or none accepted.
+			if !inMail || !rcptSeen {
 				reply("503 5.5.1 Error: need RCPT command")
 				continue
 			}
-			if len(m.To) == 0 {
+			if len(m.To) == 0 && !s.cfg.LenientData {
 				reply("554 5.5.1 Error: no valid recipients")
 				continue
 			}
-			reply("354 go ahead")
+			reply("354 End data with <CR><LF>.<CR><LF>")
 			if m.Data, err = tp.ReadDotBytes(); err != nil {
 				return
 			}
-			reply(s.messageEnd(m))
-			m, inMail = Mail{}, false
+			if len(m.To) == 0 {
+				reply("554 5.5.1 Error: no valid recipients")
+				m, inMail = Mail{}, false
+				continue
+			}
+			if !end() {
+				return
+			}
 		case "BDAT":
 			// One chunk marked LAST, read even after a refusal (RFC 3030,
 			// 2); kept with LF line ends, as DATA's are.
@@ -231,6 +361,7 @@ func (s *SMTP) serve(c net.Conn) {
 				reply("501 5.5.4 Syntax: BDAT count LAST")
 				return
 			}
+			s.count(func(c *SMTPCounts) *int { return &c.Chunks })
 			chunk := make([]byte, n)
 			if _, err := io.ReadFull(tp.R, chunk); err != nil {
 				return
@@ -240,16 +371,19 @@ func (s *SMTP) serve(c net.Conn) {
 				reply("503 5.5.1 Error: need MAIL command")
 			case len(m.To) == 0:
 				reply("554 5.5.1 Error: no valid recipients")
+				m, inMail = Mail{}, false
 			default:
 				m.Data = bytes.ReplaceAll(chunk, []byte("\r\n"), []byte("\n"))
-				reply(s.messageEnd(m))
+				if !end() {
+					return
+				}
 			}
-			m, inMail = Mail{}, false
 		case "QUIT":
-			reply("221 bye")
+			s.count(func(c *SMTPCounts) *int { return &c.Quits })
+			reply("221 2.0.0 Bye")
 			return
 		default:
-			reply("502 unknown")
+			reply("502 5.5.2 Error: command not recognized")
 		}
 	}
 }
