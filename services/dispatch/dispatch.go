@@ -31,7 +31,10 @@ type Service struct {
 	// live is the JOBS messages being handled here, so a redelivery that
 	// comes while its earlier delivery is still handled is left to it
 	// (live.go).
-	live     *liveJobs
+	live *liveJobs
+	// holds is the jobs whose checked deliveries are handled here, so
+	// another message of the job waits for them (jobhold.go).
+	holds    *jobHolds
 	healthKV jetstream.KeyValue
 	sends    jetstream.KeyValue
 	tasks    jetstream.KeyValue // task records, read by the parked-job sweeper and poolOf
@@ -95,7 +98,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	cfg.withDefaults()
 	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "dispatch"), sent: newSentIndex(js),
-		live: newLiveJobs(), runners: map[string]*accountRunner{}, deletedAccounts: map[string]bool{}, ready: make(chan struct{}),
+		live: newLiveJobs(), holds: newJobHolds(), runners: map[string]*accountRunner{}, deletedAccounts: map[string]bool{}, ready: make(chan struct{}),
 		portfolioCaps: map[string]*capTracker{},
 		wakeSignal:    make(chan struct{}, 1), wakeChannels: map[string]bool{}}, nil
 }

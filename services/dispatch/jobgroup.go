@@ -169,7 +169,7 @@ func (r *accountRunner) leaveUnbegun(msg jetstream.Msg, meta *jetstream.MsgMetad
 	if err != nil {
 		return out // its redelivery gives it up
 	}
-	if d.redelivered || d.recheck || d.job.Attempts > 0 || d.job.Recheck {
+	if d.checked() {
 		// Handled before, maybe: the entry holds what that left.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
 		le, err := r.svc.readLedger(ctx, &d.job)

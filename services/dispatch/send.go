@@ -73,6 +73,15 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 		return err
 	}
 	d.noteQueue(sched, lane, meta)
+	if d.checked() {
+		// Another message of the job handled here goes first (jobhold.go);
+		// meanwhile this one is not on its way to the batcher.
+		release, waited := r.svc.holds.hold(ctx, d.job.ID, holdWait)
+		if waited {
+			d.log.Debug("waited for another message of the job handled here")
+		}
+		defer func() { out = shared.Then(out, func(error) { release() }) }()
+	}
 	if d.batch != nil {
 		// Until this job reaches the batcher or leaves, partial groups
 		// wait for it.
@@ -272,6 +281,12 @@ func (d *delivery) noteQueue(sched *scheduler, lane int, meta *jetstream.MsgMeta
 	d.lane, d.queued = lane, int(meta.NumPending)+sched.handling(lane)
 }
 
+// checked reports whether the job may have been handled before, by this
+// message or another: it is checked before sending (sentBefore).
+func (d *delivery) checked() bool {
+	return d.redelivered || d.recheck || d.job.Attempts > 0 || d.job.Recheck
+}
+
 // sentBefore checks a job that may have been handled before (redelivered,
 // re-published, or from a resumed expansion) for an earlier send: one whose
 // send was accepted before a crash or a lost ack is acknowledged without
@@ -279,7 +294,7 @@ func (d *delivery) noteQueue(sched *scheduler, lane int, meta *jetstream.MsgMeta
 // been sent, and skips the lookups (see sentIndex). done reports that the
 // job was handled here, with err for the consume loop.
 func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool, err error) {
-	if !d.redelivered && !d.recheck && d.job.Attempts == 0 && !d.job.Recheck {
+	if !d.checked() {
 		return false, nil
 	}
 	s := r.svc
