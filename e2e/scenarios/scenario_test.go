@@ -86,8 +86,12 @@ func TestMain(m *testing.M) {
 // seed 172036530 (with one mapping of recipients to accounts) an account
 // over a provider capacity that also refuses at random, without
 // Retry-After, ratcheted down to 4/s: each random refusal at the held rate
-// read as a capacity (adapt.go; TestDispatchPacerSimCapacityWithNoise).
-var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 593585011, 841142931, 257236735, 257254433, 475226773, 181224913, 27832683, 172036530}
+// read as a capacity (adapt.go; TestDispatchPacerSimCapacityWithNoise),
+// seed 456405114 (its "repeat" action) SMTP recipients accepted twice:
+// jobs published again after the duplicate window, both messages
+// delivered together and checked side by side (dispatch's jobhold.go
+// now has the second wait for the first).
+var fixedSeeds = []uint64{1, 2, 3, 4, 5, 7, 8, 10, 12, 13, 14, 15, 20, 29, 593585011, 841142931, 257236735, 257254433, 475226773, 181224913, 27832683, 172036530, 456405114}
 
 // groupedSeeds are fixed seeds that run with render's job groups of the
 // size given, whatever they draw. Seed 229971700 with groups of 16 found

@@ -1,7 +1,8 @@
 // Package scenario is the randomized scenario tester of issue 12: it draws
 // a scenario from a seed (accounts of every channel with a fake, tasks,
 // provider faults, operator actions, process kills, the recipient policy,
-// status's partitions), runs it against a
+// status's partitions, queued jobs published again as a resumed expansion
+// does once the duplicate window forgot them), runs it against a
 // whole Broadcast and checks, from the fakes' own ledgers and from KV, the
 // promises of the contract:
 //
@@ -49,8 +50,8 @@
 //     nats-server restart); procstack_unix.go / procstack_other.go: process
 //     groups where the OS has them.
 //   - run.go: Run, the runner: fakes, accounts, the policy and the
-//     suppression entries, tasks, the timeline of actions and kills,
-//     collecting the observation.
+//     suppression entries, tasks, the timeline of actions (repeatJobs
+//     publishes queued jobs again) and kills, collecting the observation.
 //   - check.go: Check and the known causes; policy, frequencySkip and
 //     frequency judge the recipient policy.
 //   - shrink.go: Shrink, smaller failing variants.

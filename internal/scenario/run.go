@@ -657,7 +657,55 @@ func (r *runner) act(ctx context.Context, a Action) {
 	case ActRemove:
 		err := r.deleteAccount(ctx, a.Account)
 		r.note("remove %s: %v", a.Account, errText(err))
+	case ActRepeat:
+		n, err := r.repeatJobs(ctx, a.Task)
+		r.note("repeat %s: %d jobs published again, %v", a.Task, n, errText(err))
 	}
+}
+
+// maxRepeats bounds the jobs an ActRepeat publishes again.
+const maxRepeats = 40
+
+// repeatJobs publishes again, alone, checked (Job.Recheck) and without a
+// Nats-Msg-Id, up to maxRepeats of the task's jobs still queued on their
+// lanes, as render does for a batch rendered again once JOBS's duplicate
+// window forgot it. Every recipient must still be sent once.
+func (r *runner) repeatJobs(ctx context.Context, task string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := r.js.Stream(ctx, contract.StreamJobs)
+	if err != nil {
+		return 0, err
+	}
+	st := stream.CachedInfo().State
+	n := 0
+	// The last queued first: the repeats follow them closely, so both
+	// messages of a job can be delivered before either is sent.
+	for seq := st.LastSeq; seq >= st.FirstSeq && seq > 0 && seq+5000 > st.LastSeq && n < maxRepeats; seq-- {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue // acknowledged since, or never a job
+		}
+		if m.Header.Get("Broadcast-Copy") != "" || m.Header.Get("Nats-Schedule") != "" {
+			continue // a copy or a schedule: render publishes neither
+		}
+		for _, line := range contract.SplitJobs(m.Data) {
+			var j contract.Job
+			if contract.DecodeJob(line, &j) != nil || j.TaskID != task || m.Subject != contract.JobSubject(j.Account, j.Priority) {
+				continue
+			}
+			j.Recheck = true
+			data, err := contract.EncodeJob(&j)
+			if err != nil {
+				return n, err
+			}
+			if _, err := r.js.Publish(ctx, m.Subject, data); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 func editText(a Action) string {

@@ -169,6 +169,9 @@ const (
 	ActEdit      = "edit"
 	ActAdd       = "add"
 	ActRemove    = "remove"
+	// ActRepeat publishes again some of the task's jobs still queued, as
+	// a resumed expansion does after the duplicate window forgot them.
+	ActRepeat = "repeat"
 )
 
 // Action is an operator action at an offset from the start.
@@ -280,6 +283,14 @@ func Generate(seed uint64, o Options) *Scenario {
 	}
 	if o.JobsPerMessage > 0 {
 		s.JobsPerMessage = o.JobsPerMessage
+	}
+	// And a quarter of the tasks have some of their queued jobs published
+	// again while they run.
+	rr := rand.New(rand.NewPCG(seed^0x85ebca6b, seed+37))
+	for _, t := range s.Tasks {
+		if rr.Float64() < 0.25 {
+			s.Actions = append(s.Actions, Action{At: t.At + ms(300+rr.IntN(2500)), Kind: ActRepeat, Task: t.ID})
+		}
 	}
 	if o.Multiprocess {
 		procs := []string{"dispatch", "dispatch", "dispatch", "ingest", "render", "status", "nats"}
