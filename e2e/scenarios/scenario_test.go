@@ -163,8 +163,11 @@ var slowSeeds = []uint64{605087273, 715504403}
 // mark: recheckMark); and a handed-off job's original, back after the
 // restart, published its copy again once the copy had fired, which the
 // rebuilt duplicate window no longer knew (the first copy delivered now
-// claims the handoff record: claimCopy).
-var fixedMultiSeeds = []uint64{1, 2, 3, 21322347, 47462567, 77967254, 365855586, 403378376, 482999897, 502688736, 583131964, 595946141, 696936081, 860129467, 916710390}
+// claims the handoff record: claimCopy); seed 596343942 a check too
+// strict: a webhook recipient skipped as suppressed by an entry for every
+// channel drawn for the sandbox recipient of the same address counted
+// lost (Suppression.Covers compares addresses now).
+var fixedMultiSeeds = []uint64{1, 2, 3, 21322347, 47462567, 77967254, 365855586, 403378376, 482999897, 502688736, 583131964, 595946141, 596343942, 696936081, 860129467, 916710390}
 
 // knownFailing are seeds that fail for a known cause not yet fixed
 // (scenario.Known*), run with -scenario.known=false to tolerate it; the

@@ -667,7 +667,7 @@ const suppressionMargin = 200 * time.Millisecond
 // recipient i of t was put: at all, or (strict) before t was submitted.
 func (c *checker) suppressedFor(t Task, i int, strict bool) bool {
 	for n, e := range c.sc.Suppressions {
-		if n >= len(c.o.SuppressedAt) || c.o.SuppressedAt[n].IsZero() || e.Index != i || !e.Covers(t) {
+		if n >= len(c.o.SuppressedAt) || c.o.SuppressedAt[n].IsZero() || !e.Covers(t, i) {
 			continue
 		}
 		if !strict {
@@ -689,7 +689,7 @@ func (c *checker) replacedBefore(n int, at time.Time) bool {
 	e := c.sc.Suppressions[n]
 	for m := n + 1; m < len(c.sc.Suppressions) && m < len(c.o.SuppressedAt); m++ {
 		f := c.sc.Suppressions[m]
-		if f.Scope == e.Scope && f.Channel == e.Channel && f.Index == e.Index && !c.o.SuppressedAt[m].IsZero() && c.o.SuppressedAt[m].Before(at) {
+		if f.Scope == e.Scope && f.address() == e.address() && !c.o.SuppressedAt[m].IsZero() && c.o.SuppressedAt[m].Before(at) {
 			return true
 		}
 	}

@@ -152,3 +152,18 @@ func TestCheckPolicy(t *testing.T) {
 	o.Progress["c"].State = contract.StatePartial
 	require.Contains(t, checks(o), CheckCounts, "a task that ran skips its invalid addresses")
 }
+
+// TestSuppressionCoversLikeAddressesOfOtherChannels: webhook and sandbox
+// recipients share their addresses, so an entry for every channel drawn
+// in one covers the other's recipient of that address (seed 596343942
+// counted such recipients lost); an entry for its own channel does not.
+func TestSuppressionCoversLikeAddressesOfOtherChannels(t *testing.T) {
+	t.Parallel()
+	hook := Task{Channel: "webhook", Recipients: []int{454, 7}}
+	all := Suppression{Channel: "sandbox", Index: 454, Scope: "all"}
+	require.True(t, all.Covers(hook, 454))
+	require.False(t, all.Covers(hook, 7))
+	require.False(t, Suppression{Channel: "sandbox", Index: 454, Scope: "sandbox"}.Covers(hook, 454))
+	require.False(t, all.Covers(Task{Channel: "smtp", Recipients: []int{454}}, 454), "other addresses")
+	require.False(t, Suppression{Channel: "sandbox", Index: 454, Scope: "all", Categories: []string{"utility"}}.Covers(hook, 454))
+}

@@ -144,13 +144,22 @@ type Suppression struct {
 }
 
 // Covers reports whether the entry suppresses task t's message to its
-// recipient.
-func (e Suppression) Covers(t Task) bool {
-	if e.Channel != t.Channel || !slices.Contains(t.Recipients, e.Index) {
+// recipient i: the entry names i's address, in t's channel or in every
+// one. Channels whose addresses look alike (webhook and sandbox) share
+// them, so an entry for every channel drawn in one covers the other's
+// recipient of that address too (seed 596343942).
+func (e Suppression) Covers(t Task, i int) bool {
+	if !slices.Contains(t.Recipients, i) || e.address() != Address(t.Channel, i, "r") {
+		return false
+	}
+	if e.Scope != t.Channel && e.Scope != "all" {
 		return false
 	}
 	return len(e.Categories) == 0 || slices.Contains(e.Categories, t.category())
 }
+
+// address is the recipient address the entry names.
+func (e Suppression) address() string { return Address(e.Channel, e.Index, "r") }
 
 // category is the task's category, marketing when unset.
 func (t Task) category() string {
