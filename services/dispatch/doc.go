@@ -298,9 +298,10 @@
 //     that comes while its earlier delivery is still handled is left to it
 //     (and a job handed back unsent names the last such delivery in the
 //     ledger, for the next delivery in another process).
-//   - jobhold.go: the jobs whose checked deliveries are handled here, so
+//   - jobhold.go: the jobs whose deliveries are handled here, so
 //     another message of the same job (published again after the
-//     duplicate window forgot the first) waits and then finds the send.
+//     duplicate window forgot the first) waits, is checked, and finds
+//     the send.
 //   - jobgroup.go: the jobs of a job group's message, each as a part;
 //     recording the jobs of a message that came as the lane stopped as
 //     left unsent (leftAtStop).

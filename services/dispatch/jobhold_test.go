@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
@@ -19,22 +20,58 @@ import (
 // for the first to be settled and then finds its sent event.
 func TestTwoMessagesOfOneJobSendOnce(t *testing.T) {
 	js := topologyJS(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	const task, n = "twice", 8
-	for i := range n {
-		job := contract.Job{ID: contract.JobID(task, i, false), TaskID: task, Index: i, To: fmt.Sprintf("user-%d", i),
-			Body: "hi", Channel: "sandbox", Account: "acct", Priority: contract.PriorityNormal, MaxAttempts: 3, Recheck: true}
-		data, err := json.Marshal(&job)
-		require.NoError(t, err)
-		for range 2 {
-			_, err = js.Publish(ctx, contract.JobSubject("acct", contract.PriorityNormal), data)
-			require.NoError(t, err)
-		}
+	for range 2 {
+		publishJobs(t, js, task, n, true)
 	}
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":16}`})
 	runService(t, js, Config{})
-	require.Eventually(t, func() bool { return sentEvents(t, js, task) >= n }, 20*time.Second, 50*time.Millisecond)
+	requireSentOnce(t, js, task, n)
+}
+
+// TestJobPublishedAgainWhileItsFirstIsSentSendsOnce: a first delivery
+// straight from render is not checked; the message published again
+// meanwhile is, but while the first is being sent it found no send
+// (multi-process scenario seeds 323429555 and 712366452). It waits for
+// the first, whichever comes first is not checked.
+func TestJobPublishedAgainWhileItsFirstIsSentSendsOnce(t *testing.T) {
+	js := topologyJS(t)
+	const task, n = "again-while-sent", 8
+	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":16,"latency":"300ms"}`})
+	runService(t, js, Config{})
+	ctx := t.Context()
+	require.Eventually(t, func() bool {
+		_, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("acct", contract.PriorityNormal))
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "the account's lane is open")
+	publishJobs(t, js, task, n, false) // fresh: sent without a check
+	time.Sleep(100 * time.Millisecond) // in the provider call now
+	publishJobs(t, js, task, n, true)  // published again: checked
+	requireSentOnce(t, js, task, n)
+}
+
+// publishJobs queues jobs 0..n-1 of task for account acct, recheck set
+// as render sets it for a batch rendered again.
+func publishJobs(t *testing.T, js jetstream.JetStream, task string, n int, recheck bool) {
+	t.Helper()
+	for i := range n {
+		job := contract.Job{ID: contract.JobID(task, i, false), TaskID: task, Index: i, To: fmt.Sprintf("user-%d", i),
+			Body: "hi", Channel: "sandbox", Account: "acct", Priority: contract.PriorityNormal, MaxAttempts: 3, Recheck: recheck}
+		data, err := json.Marshal(&job)
+		require.NoError(t, err)
+		_, err = js.Publish(t.Context(), contract.JobSubject("acct", contract.PriorityNormal), data)
+		require.NoError(t, err)
+	}
+}
+
+// requireSentOnce waits until JOBS is empty and checks that each of the
+// task's n jobs has one sent event (they name the message that sent them,
+// so two sends of a job are two events).
+func requireSentOnce(t *testing.T, js jetstream.JetStream, task string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return sentEvents(t, js, task) >= uint64(n) }, 20*time.Second, 50*time.Millisecond)
 	jobs, err := js.Stream(ctx, contract.StreamJobs)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

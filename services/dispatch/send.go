@@ -73,15 +73,15 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 		return err
 	}
 	d.noteQueue(sched, lane, meta)
-	if d.checked() {
-		// Another message of the job handled here goes first (jobhold.go);
-		// meanwhile this one is not on its way to the batcher.
-		release, waited := r.svc.holds.hold(ctx, d.job.ID, holdWait)
-		if waited {
-			d.log.Debug("waited for another message of the job handled here")
-		}
-		defer func() { out = shared.Then(out, func(error) { release() }) }()
+	// Another message of the job handled here goes first, and this one is
+	// checked after it (jobhold.go); meanwhile it is not on its way to the
+	// batcher.
+	held, waited := r.svc.holds.hold(ctx, d.job.ID, holdWait)
+	if waited {
+		d.afterAnother = true
+		d.log.Debug("waited for another message of the job handled here")
 	}
+	defer func() { out = shared.Then(out, func(error) { r.svc.holds.release(d.job.ID, held) }) }()
 	if d.batch != nil {
 		// Until this job reaches the batcher or leaves, partial groups
 		// wait for it.
@@ -147,6 +147,9 @@ type delivery struct {
 	// when it may have (queued before its consumer lost its state). part
 	// says the job is one of a job group's (jobgroup.go).
 	redelivered, recheck, part bool
+	// afterAnother says the delivery waited for another message of its
+	// job handled here (jobhold.go), so it is checked like a redelivery.
+	afterAnother bool
 	// nextPart, for a part, lets the group's next part begin
 	// (jobgroup.go); nil otherwise.
 	nextPart func()
@@ -284,7 +287,7 @@ func (d *delivery) noteQueue(sched *scheduler, lane int, meta *jetstream.MsgMeta
 // checked reports whether the job may have been handled before, by this
 // message or another: it is checked before sending (sentBefore).
 func (d *delivery) checked() bool {
-	return d.redelivered || d.recheck || d.job.Attempts > 0 || d.job.Recheck
+	return d.redelivered || d.recheck || d.job.Attempts > 0 || d.job.Recheck || d.afterAnother
 }
 
 // sentBefore checks a job that may have been handled before (redelivered,
@@ -328,10 +331,11 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 		return true, shared.Permanent(&giveUp{job: &d.job, attempt: last.Attempt, account: last.Account, class: last.Class,
 			code: last.Code, err: last.Error, history: le.History})
 	}
-	// Delivery counts start again with a consumer created anew: continue
-	// after the attempts the ledger has seen. (Otherwise an attempt number
+	// Delivery counts start again with a consumer created anew, and
+	// another message of the job counts its own: continue after the
+	// attempts the ledger has seen. (Otherwise an attempt number
 	// may repeat on purpose: a move to another account spends none.)
-	if last := d.entry.lastAttempt(); d.recheck && last >= d.attempt {
+	if last := d.entry.lastAttempt(); (d.recheck || d.afterAnother) && last >= d.attempt {
 		d.attempt = last + 1
 		d.log.attempt, d.log.l = d.attempt, nil
 	}
