@@ -20,6 +20,15 @@ import (
 // the send. The messages of one job go to one account, which one process
 // consumes, so a hold within the process is enough.
 //
+// A message published again can also overtake its first: a job group's
+// later parts begin one after another, so a repeat of one of them may be
+// sent and settled before the part begins, and the part, a first delivery,
+// would not be checked (multi-process scenario seed 596367550). So a
+// delivery of a job published as one that may have been sent already
+// (Job.Recheck: a repeat, a copy, a re-queue) leaves a mark when it is
+// settled, and a delivery of the job that finds one (within markKeep) is
+// checked too.
+//
 // The wait is bounded (holdWait): the holder may wait long for its turn,
 // and two job groups holding each other's jobs would wait for each other
 // (each is settled once all its parts are). Past it the delivery goes on
@@ -38,9 +47,17 @@ type jobHolds struct {
 
 const holdShards = 64
 
+// markKeep is how long a mark is kept; maxMarks bounds a shard's marks
+// (about 25 MB over all shards at most): past it, any one is dropped.
+const (
+	markKeep = 10 * time.Minute
+	maxMarks = 4096
+)
+
 type holdShard struct {
-	mu sync.Mutex
-	m  map[string]*jobHold
+	mu    sync.Mutex
+	m     map[string]*jobHold
+	marks map[string]time.Time // job id -> when a Job.Recheck delivery of it was settled
 }
 
 // jobHold is one delivery's hold on its job.
@@ -51,7 +68,7 @@ type jobHold struct {
 func newJobHolds() *jobHolds {
 	h := &jobHolds{seed: maphash.MakeSeed()}
 	for i := range h.shards {
-		h.shards[i].m = map[string]*jobHold{}
+		h.shards[i].m, h.shards[i].marks = map[string]*jobHold{}, map[string]time.Time{}
 	}
 	return h
 }
@@ -63,19 +80,26 @@ func (h *jobHolds) shard(id string) *holdShard {
 
 // hold takes job id, waiting at most maxWait (or until ctx ends) while
 // another delivery holds it. It returns the hold to release (nil past
-// maxWait or ctx: nothing to release) and whether it waited for another
-// delivery.
-func (h *jobHolds) hold(ctx context.Context, id string, maxWait time.Duration) (held *jobHold, waited bool) {
+// maxWait or ctx: nothing to release) and whether another message of the
+// job was handled here first: it waited for one, or found its mark.
+func (h *jobHolds) hold(ctx context.Context, id string, maxWait time.Duration) (held *jobHold, another bool) {
 	sh := h.shard(id)
 	var timeout <-chan time.Time
 	for {
 		sh.mu.Lock()
 		other := sh.m[id]
 		if other == nil {
+			if at, ok := sh.marks[id]; ok {
+				if time.Since(at) < markKeep {
+					another = true
+				} else {
+					delete(sh.marks, id)
+				}
+			}
 			held = &jobHold{}
 			sh.m[id] = held
 			sh.mu.Unlock()
-			return held, waited
+			return held, another
 		}
 		if other.released == nil {
 			other.released = make(chan struct{})
@@ -87,20 +111,21 @@ func (h *jobHolds) hold(ctx context.Context, id string, maxWait time.Duration) (
 			defer t.Stop()
 			timeout = t.C
 		}
-		waited = true
+		another = true
 		select {
 		case <-released:
 		case <-ctx.Done():
-			return nil, waited
+			return nil, another
 		case <-timeout:
-			return nil, waited
+			return nil, another
 		}
 	}
 }
 
-// release ends held, job id's hold (nil: nothing held); calling it again
-// does nothing.
-func (h *jobHolds) release(id string, held *jobHold) {
+// release ends held, job id's hold (nil: nothing held), leaving a mark
+// when mark is set (the delivery's job carried Job.Recheck); calling it
+// again does nothing.
+func (h *jobHolds) release(id string, held *jobHold, mark bool) {
 	if held == nil {
 		return
 	}
@@ -113,5 +138,14 @@ func (h *jobHolds) release(id string, held *jobHold) {
 	delete(sh.m, id)
 	if held.released != nil {
 		close(held.released)
+	}
+	if mark {
+		if len(sh.marks) >= maxMarks {
+			for old := range sh.marks {
+				delete(sh.marks, old)
+				break
+			}
+		}
+		sh.marks[id] = time.Now()
 	}
 }

@@ -50,6 +50,27 @@ func TestJobPublishedAgainWhileItsFirstIsSentSendsOnce(t *testing.T) {
 	requireSentOnce(t, js, task, n)
 }
 
+// TestJobPublishedAgainOvertakingItsFirstSendsOnce: the message
+// published again is sent and settled before the first one is delivered
+// (a later part of a job group begins late; multi-process scenario seed
+// 596367550). The first, a first delivery that holds no other message,
+// finds the mark the other left and is checked.
+func TestJobPublishedAgainOvertakingItsFirstSendsOnce(t *testing.T) {
+	js := topologyJS(t)
+	const task, n = "overtaken", 8
+	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":16}`})
+	runService(t, js, Config{})
+	ctx := t.Context()
+	require.Eventually(t, func() bool {
+		_, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("acct", contract.PriorityNormal))
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "the account's lane is open")
+	publishJobs(t, js, task, n, true) // published again, sent first
+	require.Eventually(t, func() bool { return sentEvents(t, js, task) >= n }, 20*time.Second, 20*time.Millisecond)
+	publishJobs(t, js, task, n, false) // the first, delivered after
+	requireSentOnce(t, js, task, n)
+}
+
 // publishJobs queues jobs 0..n-1 of task for account acct, recheck set
 // as render sets it for a batch rendered again.
 func publishJobs(t *testing.T, js jetstream.JetStream, task string, n int, recheck bool) {

@@ -76,12 +76,13 @@ func (r *accountRunner) handleClaimed(ctx context.Context, sched *scheduler, lan
 	// Another message of the job handled here goes first, and this one is
 	// checked after it (jobhold.go); meanwhile it is not on its way to the
 	// batcher.
-	held, waited := r.svc.holds.hold(ctx, d.job.ID, holdWait)
-	if waited {
+	held, another := r.svc.holds.hold(ctx, d.job.ID, holdWait)
+	if another {
 		d.afterAnother = true
-		d.log.Debug("waited for another message of the job handled here")
+		d.log.Debug("another message of the job was handled here first; checking this one")
 	}
-	defer func() { out = shared.Then(out, func(error) { r.svc.holds.release(d.job.ID, held) }) }()
+	mark := d.job.Recheck
+	defer func() { out = shared.Then(out, func(error) { r.svc.holds.release(d.job.ID, held, mark) }) }()
 	if d.batch != nil {
 		// Until this job reaches the batcher or leaves, partial groups
 		// wait for it.
@@ -147,8 +148,8 @@ type delivery struct {
 	// when it may have (queued before its consumer lost its state). part
 	// says the job is one of a job group's (jobgroup.go).
 	redelivered, recheck, part bool
-	// afterAnother says the delivery waited for another message of its
-	// job handled here (jobhold.go), so it is checked like a redelivery.
+	// afterAnother says another message of its job was handled here
+	// first (jobhold.go), so it is checked like a redelivery.
 	afterAnother bool
 	// nextPart, for a part, lets the group's next part begin
 	// (jobgroup.go); nil otherwise.
