@@ -742,7 +742,8 @@ func (r *runner) control(ctx context.Context, task, action string) (*contract.Co
 	return client.Control(cctx, r.nc, task, action)
 }
 
-// approve resumes a task with test recipients once it awaits approval.
+// approve resumes a task with test recipients once it awaits approval,
+// asking again while the request fails, for at most 15 s.
 func (r *runner) approve(ctx context.Context, t Task) {
 	time.Sleep(t.Approve)
 	deadline := time.Now().Add(15 * time.Second)
@@ -751,7 +752,11 @@ func (r *runner) approve(ctx context.Context, t Task) {
 			if p.State == contract.StateAwaitingApproval {
 				rep, err := r.control(ctx, t.ID, ActResume)
 				r.note("approve %s: %v %v", t.ID, replyState(rep), errText(err))
-				return
+				if err == nil {
+					return
+				}
+				// As a user would: again, while ingest (which answers
+				// control requests) is back from a kill (seed 167613659).
 			}
 			if p.State.Final() {
 				return
