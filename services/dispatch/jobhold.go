@@ -47,17 +47,19 @@ type jobHolds struct {
 
 const holdShards = 64
 
-// markKeep is how long a mark is kept; maxMarks bounds a shard's marks
-// (about 25 MB over all shards at most): past it, any one is dropped.
+// markKeep is how long a mark is kept (the expired ones are swept every
+// markKeep/4); maxMarks bounds a shard's marks (about 6 MB over all
+// shards at most): past it, any one is dropped.
 const (
 	markKeep = 10 * time.Minute
-	maxMarks = 4096
+	maxMarks = 1024
 )
 
 type holdShard struct {
 	mu    sync.Mutex
 	m     map[string]*jobHold
 	marks map[string]time.Time // job id -> when a Job.Recheck delivery of it was settled
+	swept time.Time
 }
 
 // jobHold is one delivery's hold on its job.
@@ -140,12 +142,21 @@ func (h *jobHolds) release(id string, held *jobHold, mark bool) {
 		close(held.released)
 	}
 	if mark {
+		now := time.Now()
+		if now.Sub(sh.swept) > markKeep/4 {
+			sh.swept = now
+			for old, at := range sh.marks {
+				if now.Sub(at) >= markKeep {
+					delete(sh.marks, old)
+				}
+			}
+		}
 		if len(sh.marks) >= maxMarks {
 			for old := range sh.marks {
 				delete(sh.marks, old)
 				break
 			}
 		}
-		sh.marks[id] = time.Now()
+		sh.marks[id] = now
 	}
 }

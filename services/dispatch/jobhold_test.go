@@ -102,3 +102,34 @@ func requireSentOnce(t *testing.T, js jetstream.JetStream, task string, n int) {
 	}, 20*time.Second, 50*time.Millisecond, "both messages of each job are acknowledged")
 	require.EqualValues(t, n, sentEvents(t, js, task), "each job sent once")
 }
+
+// TestJobHoldMarksStayBounded: marks expire, and a shard keeps at most
+// maxMarks of them.
+func TestJobHoldMarksStayBounded(t *testing.T) {
+	t.Parallel()
+	h := newJobHolds()
+	for i := range holdShards * maxMarks * 2 {
+		id := fmt.Sprintf("t.%d", i)
+		held, another := h.hold(t.Context(), id, time.Second)
+		require.False(t, another)
+		h.release(id, held, true)
+	}
+	total := 0
+	for i := range h.shards {
+		require.LessOrEqual(t, len(h.shards[i].marks), maxMarks)
+		total += len(h.shards[i].marks)
+	}
+	require.Greater(t, total, holdShards*maxMarks/2)
+	id := fmt.Sprintf("t.%d", holdShards*maxMarks*2-1)
+	held, another := h.hold(t.Context(), id, time.Second)
+	require.True(t, another, "the last one marked is found")
+	h.release(id, held, false)
+
+	sh := h.shard(id)
+	sh.mu.Lock()
+	sh.marks[id] = time.Now().Add(-markKeep)
+	sh.mu.Unlock()
+	held, another = h.hold(t.Context(), id, time.Second)
+	require.False(t, another, "an expired mark counts for nothing")
+	h.release(id, held, false)
+}
