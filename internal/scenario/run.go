@@ -663,11 +663,13 @@ func (r *runner) act(ctx context.Context, a Action) {
 	}
 }
 
-// maxRepeats bounds the jobs an ActRepeat publishes again.
+// maxRepeats is how many jobs an ActRepeat publishes again at least,
+// when that many are queued (the jobs of the message that reaches it all
+// go, so a few more).
 const maxRepeats = 40
 
 // repeatJobs publishes again, alone, checked (Job.Recheck) and without a
-// Nats-Msg-Id, up to maxRepeats of the task's jobs still queued on their
+// Nats-Msg-Id, about maxRepeats of the task's jobs still queued on their
 // lanes, as render does for a batch rendered again once JOBS's duplicate
 // window forgot it. Every recipient must still be sent once.
 func (r *runner) repeatJobs(ctx context.Context, task string) (int, error) {
