@@ -332,11 +332,11 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 		return true, shared.Permanent(&giveUp{job: &d.job, attempt: last.Attempt, account: last.Account, class: last.Class,
 			code: last.Code, err: last.Error, history: le.History})
 	}
-	// Delivery counts start again with a consumer created anew, and
-	// another message of the job counts its own: continue after the
-	// attempts the ledger has seen. (Otherwise an attempt number
-	// may repeat on purpose: a move to another account spends none.)
-	if last := d.entry.lastAttempt(); (d.recheck || d.afterAnother) && last >= d.attempt {
+	// Delivery counts start again with a consumer created anew: continue
+	// after the attempts the ledger has seen. (Otherwise an attempt number
+	// may repeat on purpose: a move to another account spends none, and
+	// its copy may come while the original still holds the job here.)
+	if last := d.entry.lastAttempt(); d.recheck && last >= d.attempt {
 		d.attempt = last + 1
 		d.log.attempt, d.log.l = d.attempt, nil
 	}
