@@ -39,11 +39,8 @@ func TestJobPublishedAgainWhileItsFirstIsSentSendsOnce(t *testing.T) {
 	const task, n = "again-while-sent", 8
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":16,"latency":"300ms"}`})
 	runService(t, js, Config{})
-	ctx := t.Context()
-	require.Eventually(t, func() bool {
-		_, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("acct", contract.PriorityNormal))
-		return err == nil
-	}, 20*time.Second, 20*time.Millisecond, "the account's lane is open")
+	require.Eventually(t, func() bool { return laneExists(t, js, "acct", contract.PriorityNormal) },
+		20*time.Second, 20*time.Millisecond, "the account's lane is open")
 	publishJobs(t, js, task, n, false) // fresh: sent without a check
 	time.Sleep(100 * time.Millisecond) // in the provider call now
 	publishJobs(t, js, task, n, true)  // published again: checked
@@ -60,11 +57,8 @@ func TestJobPublishedAgainOvertakingItsFirstSendsOnce(t *testing.T) {
 	const task, n = "overtaken", 8
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":16}`})
 	runService(t, js, Config{})
-	ctx := t.Context()
-	require.Eventually(t, func() bool {
-		_, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("acct", contract.PriorityNormal))
-		return err == nil
-	}, 20*time.Second, 20*time.Millisecond, "the account's lane is open")
+	require.Eventually(t, func() bool { return laneExists(t, js, "acct", contract.PriorityNormal) },
+		20*time.Second, 20*time.Millisecond, "the account's lane is open")
 	publishJobs(t, js, task, n, true) // published again, sent first
 	require.Eventually(t, func() bool { return sentEvents(t, js, task) >= n }, 20*time.Second, 20*time.Millisecond)
 	publishJobs(t, js, task, n, false) // the first, delivered after
