@@ -59,6 +59,7 @@ func runBench(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
 	statusReplicas := fs.Int("status-replicas", 1, "status processes (each folds its share of the partitions, the others stand by)")
 	statusPartitions := fs.Int("status-partitions", 1, "partitions of the fold of the tasks (STATUS_PARTITIONS), spread over -status-replicas")
+	timeline := fs.Bool("timeline", false, "print how many sent events were stored in each 250 ms after the task's acceptance (stalls, ramp-up and tail)")
 	idle := fs.Duration("idle", 0, "before the task, measure the CPU the idle pipeline spends with its accounts for this long")
 	suppressions := fs.Int("suppressions", 0, "entries in the suppression list (scope all) during the run; every 100th recipient of the task is one of them, the rest are other people")
 	policyValue := fs.String("policy", "", `a recipient policy (KV broadcast_policy key default) in force during the run, e.g. '{"frequency_caps":[{"max":6,"window":"168h"}]}'`)
@@ -151,6 +152,9 @@ func runBench(ctx context.Context, args []string) error {
 			return err
 		}
 		res.print()
+		if *timeline {
+			res.printTimeline(250 * time.Millisecond)
+		}
 		if *memProfile != "" {
 			if err := writeHeapProfile(*memProfile); err != nil {
 				return err
@@ -286,6 +290,12 @@ type benchResult struct {
 	// sessions is dispatch's account sessions and lease refreshes, read
 	// from its metrics once the task is final.
 	sessions string
+	// jobMessages is how many messages JOBS stored for the task: job
+	// groups, jobs alone, retries and moved copies.
+	jobMessages uint64
+	// sends is each sent event's stored time after the task's acceptance,
+	// in order.
+	sends []time.Duration
 }
 
 func (r *benchResult) print() {
@@ -306,9 +316,33 @@ func (r *benchResult) print() {
 		r.e2eRate, float64(r.cpu.Microseconds())/float64(r.n), r.cpu.Seconds()/max(r.finalSeen.Seconds(), 1e-3))
 	fmt.Printf("  enqueue-to-send latency: p50 %s p99 %s\n", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 	fmt.Printf("  peak RSS of this process (server + services): %.0f MB\n", r.peakRSSMB)
+	if r.jobMessages > 0 {
+		fmt.Printf("  jobs: %d messages on %s, %.1f recipients a message\n", r.jobMessages, contract.StreamJobs, float64(r.n)/float64(r.jobMessages))
+	}
 	if r.sessions != "" {
 		fmt.Printf("  dispatch: %s\n", r.sessions)
 	}
+}
+
+// printTimeline prints how many sent events were stored in each span of
+// width after the task's acceptance: a paced task's rate should hold flat
+// from its ramp-up to its tail.
+func (r *benchResult) printTimeline(width time.Duration) {
+	if len(r.sends) == 0 {
+		return
+	}
+	counts := make([]int, int(r.sends[len(r.sends)-1]/width)+1)
+	for _, d := range r.sends {
+		counts[int(max(d, 0)/width)]++
+	}
+	var b strings.Builder
+	for i, c := range counts {
+		if i%8 == 0 {
+			fmt.Fprintf(&b, "\n    %6.2fs", (time.Duration(i) * width).Seconds())
+		}
+		fmt.Fprintf(&b, " %6d", c)
+	}
+	fmt.Printf("  sent events stored per %s after acceptance:%s\n", width, b.String())
 }
 
 // benchPipeline runs the four services (dispatch with `replicas` copies)
@@ -416,6 +450,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if line := pacingBound(pool, account, task.Recipients); line != "" {
 		fmt.Println(line)
 	}
+	jobsSeq0 := jobsLastSeq(ctx, js)
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
@@ -450,6 +485,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	}
 	res.final = lastP
 	res.sessions = sessionSummary(o.registry)
+	res.jobMessages = jobsLastSeq(ctx, js) - jobsSeq0
 	res.elapsed = lastP.FinishedAt.Sub(start)
 	if lastP.StartedAt != nil {
 		res.firstSend = lastP.StartedAt.Sub(start)
@@ -458,12 +494,24 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	res.peakRSSMB = peakRSSMB()
 	res.cpu = cpuTime() - cpu0
 	var accepted time.Time
-	res.p50, res.p99, accepted, res.firstSent, res.lastSent, err = sendLatencies(ctx, js, id)
+	res.sends, accepted, res.firstSent, res.lastSent, err = sendLatencies(ctx, js, id)
+	if len(res.sends) > 0 {
+		res.p50, res.p99 = res.sends[len(res.sends)/2], res.sends[len(res.sends)*99/100]
+	}
 	res.ingestDone = accepted.Sub(start)
 	if res.renderDone == 0 {
 		res.renderDone = res.elapsed
 	}
 	return res, err
+}
+
+// jobsLastSeq is JOBS's last sequence, 0 when it cannot be read.
+func jobsLastSeq(ctx context.Context, js jetstream.JetStream) uint64 {
+	st, err := js.Stream(ctx, contract.StreamJobs)
+	if err != nil {
+		return 0
+	}
+	return st.CachedInfo().State.LastSeq
 }
 
 // renderedJobs is how many jobs render has rendered or skipped, from
@@ -653,7 +701,7 @@ func waitSetUp(ctx context.Context, js jetstream.JetStream, accounts []string, t
 
 // sendLatencies reads the task's sent events and measures enqueue-to-send
 // from the stored job enqueue time, approximated by the accepted event.
-func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (p50, p99 time.Duration, accepted, first, last time.Time, err error) {
+func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (lat []time.Duration, accepted, first, last time.Time, err error) {
 	c, err := js.OrderedConsumer(ctx, contract.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{contract.SubjectEventsPrefix + taskID + ".>"}})
 	if err != nil {
 		return
@@ -662,11 +710,10 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 	if err != nil {
 		return
 	}
-	var lat []time.Duration
 	for read := uint64(0); read < info.NumPending; {
 		b, ferr := c.Fetch(5000, jetstream.FetchMaxWait(2*time.Second))
 		if ferr != nil {
-			return 0, 0, accepted, first, last, ferr
+			return nil, accepted, first, last, ferr
 		}
 		got := 0
 		for m := range b.Messages() {
@@ -699,11 +746,8 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 			break
 		}
 	}
-	if len(lat) == 0 {
-		return 0, 0, accepted, first, last, nil
-	}
 	slices.Sort(lat)
-	return lat[len(lat)/2], lat[len(lat)*99/100], accepted, first, last, nil
+	return lat, accepted, first, last, nil
 }
 
 // benchReplicas compares dispatch replica counts against a 20 ms provider
