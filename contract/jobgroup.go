@@ -11,6 +11,13 @@ import (
 // escapes newlines inside strings, so a job's encoding never holds one, and
 // a message of one job is the same bytes either way.
 
+// DefaultJobGroupSize is how many jobs a job group holds at most unless
+// render is told otherwise (RENDER_JOBS_PER_MESSAGE). It is above the 16
+// recipients an account a render batch gives a task over many accounts
+// plus the tenth the balancer lets an account take beyond its share, so
+// such a batch makes one message per account.
+const DefaultJobGroupSize = 24
+
 // SplitJobs returns the jobs' encodings in a job message, in order.
 // Empty lines are skipped; a message with no line at all yields its data
 // as one (undecodable) job, so nothing delivered goes unaccounted.

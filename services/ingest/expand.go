@@ -41,7 +41,7 @@ func expand(ch channels.Channel, rs []contract.Recipient) expansion {
 
 // jobsPerAccountInBatch is how many recipients per account of a task's
 // pool a render batch holds at least: render groups each account's jobs
-// of a batch into messages of up to 16 (its default JobsPerMessage), and a
+// of a batch into messages of up to 24 (contract.DefaultJobGroupSize), and a
 // batch of 500 over 1,000 accounts gave every job a message of its own,
 // which JetStream stores, delivers, acknowledges and removes one by one,
 // checking every consumer of JOBS on each acknowledgement.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/broadcastd/broadcast/channels"
+	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/metrics"
 	"github.com/broadcastd/broadcast/internal/suppress"
 )
@@ -45,10 +46,11 @@ type Config struct {
 // longer for nothing more saved.
 const maxJobsPerMessage = 256
 
-// DefaultJobsPerMessage is Config.JobsPerMessage's default: at 16 the
-// stream's work per job is a sixteenth, and the rest per recipient (its
-// sent event) dominates (docs/performance.md).
-const DefaultJobsPerMessage = 16
+// DefaultJobsPerMessage is Config.JobsPerMessage's default
+// (contract.DefaultJobGroupSize): at 16 or more the stream's work per job
+// is small beside the rest per recipient, its sent event
+// (docs/performance.md).
+const DefaultJobsPerMessage = contract.DefaultJobGroupSize
 
 // ConfigFromEnv reads RENDER_CONCURRENCY and RENDER_JOBS_PER_MESSAGE.
 func ConfigFromEnv() (Config, error) {

@@ -9,8 +9,10 @@
 // Publishes:
 //   - broadcast.jobs.<account>.<priority>: one job per recipient with the final
 //     text, carrying the task's category (marketing when unset), in job
-//     groups: up to Config.JobsPerMessage (RENDER_JOBS_PER_MESSAGE, 16)
-//     jobs of one account in a message, one a line (grouping.go). The
+//     groups: up to Config.JobsPerMessage (RENDER_JOBS_PER_MESSAGE, 24)
+//     jobs of one account in a message, one a line, an account's jobs of
+//     a batch split evenly over as few messages as that allows
+//     (grouping.go). The
 //     grouping is recorded in KV broadcast_groupings (key
 //     <task>.<first index>) before any job of the batch is published, and
 //     a batch rendered again groups as recorded: a group's Nats-Msg-Id

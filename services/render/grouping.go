@@ -75,24 +75,47 @@ func (s *Service) readGrouping(ctx context.Context, key string) (*contract.Group
 }
 
 // groupJobs lays jobs (in batch order) out in groups of up to size jobs of
-// one account, each group's encoding at most maxBytes. Groups of one job
-// are left out: such a job goes alone, under its own id.
+// one account, each group's encoding at most maxBytes. An account's n jobs
+// of the batch are split evenly over ceil(n/size) groups (17 jobs at 24 a
+// group make one message, 25 make two of 13 and 12), so a batch's share of
+// an account a little over a round number does not leave a message of one
+// or two jobs behind. Groups of one job are left out: such a job goes
+// alone, under its own id.
 func groupJobs(jobs []renderedJob, size, maxBytes int) *contract.Grouping {
 	type open struct {
 		group *contract.JobGroup
 		bytes int
+		// target is this group's size in the even split; left and groups
+		// are the account's jobs not yet placed and its groups still to
+		// open, this one included.
+		target, left, groups int
+	}
+	perAccount := map[string]int{}
+	for _, j := range jobs {
+		perAccount[j.account]++
 	}
 	var groups []*contract.JobGroup
 	byAccount := map[string]*open{}
 	for _, j := range jobs {
 		o := byAccount[j.account]
-		if o == nil || len(o.group.Positions) >= size || o.bytes+len(j.data)+1 > maxBytes {
-			o = &open{group: &contract.JobGroup{Account: j.account}}
+		if o == nil || len(o.group.Positions) >= o.target || o.bytes+len(j.data)+1 > maxBytes {
+			next := &open{group: &contract.JobGroup{Account: j.account}}
+			if o == nil {
+				n := perAccount[j.account]
+				next.left, next.groups = n, (n+size-1)/size
+			} else {
+				next.left, next.groups = o.left, max(o.groups-1, 1)
+			}
+			// Even sizes over the groups left: the first ones take the
+			// remainder, one job each.
+			next.target = min((next.left+next.groups-1)/next.groups, size)
+			o = next
 			byAccount[j.account] = o
 			groups = append(groups, o.group)
 		}
 		o.group.Positions = append(o.group.Positions, j.pos)
 		o.bytes += len(j.data) + 1
+		o.left--
 	}
 	g := &contract.Grouping{Groups: []contract.JobGroup{}}
 	for _, grp := range groups {

@@ -17,8 +17,8 @@ import (
 )
 
 // TestGroupJobs: each account's jobs, in batch order, in groups of at most
-// the size and the byte bound; a group of one is left out (its job goes
-// alone).
+// the size and the byte bound, split evenly; a group of one is left out
+// (its job goes alone).
 func TestGroupJobs(t *testing.T) {
 	t.Parallel()
 	var jobs []renderedJob
@@ -27,9 +27,9 @@ func TestGroupJobs(t *testing.T) {
 	}
 	g := groupJobs(jobs, 4, 1000)
 	require.Equal(t, []contract.JobGroup{
-		{Account: "a", Positions: []int{0, 1, 3, 5}},
+		{Account: "a", Positions: []int{0, 1, 3}},
 		{Account: "b", Positions: []int{2, 4, 8}},
-		{Account: "a", Positions: []int{6, 7}},
+		{Account: "a", Positions: []int{5, 6, 7}},
 	}, g.Groups)
 	// 11 bytes a job: at most two fit in 25; the last a job and b job are alone.
 	g = groupJobs(jobs, 4, 25)
@@ -40,6 +40,39 @@ func TestGroupJobs(t *testing.T) {
 		{Account: "a", Positions: []int{6, 7}},
 	}, g.Groups)
 	require.Empty(t, groupJobs(jobs[:1], 4, 1000).Groups)
+}
+
+// TestGroupJobsSplitsEvenly: an account's share of a batch a little over
+// the group size makes as few messages as the size allows, of even sizes,
+// never a group of one left behind.
+func TestGroupJobsSplitsEvenly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n, size int
+		want    []int
+	}{
+		{17, 24, []int{17}},
+		{24, 24, []int{24}},
+		{25, 24, []int{13, 12}},
+		{17, 16, []int{9, 8}},
+		{50, 16, []int{13, 13, 12, 12}},
+		{167, 24, []int{24, 24, 24, 24, 24, 24, 23}},
+	} {
+		var jobs []renderedJob
+		for i := range tc.n {
+			jobs = append(jobs, renderedJob{pos: i, account: "a", data: []byte("x")})
+		}
+		var sizes []int
+		next := 0
+		for _, grp := range groupJobs(jobs, tc.size, 1<<20).Groups {
+			for _, p := range grp.Positions {
+				require.Equal(t, next, p, "%d jobs at %d: positions in batch order", tc.n, tc.size)
+				next++
+			}
+			sizes = append(sizes, len(grp.Positions))
+		}
+		require.Equal(t, tc.want, sizes, "%d jobs at %d a group", tc.n, tc.size)
+	}
 }
 
 // TestBatchRenderedAgainKeepsItsGrouping: a batch rendered a second time
