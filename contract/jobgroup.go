@@ -18,6 +18,13 @@ import (
 // such a batch makes one message per account.
 const DefaultJobGroupSize = 24
 
+// HeaderCopyOf names, on a job message dispatch published in place of
+// another (a job moved to another account, a retry scheduled for later),
+// the Nats-Msg-Id of the record of that hand-off in the job's ledger. The
+// first delivery carrying it claims the record, so two messages of one
+// copy, however they came, send once. Schedules keep it when they fire.
+const HeaderCopyOf = "Broadcast-Copy"
+
 // SplitJobs returns the jobs' encodings in a job message, in order.
 // Empty lines are skipped; a message with no line at all yields its data
 // as one (undecodable) job, so nothing delivered goes unaccounted.

@@ -688,7 +688,7 @@ func (r *runner) repeatJobs(ctx context.Context, task string) (int, error) {
 		if err != nil {
 			continue // acknowledged since, or never a job
 		}
-		if m.Header.Get("Broadcast-Copy") != "" || m.Header.Get("Nats-Schedule") != "" {
+		if m.Header.Get(contract.HeaderCopyOf) != "" || m.Header.Get("Nats-Schedule") != "" {
 			continue // a copy or a schedule: render publishes neither
 		}
 		for _, line := range contract.SplitJobs(m.Data) {

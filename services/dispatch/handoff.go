@@ -36,10 +36,11 @@ import (
 // step.
 
 // copyHeader names, on a copy's message, the Nats-Msg-Id of the handoff
-// record it is the copy of. Schedules keep it when they fire, and the
-// re-queues of parked and held copies carry it on (requeueCopy), so two
-// lane messages of one copy, however they came, are told apart.
-const copyHeader = "Broadcast-Copy"
+// record it is the copy of (contract.HeaderCopyOf). Schedules keep it when
+// they fire, and the re-queues of parked and held copies carry it on
+// (requeueCopy), so two lane messages of one copy, however they came, are
+// told apart.
+const copyHeader = contract.HeaderCopyOf
 
 // handoff is a copy a delivery published in place of its message.
 type handoff struct {
