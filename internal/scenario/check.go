@@ -28,6 +28,7 @@ const (
 	CheckSuppress  = "suppressed" // a recipient suppressed before its task was submitted was sent, or not skipped
 	CheckFreq      = "frequency"  // a recipient reached by more capped tasks than the frequency cap, or skipped without reason
 	CheckDigest    = "digest"     // an item's sent event names a message the provider did not accept with the item in it
+	CheckTimes     = "times"      // a finished task's started_at or finished_at outside its recipients' outcome times
 	checkTolerance = 1            // requests of arrival jitter allowed in a rate window
 	gapTolerance   = 50 * time.Millisecond
 )
@@ -124,6 +125,36 @@ func (c *checker) index() {
 func hasLedger(channel string) bool { return channel != "sandbox" }
 
 // lastEvent returns each recipient's last per-recipient event, by index.
+// times checks that a final task started no later and finished no earlier
+// than any of its recipients' outcomes: each recipient's first final event
+// in stream order (the one progress counted), and a sent event after a
+// failure (a dead letter retried).
+func (c *checker) times(t Task, p *contract.Progress, evs []contract.Event) {
+	counted := map[int]contract.EventKind{}
+	for _, e := range evs {
+		if e.Index < 0 || e.JobID == "" || strings.Contains(e.JobID, ".t") || e.At.IsZero() {
+			continue
+		}
+		switch e.Kind {
+		case contract.EventSent, contract.EventFailed, contract.EventSkipped, contract.EventExpired, contract.EventCancelled:
+		default:
+			continue
+		}
+		if prev, ok := counted[e.Index]; ok && !(prev == contract.EventFailed && e.Kind == contract.EventSent) {
+			continue
+		}
+		counted[e.Index] = e.Kind
+		if p.FinishedAt != nil && e.At.After(*p.FinishedAt) {
+			c.fail(Failure{Check: CheckTimes, Task: t.ID, Detail: fmt.Sprintf("finished_at %s before recipient %d's %s event at %s", c.rel(*p.FinishedAt), e.Index, e.Kind, c.rel(e.At))})
+			return
+		}
+		if p.StartedAt != nil && e.At.Before(*p.StartedAt) {
+			c.fail(Failure{Check: CheckTimes, Task: t.ID, Detail: fmt.Sprintf("started_at %s after recipient %d's %s event at %s", c.rel(*p.StartedAt), e.Index, e.Kind, c.rel(e.At))})
+			return
+		}
+	}
+}
+
 func lastEvents(evs []contract.Event) map[int]contract.Event {
 	out := map[int]contract.Event{}
 	for _, e := range evs {
@@ -171,6 +202,9 @@ func (c *checker) task(t Task) {
 	}
 	if final && p.State != contract.StateRejected && p.Done() != p.Total {
 		c.fail(Failure{Check: CheckCounts, Task: t.ID, Detail: "final but sent+failed+skipped+expired+cancelled != total: " + counts})
+	}
+	if final && p.State != contract.StateRejected {
+		c.times(t, p, evs)
 	}
 	if !final && p.Done() > p.Total {
 		c.fail(Failure{Check: CheckCounts, Task: t.ID, Detail: "sent+failed+skipped+expired+cancelled > total: " + counts})

@@ -54,6 +54,22 @@ func TestCheckFails(t *testing.T) {
 		}
 		return out
 	}
+	// A finished_at before a counted outcome (progress finished at the time
+	// of the event folded last, a send published again with its send's
+	// time) is caught, as is a started_at after one.
+	timed := func(started, finished time.Duration) []string {
+		o := good()
+		s, f := start.Add(started), start.Add(finished)
+		o.Progress["t"].StartedAt, o.Progress["t"].FinishedAt = &s, &f
+		for i, at := range []time.Duration{time.Second, 3 * time.Second, 2 * time.Second} {
+			o.Events["t"][i].At = start.Add(at)
+		}
+		return checks(o)
+	}
+	require.NotContains(t, timed(time.Second, 3*time.Second), CheckTimes)
+	require.Contains(t, timed(time.Second, 2*time.Second), CheckTimes, "finished before the send at 3 s")
+	require.Contains(t, timed(1500*time.Millisecond, 3*time.Second), CheckTimes, "started after the send at 1 s")
+
 	o := good()
 	o.Hits["hook-a"] = append(o.Hits["hook-a"], hit("r-0002", 1500*time.Millisecond, "t.2"))
 	require.Contains(t, checks(o), CheckDuplicate, "accepted twice without a timeout")

@@ -108,6 +108,11 @@ type taskFold struct {
 	// a job (render's task-level retrying event, code no_enabled_account);
 	// it shows in progress.error until a recipient's event arrives.
 	TaskWait string `json:"task_wait,omitempty"`
+	// LastOutcomeAt is the latest time among the outcomes folded, the
+	// task's finished_at once every recipient has one: events are folded
+	// in the order they were stored, and a sent event published again (a
+	// job redelivered after its send) keeps the time of its send.
+	LastOutcomeAt time.Time `json:"last_outcome_at,omitzero"`
 
 	dirty bool
 	// unsaved says events changed the fold since its last checkpoint; a
@@ -205,9 +210,12 @@ func (f *taskFold) apply(ev *contract.Event) bool {
 		// A receipt folded before its sent event counts from now on.
 		f.countReceipt(f.receiptAt(ev.Index), +1)
 	}
-	if f.P.StartedAt == nil {
+	if f.P.StartedAt == nil || ev.At.Before(*f.P.StartedAt) {
 		at := ev.At
 		f.P.StartedAt = &at
+	}
+	if ev.At.After(f.LastOutcomeAt) {
+		f.LastOutcomeAt = ev.At
 	}
 	if to == outSent {
 		f.Rate.add(1)
@@ -334,7 +342,8 @@ func (f *taskFold) accept(ev *contract.Event) bool {
 	return true
 }
 
-// finishIfDone sets the final state once every recipient has an outcome.
+// finishIfDone sets the final state once every recipient has an outcome,
+// finished at the latest of at and the outcomes' times.
 func (f *taskFold) finishIfDone(at time.Time) {
 	p := &f.P
 	if !f.Accepted || p.State.Final() || p.Done() < p.Total {
@@ -352,6 +361,9 @@ func (f *taskFold) finishIfDone(at time.Time) {
 		p.State = contract.StatePartial
 	default:
 		p.State = contract.StateFailed
+	}
+	if f.LastOutcomeAt.After(at) {
+		at = f.LastOutcomeAt
 	}
 	p.FinishedAt = &at
 }

@@ -85,6 +85,24 @@ func TestFoldRetryingIsAGauge(t *testing.T) {
 	require.NotNil(t, f.P.FinishedAt)
 }
 
+// TestFoldTimesAreTheOutcomesFirstAndLast: a sent event stored late with
+// an early time (a job redelivered after its send publishes its sent
+// event again, with the send's time) neither ends the task at that time
+// nor leaves started_at after an earlier send.
+func TestFoldTimesAreTheOutcomesFirstAndLast(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	at := func(e *contract.Event, d time.Duration) *contract.Event { e.At = t0.Add(d); return e }
+	f := newFold("t")
+	f.apply(at(&contract.Event{TaskID: "t", Kind: contract.EventAccepted, Index: -1, Total: 3}, 0))
+	f.apply(at(ev(contract.EventSent, 1, 1), 2*time.Second))
+	f.apply(at(ev(contract.EventSent, 2, 1), 7*time.Second))
+	f.apply(at(ev(contract.EventSent, 0, 1), time.Second))
+	require.Equal(t, contract.StateSucceeded, f.P.State)
+	require.Equal(t, t0.Add(time.Second), *f.P.StartedAt)
+	require.Equal(t, t0.Add(7*time.Second), *f.P.FinishedAt)
+}
+
 func TestFoldFinalStates(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
