@@ -19,6 +19,13 @@ import (
 type Config struct {
 	// Concurrency is how many batches are rendered at once. Defaults to 4.
 	Concurrency int
+	// RecipientsInFlight bounds the recipients of the batches rendered at
+	// once: a batch takes as many as it holds (all of them when it holds
+	// more), so the large batches of a task over many accounts render one
+	// at a time and each reaches dispatch as soon as it can, instead of
+	// all together at the end of their shared time. Defaults to 500 (ingest's
+	// default batch) per Concurrency.
+	RecipientsInFlight int
 	// JobsPerMessage is how many jobs of one account a job message
 	// carries at most (grouping.go); 1 publishes each job alone. Defaults
 	// to DefaultJobsPerMessage.
@@ -52,10 +59,12 @@ const maxJobsPerMessage = 256
 // (docs/performance.md).
 const DefaultJobsPerMessage = contract.DefaultJobGroupSize
 
-// ConfigFromEnv reads RENDER_CONCURRENCY and RENDER_JOBS_PER_MESSAGE.
+// ConfigFromEnv reads RENDER_CONCURRENCY, RENDER_JOBS_PER_MESSAGE and
+// RENDER_RECIPIENTS_IN_FLIGHT.
 func ConfigFromEnv() (Config, error) {
 	var c Config
-	for name, dst := range map[string]*int{"RENDER_CONCURRENCY": &c.Concurrency, "RENDER_JOBS_PER_MESSAGE": &c.JobsPerMessage} {
+	for name, dst := range map[string]*int{"RENDER_CONCURRENCY": &c.Concurrency, "RENDER_JOBS_PER_MESSAGE": &c.JobsPerMessage,
+		"RENDER_RECIPIENTS_IN_FLIGHT": &c.RecipientsInFlight} {
 		if v := os.Getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -74,6 +83,9 @@ func (c *Config) validate() error {
 	if c.JobsPerMessage < 0 || c.JobsPerMessage > maxJobsPerMessage {
 		return fmt.Errorf("JobsPerMessage: must be between 1 and %d, got %d", maxJobsPerMessage, c.JobsPerMessage)
 	}
+	if c.RecipientsInFlight < 0 {
+		return fmt.Errorf("RecipientsInFlight: must not be negative, got %d", c.RecipientsInFlight)
+	}
 	if c.NoAccountRetry < 0 {
 		return fmt.Errorf("NoAccountRetry: must not be negative")
 	}
@@ -83,6 +95,9 @@ func (c *Config) validate() error {
 func (c *Config) withDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
+	}
+	if c.RecipientsInFlight == 0 {
+		c.RecipientsInFlight = 500 * c.Concurrency
 	}
 	if c.JobsPerMessage == 0 {
 		c.JobsPerMessage = DefaultJobsPerMessage

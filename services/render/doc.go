@@ -5,6 +5,10 @@
 // KV broadcast_tasks and the accounts from KV broadcast_accounts, and
 // watches KV broadcast_suppressions (internal/suppress: an in-memory view
 // of hashes only, shared with dispatch when Config.Suppressions is set).
+// Config.Concurrency batches render at once, holding at most
+// Config.RecipientsInFlight recipients together: the batches of 16 per
+// account of a task over 1,000 accounts render one at a time, so the
+// first reaches dispatch after a quarter of the time four together take.
 //
 // Publishes:
 //   - broadcast.jobs.<account>.<priority>: one job per recipient with the final

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
@@ -50,8 +51,11 @@ type Service struct {
 	health    *shared.HealthWatcher
 	// suppressed is the suppression list's view (hashes only).
 	suppressed *suppress.View
-	cache      specCache
-	waits      waitLog
+	// inFlight holds Config.RecipientsInFlight: the recipients of the
+	// batches being rendered.
+	inFlight *semaphore.Weighted
+	cache    specCache
+	waits    waitLog
 }
 
 // New prepares the service; Run starts it.
@@ -60,7 +64,8 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "render"), cache: specCache{specs: map[string]*spec{}}}, nil
+	return &Service{js: js, cfg: cfg, log: cfg.Logger.With(shared.KeyService, "render"), cache: specCache{specs: map[string]*spec{}},
+		inFlight: semaphore.NewWeighted(int64(cfg.RecipientsInFlight))}, nil
 }
 
 // Run consumes render batches until ctx is cancelled.
@@ -108,6 +113,13 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	if err := json.Unmarshal(msg.Data(), &b); err != nil {
 		return shared.Permanent(fmt.Errorf("render batch: %w", err))
 	}
+	// The batch holds its recipients' share of RecipientsInFlight while
+	// it renders (in-progress acks keep it while it waits).
+	w := int64(min(max(len(b.Recipients), 1), s.cfg.RecipientsInFlight))
+	if err := s.inFlight.Acquire(ctx, w); err != nil {
+		return err
+	}
+	defer s.inFlight.Release(w)
 	sp, err := s.spec(ctx, b.TaskID)
 	if err != nil {
 		return err
