@@ -61,7 +61,12 @@
 // outcome would undo it. So whoever takes a fold lease first resets the
 // partition's consumer to its acknowledgement floor (status.go,
 // replayUnacknowledged): what the previous holder was handed comes again
-// before anything newer, instead of after its ack wait.
+// before anything newer, instead of after its ack wait. A progress write
+// the server acknowledged and then lost (nats-server killed before its
+// write cache reached the file) is not folded again, since its events are
+// acknowledged: so at the first flush of a holding and after each
+// reconnect the holder compares its partition's unfinished progress with
+// the checkpoints and writes again what is behind (reconcile.go).
 //
 // Receipts (delivered, read, undelivered events from services/feedback)
 // are folded into a second byte per recipient, the strongest receipt seen
@@ -89,7 +94,9 @@
 // control request with their sequences.
 //
 // Where to edit what: status.go (the consume and flush loop, the replay
-// in stream order at a take-over; replay_test.go), partition.go
+// in stream order at a take-over; replay_test.go), reconcile.go (progress
+// written again where a lost write left it behind its checkpoint),
+// partition.go
 // (the partitions: names, which tasks, where a new consumer starts, making
 // a removed one again), layouts.go (removing another partition count's
 // consumers),

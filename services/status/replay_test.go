@@ -2,6 +2,7 @@ package status_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -81,4 +82,49 @@ func TestFoldReplaysAPreviousHoldersEventsInStreamOrder(t *testing.T) {
 		return p.State.Final() && p.Failed == 1 && p.Retrying == 0
 	}))
 	t.Logf("after the take-over: %s failed=%d retrying=%d", last.State, last.Failed, last.Retrying)
+}
+
+// TestProgressLostAfterItsCheckpointIsWrittenAgain: the last progress
+// write of a finished task is lost after its checkpoint was stored (a
+// nats-server killed before its write cache reached the file) and every
+// event is acknowledged. The next holder of the fold finds progress
+// behind the checkpoint and writes it again; before, nothing marked the
+// task dirty and progress stayed behind for good (scenario seed
+// 840142194).
+func TestProgressLostAfterItsCheckpointIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	ts := pipelinetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const task = "lostwrite"
+	for _, ev := range []contract.Event{
+		{Kind: contract.EventAccepted, Index: -1, Total: 2, State: contract.StateProcessing},
+		{JobID: task + ".0", Kind: contract.EventSent, Index: 0, Attempt: 1},
+		{JobID: task + ".1", Kind: contract.EventFailed, Index: 1, Attempt: 1, Class: contract.ClassPermanent},
+	} {
+		ev.TaskID, ev.At = task, time.Now().UTC()
+		if ev.JobID != "" {
+			ev.To, ev.Account = "+15550000000", "a"
+		}
+		data, err := contract.EncodeEvent(&ev)
+		require.NoError(t, err)
+		_, err = ts.JS.Publish(ctx, contract.EventSubject(task, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
+		require.NoError(t, err)
+	}
+	final := func(p *contract.Progress) bool {
+		return p != nil && p.State == contract.StatePartial && p.Sent == 1 && p.Failed == 1 && p.FinishedAt != nil
+	}
+	runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool { return final(ts.Progress(t, task)) })
+
+	// The lost write: progress as it was before the last event.
+	stale := *ts.Progress(t, task)
+	stale.State, stale.Failed, stale.Retrying, stale.FinishedAt = contract.StateProcessing, 0, 1, nil
+	data, err := json.Marshal(stale)
+	require.NoError(t, err)
+	kv, err := ts.JS.KeyValue(ctx, contract.BucketProgress)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, task, data)
+	require.NoError(t, err)
+
+	runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool { return final(ts.Progress(t, task)) })
 }

@@ -245,6 +245,10 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 
 	ticker := time.NewTicker(s.cfg.FlushInterval)
 	defer ticker.Stop()
+	// Progress is checked against the checkpoints (reconcile.go) at the
+	// first tick of the holding and at the first after each reconnect,
+	// until a check gets through.
+	checked, reconnects := false, s.js.Conn().Stats().Reconnects
 	var folded []jetstream.Msg
 	flush := func(ctx context.Context) {
 		s.mu.Lock()
@@ -305,6 +309,16 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 				flush(ctx)
 			}
 		case <-ticker.C:
+			if r := s.js.Conn().Stats().Reconnects; r != reconnects {
+				checked, reconnects = false, r
+			}
+			if !checked {
+				if err := s.reconcile(sctx, p); err != nil {
+					s.log.Debug("progress not checked against the checkpoints yet", "err", err)
+				} else {
+					checked = true
+				}
+			}
 			flush(ctx)
 		case taskID := <-p.changed:
 			if err := s.touch(ctx, p, taskID); err != nil {
