@@ -124,7 +124,6 @@ func (c *checker) index() {
 // sandbox, which is checked from its events).
 func hasLedger(channel string) bool { return channel != "sandbox" }
 
-// lastEvent returns each recipient's last per-recipient event, by index.
 // times checks that a final task started no later and finished no earlier
 // than any of its recipients' outcomes: each recipient's first final event
 // in stream order (the one progress counted), and a sent event after a
@@ -155,6 +154,7 @@ func (c *checker) times(t Task, p *contract.Progress, evs []contract.Event) {
 	}
 }
 
+// lastEvents returns each recipient's last per-recipient event, by index.
 func lastEvents(evs []contract.Event) map[int]contract.Event {
 	out := map[int]contract.Event{}
 	for _, e := range evs {

@@ -30,10 +30,10 @@ import (
 
 // groupJobsInFlight is how many jobs of job groups a lane of a runs at
 // once: its messages' worth at render's default group size
-// (contract.DefaultJobGroupSize), so a
-// group's jobs wait for their turns together and share the turns' ticks
-// and the events' writes as jobs alone do across messages, but at most
-// maxJobsInFlight (a batch account's lanes take thousands of messages).
+// (contract.DefaultJobGroupSize), so a group's jobs wait for their turns
+// together and share the turns' ticks and the events' writes as jobs alone
+// do across messages, but at most maxJobsInFlight (a batch account's
+// lanes take thousands of messages).
 func groupJobsInFlight(a *contract.Account, p contract.Priority) int {
 	n := jobsInFlight(a, p)
 	return max(n, min(n*contract.DefaultJobGroupSize, maxJobsInFlight))
