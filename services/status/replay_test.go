@@ -28,17 +28,7 @@ func TestFoldReplaysAPreviousHoldersEventsInStreamOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const task = "replay"
-	publish := func(ev contract.Event) {
-		t.Helper()
-		ev.TaskID, ev.At = task, time.Now().UTC()
-		if ev.JobID != "" {
-			ev.To, ev.Account = "+15550000000", "a"
-		}
-		data, err := contract.EncodeEvent(&ev)
-		require.NoError(t, err)
-		_, err = ts.JS.Publish(ctx, contract.EventSubject(task, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
-		require.NoError(t, err)
-	}
+	publish := func(ev contract.Event) { t.Helper(); publishEvent(ctx, t, ts, task, ev) }
 	stream, err := ts.JS.Stream(ctx, contract.StreamEvents)
 	require.NoError(t, err)
 	settled := func(want func(*contract.Progress) bool) func() bool {
@@ -102,14 +92,7 @@ func TestProgressLostAfterItsCheckpointIsWrittenAgain(t *testing.T) {
 		{JobID: task + ".0", Kind: contract.EventSent, Index: 0, Attempt: 1},
 		{JobID: task + ".1", Kind: contract.EventFailed, Index: 1, Attempt: 1, Class: contract.ClassPermanent},
 	} {
-		ev.TaskID, ev.At = task, time.Now().UTC()
-		if ev.JobID != "" {
-			ev.To, ev.Account = "+15550000000", "a"
-		}
-		data, err := contract.EncodeEvent(&ev)
-		require.NoError(t, err)
-		_, err = ts.JS.Publish(ctx, contract.EventSubject(task, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
-		require.NoError(t, err)
+		publishEvent(ctx, t, ts, task, ev)
 	}
 	final := func(p *contract.Progress) bool {
 		return p != nil && p.State == contract.StatePartial && p.Sent == 1 && p.Failed == 1 && p.FinishedAt != nil
@@ -127,4 +110,18 @@ func TestProgressLostAfterItsCheckpointIsWrittenAgain(t *testing.T) {
 	require.NoError(t, err)
 
 	runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool { return final(ts.Progress(t, task)) })
+}
+
+// publishEvent publishes ev as task's, stamped now, as dispatch would
+// (a recipient's event names a recipient and an account).
+func publishEvent(ctx context.Context, t *testing.T, ts *pipelinetest.Server, task string, ev contract.Event) {
+	t.Helper()
+	ev.TaskID, ev.At = task, time.Now().UTC()
+	if ev.JobID != "" {
+		ev.To, ev.Account = "+15550000000", "a"
+	}
+	data, err := contract.EncodeEvent(&ev)
+	require.NoError(t, err)
+	_, err = ts.JS.Publish(ctx, contract.EventSubject(task, ev.Kind), data, jetstream.WithMsgID(ev.MsgID()))
+	require.NoError(t, err)
 }
