@@ -111,10 +111,14 @@ func TestLanesOpenForJobsAndCloseWhenIdle(t *testing.T) {
 	queueLaneJobs(t, js, "hi", "lanes", contract.PriorityHigh, 0, n)
 	var opened *openLane
 	require.Eventually(t, func() bool {
+		// Sends first: the lane may open and send every job while a look
+		// at the events is on its way, and it stays open laneIdleClose
+		// after its last job.
+		sent := sentEvents(t, js, "hi") >= n
 		if ol := openLaneState(svc, "lanes", laneHigh); ol != nil {
 			opened = ol
 		}
-		return sentEvents(t, js, "hi") >= n
+		return sent
 	}, 10*time.Second, 5*time.Millisecond, "the high jobs are sent")
 	require.NotNil(t, opened, "the high lane opened")
 	require.Zero(t, opened.recheckThrough, "jobs of a lane opened after its mark are fresh")
