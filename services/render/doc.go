@@ -59,7 +59,8 @@
 // enabled account), spec.go (the cached task spec), digest.go (a task's
 // digest fields copied into its jobs), config.go (settings);
 // noaccount_test.go tests the held batches' warning, grouping_test.go the
-// groups and a batch rendered again.
+// groups and a batch rendered again, inflight_test.go the bound on the
+// recipients rendered at once.
 // Account choice is a shared.Balancer per batch: PickAccount's weighted
 // rendezvous hash (capacity-weighted, sticky per recipient), with no
 // account taking more than its share of the batch plus a tenth.
