@@ -26,6 +26,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/suppress"
 	"github.com/broadcastd/broadcast/services/dispatch"
 	"github.com/broadcastd/broadcast/services/ingest"
+	"github.com/broadcastd/broadcast/services/render"
 	"github.com/broadcastd/broadcast/services/status"
 	"github.com/broadcastd/broadcast/shared"
 )
@@ -843,11 +844,15 @@ func pacingBound(pool []string, account string, rs []contract.Recipient) string 
 		configured = c.BatchSize
 	}
 	size := ingest.BatchSizeFor(configured, len(pool))
+	slack := 0
+	if c, err := render.ConfigFromEnv(); err == nil {
+		slack = c.AccountSlack
+	}
 	picker := shared.NewPicker(accounts, nil)
 	count := map[string]int{}
 	for first := 0; first < len(rs); first += size {
 		batch := rs[first:min(first+size, len(rs))]
-		b := picker.Balance(len(batch))
+		b := picker.Balance(len(batch), slack)
 		for _, r := range batch {
 			count[b.Pick(r.To).Name]++
 		}

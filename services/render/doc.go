@@ -63,5 +63,6 @@
 // recipients rendered at once.
 // Account choice is a shared.Balancer per batch: PickAccount's weighted
 // rendezvous hash (capacity-weighted, sticky per recipient), with no
-// account taking more than its share of the batch plus a tenth.
+// account taking more than its share of the batch, rounded up, plus
+// Config.AccountSlack percent (RENDER_ACCOUNT_SLACK, default 0).
 package render

@@ -159,7 +159,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	now := time.Now().UTC()
 	htmlCh, _ := sp.channel.(channels.HTMLChannel)
 	htmlAccounts := map[string]bool{} // account name -> sends HTML, asked once per batch
-	picker := shared.NewPicker(accounts, s.health).Balance(len(b.Recipients))
+	picker := shared.NewPicker(accounts, s.health).Balance(len(b.Recipients), s.cfg.AccountSlack)
 	futures := make([]*shared.Publication, 0, len(b.Recipients))
 	rendered, skipped := 0, map[string]int{}
 	category := t.Category
