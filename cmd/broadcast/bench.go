@@ -295,8 +295,8 @@ type benchResult struct {
 	// groups, jobs alone, retries and moved copies.
 	jobMessages uint64
 	// sends is each sent event's stored time after the task's acceptance,
-	// in order.
-	sends []time.Duration
+	// in order; sentAt each one's send time (the event's at), in order.
+	sends, sentAt []time.Duration
 }
 
 func (r *benchResult) print() {
@@ -325,25 +325,32 @@ func (r *benchResult) print() {
 	}
 }
 
-// printTimeline prints how many sent events were stored in each span of
-// width after the task's acceptance: a paced task's rate should hold flat
-// from its ramp-up to its tail.
+// printTimeline prints how many sends there were in each span of width
+// after the task's acceptance, by the sent events' stored times and by
+// their send times (the events' at): a paced task's rate should hold flat
+// from its ramp-up to its tail, and a dip in the first only shows that
+// the events were stored late.
 func (r *benchResult) printTimeline(width time.Duration) {
-	if len(r.sends) == 0 {
-		return
-	}
-	counts := make([]int, int(r.sends[len(r.sends)-1]/width)+1)
-	for _, d := range r.sends {
-		counts[int(max(d, 0)/width)]++
-	}
-	var b strings.Builder
-	for i, c := range counts {
-		if i%8 == 0 {
-			fmt.Fprintf(&b, "\n    %6.2fs", (time.Duration(i) * width).Seconds())
+	for _, tl := range []struct {
+		what string
+		at   []time.Duration
+	}{{"sent events stored", r.sends}, {"sends (the events' at)", r.sentAt}} {
+		if len(tl.at) == 0 {
+			continue
 		}
-		fmt.Fprintf(&b, " %6d", c)
+		counts := make([]int, int(max(tl.at[len(tl.at)-1], 0)/width)+1)
+		for _, d := range tl.at {
+			counts[int(max(d, 0)/width)]++
+		}
+		var b strings.Builder
+		for i, c := range counts {
+			if i%8 == 0 {
+				fmt.Fprintf(&b, "\n    %6.2fs", (time.Duration(i) * width).Seconds())
+			}
+			fmt.Fprintf(&b, " %6d", c)
+		}
+		fmt.Printf("  %s per %s after acceptance:%s\n", tl.what, width, b.String())
 	}
-	fmt.Printf("  sent events stored per %s after acceptance:%s\n", width, b.String())
 }
 
 // benchPipeline runs the four services (dispatch with `replicas` copies)
@@ -495,7 +502,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	res.peakRSSMB = peakRSSMB()
 	res.cpu = cpuTime() - cpu0
 	var accepted time.Time
-	res.sends, accepted, res.firstSent, res.lastSent, err = sendLatencies(ctx, js, id)
+	res.sends, res.sentAt, accepted, res.firstSent, res.lastSent, err = sendLatencies(ctx, js, id)
 	if len(res.sends) > 0 {
 		res.p50, res.p99 = res.sends[len(res.sends)/2], res.sends[len(res.sends)*99/100]
 	}
@@ -702,7 +709,7 @@ func waitSetUp(ctx context.Context, js jetstream.JetStream, accounts []string, t
 
 // sendLatencies reads the task's sent events and measures enqueue-to-send
 // from the stored job enqueue time, approximated by the accepted event.
-func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (lat []time.Duration, accepted, first, last time.Time, err error) {
+func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (lat, at []time.Duration, accepted, first, last time.Time, err error) {
 	c, err := js.OrderedConsumer(ctx, contract.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{contract.SubjectEventsPrefix + taskID + ".>"}})
 	if err != nil {
 		return
@@ -714,7 +721,7 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 	for read := uint64(0); read < info.NumPending; {
 		b, ferr := c.Fetch(5000, jetstream.FetchMaxWait(2*time.Second))
 		if ferr != nil {
-			return nil, accepted, first, last, ferr
+			return nil, nil, accepted, first, last, ferr
 		}
 		got := 0
 		for m := range b.Messages() {
@@ -740,6 +747,7 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 				}
 				if !accepted.IsZero() {
 					lat = append(lat, meta.Timestamp.Sub(accepted))
+					at = append(at, ev.At.Sub(accepted))
 				}
 			}
 		}
@@ -748,7 +756,8 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 		}
 	}
 	slices.Sort(lat)
-	return lat, accepted, first, last, nil
+	slices.Sort(at)
+	return lat, at, accepted, first, last, nil
 }
 
 // benchReplicas compares dispatch replica counts against a 20 ms provider
