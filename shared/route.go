@@ -115,7 +115,7 @@ func (p *Picker) rank(to string, counts, caps []int) int {
 // even spread allows). Shares held exactly (slack 0, render's default)
 // spread every batch evenly, for the price of recipients sent through
 // another account than their usual one: 3 in 100 over 3 accounts, 1 in
-// 7 over 1,000 with 16 each a batch. A slack of 10 moves 1 in 300 and 1
+// 7 over 1,000 with 16 each a batch. A slack of 10 moves 1 in 400 and 1
 // in 16, and lets the busiest of 1,000 take 68 where the mean is 60
 // (13 % more time). The picks depend only on the recipients in order,
 // the pool, its weights and the slack, so a batch rendered again gets
