@@ -60,7 +60,8 @@
 // digest fields copied into its jobs), config.go (settings);
 // noaccount_test.go tests the held batches' warning, grouping_test.go the
 // groups and a batch rendered again, inflight_test.go the bound on the
-// recipients rendered at once.
+// recipients rendered at once; helpers_test.go starts their server and
+// service.
 // Account choice is a shared.Balancer per batch: PickAccount's weighted
 // rendezvous hash (capacity-weighted, sticky per recipient), with no
 // account taking more than its share of the batch, rounded up, plus

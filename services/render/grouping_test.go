@@ -13,7 +13,6 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestGroupJobs: each account's jobs, in batch order, in groups of at most
@@ -81,9 +80,7 @@ func TestGroupJobsSplitsEvenly(t *testing.T) {
 // first time, to the same accounts under the same ids: the stream keeps
 // each job once.
 func TestBatchRenderedAgainKeepsItsGrouping(t *testing.T) {
-	js := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	}).JS
+	js := topologyJS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)
@@ -99,12 +96,7 @@ func TestBatchRenderedAgainKeepsItsGrouping(t *testing.T) {
 	_, err = tasks.Put(ctx, task, rec)
 	require.NoError(t, err)
 
-	svc, err := New(js, Config{JobsPerMessage: 8})
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	svc := runService(t, js, Config{JobsPerMessage: 8})
 
 	batch := contract.RenderBatch{TaskID: task, First: 100}
 	for i := range n {

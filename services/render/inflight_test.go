@@ -7,12 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
 
 // TestBatchesOverTheBudgetRenderOneAtATime: two batches, each larger than
@@ -30,9 +28,7 @@ func TestBatchesOverTheBudgetRenderOneAtATime(t *testing.T) {
 // message, and returns how many runs of one task's jobs JOBS holds in
 // stream order.
 func runsOfTasks(t *testing.T, budget int) int {
-	js := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	}).JS
+	js := topologyJS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)
@@ -55,12 +51,7 @@ func runsOfTasks(t *testing.T, budget int) int {
 		require.NoError(t, err)
 	}
 
-	svc, err := New(js, Config{Concurrency: 4, RecipientsInFlight: budget, JobsPerMessage: 1})
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	runService(t, js, Config{Concurrency: 4, RecipientsInFlight: budget, JobsPerMessage: 1})
 
 	jobs, err := js.Stream(ctx, contract.StreamJobs)
 	require.NoError(t, err)
