@@ -163,3 +163,13 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msgAndArg
 	t.Helper()
 	require.Eventually(t, cond, timeout, 20*time.Millisecond, msgAndArgs...)
 }
+
+// RunUntilCleanup runs run (a service's Run) in the background until the
+// test ends, then cancels its context and waits for it to return.
+func RunUntilCleanup(t testing.TB, run func(context.Context) error) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+}

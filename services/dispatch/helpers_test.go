@@ -58,10 +58,7 @@ func runService(t *testing.T, js jetstream.JetStream, cfg Config) *Service {
 	t.Helper()
 	svc, err := New(js, cfg)
 	require.NoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	natstest.RunUntilCleanup(t, svc.Run)
 	return svc
 }
 
