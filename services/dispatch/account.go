@@ -66,6 +66,9 @@ type accountRunner struct {
 	lanes     atomic.Pointer[sessionLanes]
 	inSession atomic.Bool
 	wake      chan struct{}
+	// slept is what this runner knows of the asleep mark it left (nil
+	// when none); its sessions read and write it, one at a time.
+	slept *sleepNote
 	// batch merges sends of identical text into one call, for accounts
 	// whose max_batch is above 1 (nil otherwise, so single sends take no
 	// extra hop). Each ownership session makes its own; the handlers of a
@@ -436,11 +439,13 @@ const recheckMark = "broadcast.recheck_through"
 // with metadata meta (the normal lane's closed marks, lanes.go) and its
 // recheck mark, retrying until it works or ctx ends (then it returns nil).
 // recheckThrough is the mark: the jobs up to it are checked for an earlier
-// send.
-func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority, meta map[string]string) (cons jetstream.Consumer, recheckThrough uint64) {
+// send. knownThrough, when not nil, is the mark of a consumer made anew
+// instead of JOBS's last sequence: the session knows no job after it was
+// delivered (the asleep mark's sequence, idle.go).
+func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p contract.Priority, meta map[string]string, knownThrough *uint64) (cons jetstream.Consumer, recheckThrough uint64) {
 	cfg := consumerConfig(a, p)
 	for {
-		cons, recheckThrough, err := r.makeLaneConsumer(ctx, cfg, meta)
+		cons, recheckThrough, err := r.makeLaneConsumer(ctx, cfg, meta, knownThrough)
 		if err == nil {
 			return cons, recheckThrough
 		}
@@ -465,7 +470,7 @@ func (r *accountRunner) laneConsumer(ctx context.Context, a *contract.Account, p
 // jobs stored after that read were delivered by nobody else); one found
 // keeps its mark, and one found without a mark (made by an earlier
 // version) is as unknown as one made now.
-func (r *accountRunner) makeLaneConsumer(ctx context.Context, cfg jetstream.ConsumerConfig, meta map[string]string) (jetstream.Consumer, uint64, error) {
+func (r *accountRunner) makeLaneConsumer(ctx context.Context, cfg jetstream.ConsumerConfig, meta map[string]string, knownThrough *uint64) (jetstream.Consumer, uint64, error) {
 	withMark := func(through uint64) {
 		cfg.Metadata = maps.Clone(meta)
 		if cfg.Metadata == nil {
@@ -473,9 +478,14 @@ func (r *accountRunner) makeLaneConsumer(ctx context.Context, cfg jetstream.Cons
 		}
 		cfg.Metadata[recheckMark] = strconv.FormatUint(through, 10)
 	}
-	through, err := r.jobsLastSeq(ctx)
-	if err != nil {
-		return nil, 0, err
+	var through uint64
+	if knownThrough != nil {
+		through = *knownThrough
+	} else {
+		var err error
+		if through, err = r.jobsLastSeq(ctx); err != nil {
+			return nil, 0, err
+		}
 	}
 	withMark(through)
 	cons, err := r.svc.js.CreateConsumer(ctx, contract.StreamJobs, cfg)

@@ -288,7 +288,8 @@
 //   - lease.go: waiting for the account's lease and keeping it while sending.
 //   - idle.go: sleeping accounts without work (no lease, no pull, no
 //     consumer: the asleep mark), waking them when the lane finder shows
-//     jobs, ending idle sessions.
+//     jobs (with as few requests as the runner's note of its own mark
+//     allows), ending idle sessions.
 //   - inflight.go: the replica's in-flight budget (the share of the
 //     accounts over replicas is lease.FairShare).
 //   - sched.go: priority and the in-flight cap.

@@ -153,13 +153,23 @@ func (r *accountRunner) endWhenIdle(ctx context.Context, end context.CancelCause
 // always, when must): it returns false when the runner stops or the
 // finder shows no more jobs for it (another replica did them).
 func (r *accountRunner) acquireWhileWanted(ctx context.Context, l *lease.Lease, must bool) bool {
+	wanted := func() bool {
+		has, known := r.svc.hasJobs(r.name)
+		return must || has || !known
+	}
+	// A waking account mostly finds its lease free: one try before the
+	// watch, which costs the server a consumer made and deleted (a
+	// thousand of each when a task wakes 1,000 accounts).
+	if !wanted() {
+		return false
+	}
+	if ok, _ := r.tryAcquire(ctx, l); ok {
+		return true
+	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	changed := r.watchLease(wctx)
-	return r.acquire(wctx, l, changed, func() bool {
-		has, known := r.svc.hasJobs(r.name)
-		return must || has || !known
-	})
+	return r.acquire(wctx, l, changed, wanted)
 }
 
 // setUp reports whether the account's normal lane has its consumer on
@@ -210,21 +220,52 @@ func (r *accountRunner) sleepDeeply(ctx context.Context, l *lease.Lease) {
 	if !l.Valid() {
 		return
 	}
-	if _, err := r.svc.asleepKV.Put(ctx, r.name, []byte(strconv.FormatUint(through, 10))); err != nil {
+	rev, err := r.svc.asleepKV.Put(ctx, r.name, []byte(strconv.FormatUint(through, 10)))
+	if err != nil {
 		r.log.Debug("cannot leave the asleep mark; the consumer stays", "err", err)
 		return
 	}
+	note := &sleepNote{rev: rev, through: through}
 	if err := js.DeleteConsumer(ctx, contract.StreamJobs, name); err != nil {
 		r.log.Debug("cannot delete the sleeping account's consumer; it stays", "err", err)
+	} else {
+		note.noConsumer = true
 	}
+	r.slept = note
+}
+
+// sleepNote is what a runner knows of the asleep mark it left: the mark's
+// revision and sequence, and whether it deleted the normal lane's consumer
+// after leaving it. While the mark keeps that revision no session has
+// taken it down, so none has made a consumer since (every session takes
+// the mark down first): the next session of this runner takes it with one
+// request instead of three.
+type sleepNote struct {
+	rev, through uint64
+	noConsumer   bool
 }
 
 // takeAsleepMark takes the account's asleep mark down, reporting whether
 // there was one and the JOBS sequence it names (jobs up to it are to be
-// checked for an earlier send; all of them when the mark cannot be read).
+// checked for an earlier send; all of them when the mark cannot be read),
+// and whether the account is known to have no normal lane consumer (this
+// runner deleted it after leaving the mark; otherwise the session asks).
 // A session calls it before it creates any consumer: the mark must never
 // stand beside a consumer that may have handled jobs.
-func (r *accountRunner) takeAsleepMark(ctx context.Context) (through uint64, marked bool, err error) {
+func (r *accountRunner) takeAsleepMark(ctx context.Context) (through uint64, marked, noConsumer bool, err error) {
+	if note := r.slept; note != nil {
+		r.slept = nil
+		if r.svc.asleepKV.Delete(ctx, r.name, jetstream.LastRevision(note.rev)) == nil {
+			return note.through, true, note.noConsumer, nil
+		}
+	}
+	through, marked, err = r.readAsleepMark(ctx)
+	return through, marked, false, err
+}
+
+// readAsleepMark is takeAsleepMark without the runner's note: it reads the
+// mark, then takes down that revision.
+func (r *accountRunner) readAsleepMark(ctx context.Context) (through uint64, marked bool, err error) {
 	e, err := r.svc.asleepKV.Get(ctx, r.name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, false, nil

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -153,4 +156,48 @@ func TestAsleepMarkBoundsFreshJobs(t *testing.T) {
 	require.False(t, asleepMarked(t, js, "sleepy"), "the mark is down while a consumer exists")
 	time.Sleep(300 * time.Millisecond)
 	require.EqualValues(t, n, sentEvents(t, js, "before-mark"), "each job sent once")
+}
+
+// TestWakingAccountAsksLittle: a task wakes all its sleeping accounts at
+// once, so each wake should cost the server little. The runner that put
+// the account to sleep takes the free lease before it would watch it (a
+// watch is a consumer the server makes and deletes), takes its asleep
+// mark down by the revision it left (no read), and looks up no lane
+// consumer: it deleted them before it slept.
+func TestWakingAccountAsksLittle(t *testing.T) {
+	js, svc, _ := sleepyAccount(t)
+	var mu sync.Mutex
+	asked := map[string]int{}
+	sub, err := js.Conn().Subscribe("$JS.API.>", func(m *nats.Msg) {
+		mu.Lock()
+		asked[m.Subject]++
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, js.Conn().Flush())
+
+	const n = 5
+	queueJobs(t, js, "woken", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "woken") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
+	require.NotNil(t, openLaneState(svc, "sleepy", laneNormal))
+	require.NoError(t, js.Conn().Flush())
+
+	mu.Lock()
+	defer mu.Unlock()
+	leases, lanes := "KV_"+contract.BucketLeases, "KV_"+contract.BucketLanes
+	created := 0
+	for subj, count := range asked {
+		switch {
+		case strings.HasPrefix(subj, "$JS.API.CONSUMER.CREATE."+leases+"."), strings.HasPrefix(subj, "$JS.API.CONSUMER.DELETE."+leases+"."):
+			t.Errorf("%s asked %d times: the free lease is taken without a watch", subj, count)
+		case strings.HasPrefix(subj, "$JS.API.CONSUMER.INFO."+contract.StreamJobs+"."):
+			t.Errorf("%s asked %d times: the runner deleted its consumers when it slept", subj, count)
+		case subj == "$JS.API.DIRECT.GET."+lanes, strings.HasPrefix(subj, "$JS.API.DIRECT.GET."+lanes+"."):
+			t.Errorf("%s asked %d times: the runner knows the mark it left", subj, count)
+		case strings.HasPrefix(subj, "$JS.API.CONSUMER.CREATE."+contract.StreamJobs+"."+contract.DispatchConsumer("sleepy", contract.PriorityNormal)):
+			created += count
+		}
+	}
+	require.Equal(t, 1, created, "the normal lane's consumer is made once: %v", asked)
 }

@@ -108,26 +108,39 @@ func (sl *sessionLanes) start() bool {
 	// Or the asleep mark (idle.go), taken down first: the account slept
 	// with no consumer, so the jobs queued after the sequence it names are
 	// fresh on every lane.
-	asleepThrough, asleep, err := r.takeAsleepMark(sl.ctx)
+	asleepThrough, asleep, noConsumer, err := r.takeAsleepMark(sl.ctx)
 	if err != nil {
 		sl.end(fmt.Errorf("taking down the asleep mark: %w", err))
 		return false
 	}
 	normalIdle := false
-	c, err := r.svc.js.Consumer(sl.ctx, contract.StreamJobs, contract.DispatchConsumer(sl.a.Name, contract.PriorityNormal))
+	var c jetstream.Consumer
+	if noConsumer {
+		err = jetstream.ErrConsumerNotFound
+	} else {
+		c, err = r.svc.js.Consumer(sl.ctx, contract.StreamJobs, contract.DispatchConsumer(sl.a.Name, contract.PriorityNormal))
+	}
+	// Slept: the account has no consumer at all. sleepDeeply saw no high
+	// or low one before it left the mark, and every session takes the mark
+	// down before it makes one; no job after the mark's sequence was ever
+	// delivered.
+	slept := asleep && errors.Is(err, jetstream.ErrConsumerNotFound)
 	switch {
 	case err == nil:
 		for _, p := range []contract.Priority{contract.PriorityHigh, contract.PriorityLow} {
 			sl.marked[p] = c.CachedInfo().Config.Metadata[closedMark(p)] != ""
 		}
 		normalIdle = c.CachedInfo().Config.Metadata[closedMark(contract.PriorityNormal)] != ""
-	case asleep && errors.Is(err, jetstream.ErrConsumerNotFound):
+	case slept:
 		normalIdle, sl.freshThrough = true, asleepThrough
 		sl.marked[contract.PriorityHigh], sl.marked[contract.PriorityLow] = true, true
 	}
 	existed := map[int]bool{}
 	var toOpen []int
 	for _, lane := range []int{laneHigh, laneLow} {
+		if slept {
+			continue
+		}
 		p := lanePriority[lane]
 		_, err := r.svc.js.Consumer(sl.ctx, contract.StreamJobs, contract.DispatchConsumer(sl.a.Name, p))
 		switch {
@@ -147,7 +160,11 @@ func (sl *sessionLanes) start() bool {
 			}
 		}
 	}
-	cons, recheckThrough := r.laneConsumer(sl.ctx, sl.a, contract.PriorityNormal, sl.marks())
+	var knownThrough *uint64
+	if slept {
+		knownThrough = &asleepThrough
+	}
+	cons, recheckThrough := r.laneConsumer(sl.ctx, sl.a, contract.PriorityNormal, sl.marks(), knownThrough)
 	if cons == nil {
 		return false
 	}
@@ -239,7 +256,7 @@ func (sl *sessionLanes) openLane(lane int, existed bool) {
 		}
 		fresh = !existed // a mark beside a consumer proves nothing
 	}
-	cons, recheckThrough := sl.r.laneConsumer(sl.ctx, sl.a, p, nil)
+	cons, recheckThrough := sl.r.laneConsumer(sl.ctx, sl.a, p, nil, nil)
 	if cons == nil {
 		return
 	}

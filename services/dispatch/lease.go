@@ -36,18 +36,9 @@ func (r *accountRunner) acquire(ctx context.Context, l *lease.Lease, changed <-c
 		if !wanted() {
 			return false
 		}
-		var ok bool
-		var err error
-		if r.svc.share.MayTake(ctx) {
-			if ok, err = l.TryAcquire(ctx); ok {
-				if l.TookFrom != "" {
-					r.log.Info("this process now sends for the account; the previous holder's connection is gone", "previous", l.TookFrom)
-				} else {
-					r.log.Info("this process now sends for the account")
-				}
-				return true
-			}
-			r.svc.share.Released()
+		ok, err := r.tryAcquire(ctx, l)
+		if ok {
+			return true
 		}
 		if err != nil && ctx.Err() == nil && err.Error() != lastErr {
 			r.log.Warn("cannot take the account's lease; retrying", "err", err)
@@ -60,6 +51,25 @@ func (r *accountRunner) acquire(ctx context.Context, l *lease.Lease, changed <-c
 		case <-time.After(lease.Refresh):
 		}
 	}
+}
+
+// tryAcquire takes the lease if this process may hold one more and
+// nobody holds it.
+func (r *accountRunner) tryAcquire(ctx context.Context, l *lease.Lease) (bool, error) {
+	if !r.svc.share.MayTake(ctx) {
+		return false, nil
+	}
+	ok, err := l.TryAcquire(ctx)
+	if !ok {
+		r.svc.share.Released()
+		return false, err
+	}
+	if l.TookFrom != "" {
+		r.log.Info("this process now sends for the account; the previous holder's connection is gone", "previous", l.TookFrom)
+	} else {
+		r.log.Info("this process now sends for the account")
+	}
+	return true, nil
 }
 
 // errReconnected ends a session whose connection was lost meanwhile: the

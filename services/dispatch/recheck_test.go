@@ -56,7 +56,7 @@ func TestTakeOverChecksJobsQueuedBeforeTheConsumer(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(account), &a))
 	a.Name = "acct"
 	r := newAccountRunner(ctx, killed, &a, nil)
-	cons, through := r.laneConsumer(ctx, &a, contract.PriorityNormal, nil)
+	cons, through := r.laneConsumer(ctx, &a, contract.PriorityNormal, nil, nil)
 	require.NotNil(t, cons)
 	require.EqualValues(t, n, through, "a consumer made anew checks the jobs queued before it")
 	require.Equal(t, strconv.Itoa(n), cons.CachedInfo().Config.Metadata[recheckMark], "and says so on itself")
