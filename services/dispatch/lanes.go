@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,7 +162,7 @@ func (sl *sessionLanes) start() bool {
 		}
 	}
 	var knownThrough *uint64
-	if slept {
+	if slept && asleepThrough != math.MaxUint64 { // not a mark that could not be read
 		knownThrough = &asleepThrough
 	}
 	cons, recheckThrough := r.laneConsumer(sl.ctx, sl.a, contract.PriorityNormal, sl.marks(), knownThrough)
