@@ -155,6 +155,9 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 	if sc.JobsPerMessage > 0 {
 		env["RENDER_JOBS_PER_MESSAGE"] = strconv.Itoa(sc.JobsPerMessage)
 	}
+	if sc.SessionIdle > 0 {
+		env["DISPATCH_SESSION_IDLE"] = sc.SessionIdle.String()
+	}
 	for _, p := range sc.Pools {
 		for _, a := range p.Accounts {
 			env[SecretEnv(a.Name)] = Secret

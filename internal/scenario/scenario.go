@@ -42,6 +42,11 @@ type Scenario struct {
 	// JobsPerMessage, when set, is render's job group size
 	// (RENDER_JOBS_PER_MESSAGE; 0: its default, 16).
 	JobsPerMessage int `json:"jobs_per_message,omitempty"`
+	// SessionIdle, when set, is how long an account's dispatch session
+	// stays without a job before the account sleeps
+	// (DISPATCH_SESSION_IDLE; unset: dispatch's 10 s), so accounts sleep
+	// between and during the tasks and wake again.
+	SessionIdle time.Duration `json:"session_idle,omitempty"`
 	// Shrunk notes what shrinking removed, when it did.
 	Shrunk string `json:"shrunk,omitempty"`
 }
@@ -292,6 +297,12 @@ func Generate(seed uint64, o Options) *Scenario {
 	}
 	if o.JobsPerMessage > 0 {
 		s.JobsPerMessage = o.JobsPerMessage
+	}
+	// And sleeping accounts: in a third of the scenarios an account
+	// without jobs for 300 ms to 1.5 s sleeps (its lease released, its
+	// consumer deleted, the asleep mark left) and the next job wakes it.
+	if ir := rand.New(rand.NewPCG(seed^0xc2b2ae35, seed+41)); ir.IntN(3) == 0 {
+		s.SessionIdle = time.Duration(300+ir.IntN(1201)) * time.Millisecond
 	}
 	// And a quarter of the tasks have some of their queued jobs published
 	// again while they run.

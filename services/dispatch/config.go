@@ -37,6 +37,10 @@ type Config struct {
 	// HealthInterval is how often the active owner of an account refreshes
 	// its health value. Defaults to 2 seconds.
 	HealthInterval time.Duration
+	// SessionIdle is how long an account's session stays without a job
+	// before it ends and the account sleeps: no lease, no pull request, no
+	// consumer (idle.go). Defaults to 10 seconds.
+	SessionIdle time.Duration
 	// ReapInterval is how often the runners of deleted accounts are
 	// checked and stopped once nothing of theirs is left to move. Defaults
 	// to 30 seconds.
@@ -108,6 +112,7 @@ func ConfigFromEnv() (Config, error) {
 		"DISPATCH_LONG_WAIT":     &c.LongWait,
 		"DISPATCH_REAP_INTERVAL": &c.ReapInterval,
 		"DISPATCH_DIGEST_WINDOW": &c.DigestWindow,
+		"DISPATCH_SESSION_IDLE":  &c.SessionIdle,
 	} {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -139,6 +144,9 @@ func (c *Config) validate() error {
 	}
 	if c.BackoffBase < 0 {
 		return fmt.Errorf("BackoffBase: must not be negative")
+	}
+	if c.SessionIdle < 0 {
+		return fmt.Errorf("SessionIdle (DISPATCH_SESSION_IDLE): must not be negative")
 	}
 	if c.BackoffMax < 0 {
 		return fmt.Errorf("BackoffMax: must not be negative")
@@ -173,6 +181,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = 2 * time.Second
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = 10 * time.Second
 	}
 	if c.Channels == nil {
 		c.Channels = channels.BuiltinWith(channels.NetPolicy{DenyPrivate: c.DenyPrivate, AllowLoopback: c.AllowLoopback})

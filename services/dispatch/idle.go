@@ -17,7 +17,7 @@ import (
 // request, no timers, and no consumer on JOBS. Its runner sleeps until the
 // lane finder (findLanes, one request per lane for every account of the
 // replica) shows jobs on one of its subjects, then takes the lease and
-// sends; a session with nothing to do for sessionIdleClose ends and
+// sends; a session with nothing to do for Config.SessionIdle ends and
 // releases the lease.
 //
 // Every consumer of JOBS costs the server on every acknowledgement of the
@@ -38,11 +38,7 @@ import (
 // An account never set up (neither its normal lane's consumer nor the
 // asleep mark) has one session anyway, which leaves one of them.
 
-// sessionIdleClose is how long a session stays without a job before it
-// ends (a variable for the tests).
-var sessionIdleClose = 10 * time.Second
-
-// errIdle ends a session that had nothing to do for sessionIdleClose.
+// errIdle ends a session that had nothing to do for Config.SessionIdle.
 var errIdle = errors.New("no work for a while")
 
 // nudge wakes a sleeping runner: the lane finder saw jobs for it.
@@ -97,7 +93,7 @@ func (s *Service) hasJobs(account string) (has, known bool) {
 func (r *accountRunner) asleep() bool { return r.lanes.Load() == nil && !r.inSession.Load() }
 
 // endWhenIdle ends the session once every lane has been without a job in
-// its handlers for sessionIdleClose, the high and low lanes are closed,
+// its handlers for Config.SessionIdle, the high and low lanes are closed,
 // and the normal lane's consumer has nothing pending or unacknowledged on
 // the server and its subject no job.
 func (r *accountRunner) endWhenIdle(ctx context.Context, end context.CancelCauseFunc, sched *scheduler, lanes *sessionLanes) {
@@ -127,7 +123,7 @@ func (r *accountRunner) endWhenIdle(ctx context.Context, end context.CancelCause
 			}
 			continue
 		}
-		if time.Since(idleSince) < sessionIdleClose {
+		if time.Since(idleSince) < r.svc.cfg.SessionIdle {
 			continue
 		}
 		if queued, err := lanes.queued(ctx, laneNormal); err != nil || queued {

@@ -44,19 +44,19 @@ func asleepMarked(t *testing.T, js jetstream.JetStream, account string) bool {
 	return kvHas(t, js, contract.BucketLanes, account)
 }
 
+// testSessionIdle is the tests' Config.SessionIdle.
+const testSessionIdle = 2 * time.Second
+
 // sleepyAccount runs a service with one account and waits until its first
 // session (which creates the normal lane's consumer) has idled out: no
 // lease, no consumer on JOBS, the asleep mark left.
 func sleepyAccount(t *testing.T) (jetstream.JetStream, *Service, *accountRunner) {
 	t.Helper()
-	old := sessionIdleClose
-	sessionIdleClose = 2 * time.Second
-	t.Cleanup(func() { sessionIdleClose = old })
 	js := topologyJS(t)
 	putAccounts(t, js, map[string]string{"sleepy": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4}`})
-	svc := runService(t, js, Config{})
+	svc := runService(t, js, Config{SessionIdle: testSessionIdle})
 	require.Eventually(t, func() bool { return laneExists(t, js, "sleepy", contract.PriorityNormal) }, 10*time.Second, 20*time.Millisecond)
-	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") }, 3*sessionIdleClose+5*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") }, 3*testSessionIdle+5*time.Second, 50*time.Millisecond,
 		"the idle session ends and releases the lease")
 	deleted := func() bool {
 		return !laneExists(t, js, "sleepy", contract.PriorityNormal) && asleepMarked(t, js, "sleepy")
@@ -102,7 +102,7 @@ func TestIdleAccountSleeps(t *testing.T) {
 	t.Logf("a sleeping account sent %d jobs %s after they were queued", n, woke.Round(time.Millisecond))
 	require.Less(t, woke, 3*time.Second, "the finder wakes it within a look or two")
 
-	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") && r.asleep() }, 3*sessionIdleClose+5*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") && r.asleep() }, 3*testSessionIdle+5*time.Second, 50*time.Millisecond,
 		"asleep again after the work")
 	require.Eventually(t, func() bool { return asleepMarked(t, js, "sleepy") && consumersOnJobs(t, js) == 0 }, 5*time.Second, 20*time.Millisecond,
 		"no consumer again")
