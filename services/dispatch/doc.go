@@ -6,7 +6,8 @@
 // "dispatch_low-<account>", filters broadcast.jobs.<account>.high, .normal
 // and .low, created and resized live as KV broadcast_accounts changes. The
 // normal lane's exists while the account has work and this replica holds
-// its lease (idle.go: an account without work sleeps, with no lease, no
+// its lease (idle.go: an account without work for Config.SessionIdle,
+// DISPATCH_SESSION_IDLE, 10 s by default, sleeps, with no lease, no
 // pull request and no consumer, leaving a mark in KV broadcast_lanes that
 // names the last JOBS sequence, so the jobs after it that wake it count as
 // fresh); the high and low lanes' only while they hold jobs (lanes.go:

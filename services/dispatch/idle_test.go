@@ -201,3 +201,21 @@ func TestWakingAccountAsksLittle(t *testing.T) {
 	}
 	require.Equal(t, 1, created, "the normal lane's consumer is made once: %v", asked)
 }
+
+// TestSessionIdleFromEnv: DISPATCH_SESSION_IDLE sets Config.SessionIdle;
+// a bad value names the variable, a negative one the field.
+func TestSessionIdleFromEnv(t *testing.T) {
+	t.Setenv("DISPATCH_SESSION_IDLE", "750ms")
+	c, err := ConfigFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, 750*time.Millisecond, c.SessionIdle)
+	t.Setenv("DISPATCH_SESSION_IDLE", "soon")
+	_, err = ConfigFromEnv()
+	require.EqualError(t, err, `DISPATCH_SESSION_IDLE: "soon" is not a duration like 1s`)
+	t.Setenv("DISPATCH_SESSION_IDLE", "-1s")
+	_, err = ConfigFromEnv()
+	require.EqualError(t, err, "SessionIdle (DISPATCH_SESSION_IDLE): must not be negative")
+	c = Config{}
+	c.withDefaults()
+	require.Equal(t, 10*time.Second, c.SessionIdle, "the default")
+}
