@@ -40,7 +40,7 @@ type Scenario struct {
 	// partitions by task (STATUS_PARTITIONS).
 	StatusPartitions int `json:"status_partitions,omitempty"`
 	// JobsPerMessage, when set, is render's job group size
-	// (RENDER_JOBS_PER_MESSAGE; 0: its default, 16).
+	// (RENDER_JOBS_PER_MESSAGE; 0: its default, contract.DefaultJobGroupSize).
 	JobsPerMessage int `json:"jobs_per_message,omitempty"`
 	// SessionIdle, when set, is how long an account's dispatch session
 	// stays without a job before the account sleeps
