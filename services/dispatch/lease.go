@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/broadcastd/broadcast/internal/lease"
@@ -72,6 +73,12 @@ func (r *accountRunner) tryAcquire(ctx context.Context, l *lease.Lease) (bool, e
 	return true, nil
 }
 
+// refreshPhase is how long a new session waits for its first refresh: up
+// to one period, never less than a tenth of it.
+func refreshPhase() time.Duration {
+	return lease.Refresh/10 + rand.N(lease.Refresh*9/10)
+}
+
 // errReconnected ends a session whose connection was lost meanwhile: the
 // server may have restarted, losing the lanes' consumers (their state is
 // in memory, consumerConfig), so the next session creates them again.
@@ -80,8 +87,13 @@ var errReconnected = errors.New("the connection to the server was lost")
 // keepLease refreshes the lease every lease.Refresh until ctx ends. When the
 // lease is lost, or cannot be confirmed before it runs out, or the
 // connection was lost since the session began, it ends the session.
+//
+// The first refresh comes after a random part of the period: a task over
+// many sleeping accounts wakes them together, and refreshes in step would
+// reach the server as one burst a period (a thousand updates queued behind
+// each other, the last confirmed late).
 func (r *accountRunner) keepLease(ctx context.Context, l *lease.Lease, end context.CancelCauseFunc) {
-	t := time.NewTicker(lease.Refresh)
+	t := time.NewTimer(refreshPhase())
 	defer t.Stop()
 	_, losses := r.svc.conn.State()
 	for {
@@ -89,6 +101,7 @@ func (r *accountRunner) keepLease(ctx context.Context, l *lease.Lease, end conte
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(lease.Refresh)
 		}
 		if _, n := r.svc.conn.State(); n != losses {
 			end(errReconnected)

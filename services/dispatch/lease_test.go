@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/lease"
 )
 
 // leasesBucket starts a JetStream server with the topology and returns the
@@ -38,5 +39,22 @@ func TestDispatchRunnerCountWithoutServiceLock(t *testing.T) {
 		require.Equal(t, 2, n)
 	case <-time.After(2 * time.Second):
 		t.Fatal("counting the accounts waits for the service's lock")
+	}
+}
+
+// TestRefreshPhaseSpreads checks that sessions opened together do not
+// refresh their leases in step: the first refresh falls anywhere in the
+// period's last nine tenths.
+func TestRefreshPhaseSpreads(t *testing.T) {
+	lo, hi := lease.Refresh, time.Duration(0)
+	for range 1000 {
+		d := refreshPhase()
+		if d < lease.Refresh/10 || d >= lease.Refresh {
+			t.Fatalf("refreshPhase() = %v, want in [%v, %v)", d, lease.Refresh/10, lease.Refresh)
+		}
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if hi-lo < lease.Refresh/2 {
+		t.Fatalf("1,000 phases span only %v..%v; want them spread over the period", lo, hi)
 	}
 }
