@@ -1,18 +1,15 @@
 package client
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // BenchmarkLookupRecipient measures a lookup in an index of 200,000
@@ -20,9 +17,7 @@ import (
 // subject only, so its cost follows the recipient's entries, not the
 // index's size.
 func BenchmarkLookupRecipient(b *testing.B) {
-	ts := natstest.StartWith(b, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	ts := topologytest.Start(b)
 	ctx := b.Context()
 	const recipients, each = 20_000, 10
 	for i := range recipients * each {

@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -21,9 +20,7 @@ import (
 // judges a task it would reject again after CatchUp (TestChaosKillStatus
 // had its task rejected for an account put just before it).
 func TestAccountWatcherCatchUp(t *testing.T) {
-	ts := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	ts := topologytest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	aw, err := shared.WatchAccounts(ctx, ts.JS, slog.New(slog.DiscardHandler), nil)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -15,17 +14,14 @@ import (
 
 	"github.com/broadcastd/broadcast/client"
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestOperatorCommands: dead ls|show|retry, accounts and lookup read what
 // the streams and buckets hold, as tables and as JSON, and name the bad
 // argument.
 func TestOperatorCommands(t *testing.T) {
-	ts := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	ts := topologytest.Start(t)
 	ctx := t.Context()
 	run := func(cmd string, args ...string) (string, error) {
 		var out bytes.Buffer

@@ -2,18 +2,15 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestPolicyCommand: set then get returns the stored value; a value that
@@ -23,9 +20,7 @@ import (
 // value that does not validate; rm removes a key and refuses one not
 // stored; check validates without a server.
 func TestPolicyCommand(t *testing.T) {
-	ts := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	ts := topologytest.Start(t)
 	ctx := t.Context()
 	runIn := func(in string, args ...string) (string, error) {
 		var out bytes.Buffer

@@ -2,28 +2,23 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/suppress"
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestSuppressCommand: add, list, remove and import through the CLI, and
 // errors that name the field.
 func TestSuppressCommand(t *testing.T) {
-	ts := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	ts := topologytest.Start(t)
 	ctx := t.Context()
 	run := func(args ...string) (string, error) {
 		var out bytes.Buffer

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
-	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -20,9 +20,7 @@ import (
 // client and the leases bucket.
 func leasesBucket(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
-	js := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	}).JS
+	js := topologytest.Start(t).JS
 	kv, err := js.KeyValue(context.Background(), contract.BucketLeases)
 	require.NoError(t, err)
 	return js, kv

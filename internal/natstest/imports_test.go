@@ -30,9 +30,10 @@ type listedPackage struct {
 
 // TestHarnessLayers keeps the test harnesses in their layers: natstest
 // depends on nothing of Broadcast's but internal/embedded, so shared's and
-// the services' own tests can use it, and no package under internal/
-// imports a service it does not start (whose New it never calls), so a
-// harness that starts services sits above them, never below.
+// the services' own tests can use it, topologytest on no service, and no
+// package under internal/ imports a service it does not start (whose New
+// it never calls), so a harness that starts services sits above them,
+// never below.
 func TestHarnessLayers(t *testing.T) {
 	t.Parallel()
 	goTool, err := exec.LookPath("go")
@@ -54,6 +55,13 @@ func TestHarnessLayers(t *testing.T) {
 			for _, d := range p.Deps {
 				if strings.HasPrefix(d, module+"/") && d != module+"/internal/embedded" {
 					t.Errorf("internal/natstest depends on %s: the server harness must stay below shared and the services", strings.TrimPrefix(d, module+"/"))
+				}
+			}
+		}
+		if p.ImportPath == module+"/internal/topologytest" {
+			for _, d := range p.Deps {
+				if strings.HasPrefix(d, module+"/services/") {
+					t.Errorf("internal/topologytest depends on %s: the services' own tests use it", strings.TrimPrefix(d, module+"/"))
 				}
 			}
 		}

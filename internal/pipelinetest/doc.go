@@ -1,16 +1,16 @@
 // Package pipelinetest is the pipeline harness: it sits above the services
 // and runs them in the test's process. A Server is a natstest server with
-// Broadcast's topology in place (shared.EnsureTopology as its Setup), with
+// Broadcast's topology in place (internal/topologytest's Setup), with
 // helpers that speak the contract: PutAccount, Progress, WaitProgress,
 // WaitFinal, Events. StartPipeline runs ingest, render, dispatch and status
 // against it, each on its own connection as in production.
 //
 // A service's own tests cannot import it (it imports every service); they
-// use internal/natstest, the server-only harness, with a Setup of their
-// own.
+// use internal/topologytest, the same server and topology without the
+// services.
 //
 // Files:
-//   - server.go: Server, Start / StartWithTopology, Topology,
+//   - server.go: Server, Start / StartWithTopology,
 //     StartConfigFile, StartCluster, NATSConfig.
 //   - accounts.go: PutAccount.
 //   - progress.go: Progress, WaitProgress, WaitFinal.

@@ -1,13 +1,11 @@
 package pipelinetest
 
 import (
-	"context"
 	"testing"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/broadcastd/broadcast/internal/embedded"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -27,14 +25,7 @@ func Start(t testing.TB) *Server {
 // Retention, say).
 func StartWithTopology(t testing.TB, topo shared.TopologyConfig) *Server {
 	t.Helper()
-	return &Server{natstest.StartWith(t, Topology(topo))}
-}
-
-// Topology is the natstest.Setup that creates the topology from topo.
-func Topology(topo shared.TopologyConfig) natstest.Setup {
-	return func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, topo)
-	}
+	return &Server{natstest.StartWith(t, topologytest.Setup(topo))}
 }
 
 // ConfigServer is natstest.ConfigServer with the topology.
@@ -48,7 +39,7 @@ type ConfigServer struct {
 // Setup, created as o.SetupAs (a service user: the operator may not).
 func StartConfigFile(t testing.TB, path string, o natstest.ConfigOptions) *ConfigServer {
 	t.Helper()
-	o.Setup = Topology(shared.TopologyConfig{})
+	o.Setup = topologytest.Setup(shared.TopologyConfig{})
 	cs := natstest.StartConfigFile(t, path, o)
 	return &ConfigServer{Server: &Server{cs.Server}, Log: cs.Log}
 }
@@ -72,7 +63,7 @@ type Cluster struct {
 // StartCluster is natstest.StartCluster with the topology as its Setup.
 func StartCluster(t testing.TB, o natstest.ClusterOptions) *Cluster {
 	t.Helper()
-	o.Setup = Topology(shared.TopologyConfig{Replicas: o.NodeCount()})
+	o.Setup = topologytest.Setup(shared.TopologyConfig{Replicas: o.NodeCount()})
 	c := natstest.StartCluster(t, o)
 	return &Cluster{Server: &Server{c.Server}, Nodes: c.Nodes, Log: c.Log}
 }

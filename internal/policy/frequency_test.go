@@ -8,19 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/policy"
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 func startServer(t *testing.T) *natstest.Server {
-	return natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	return topologytest.Start(t)
 }
 
 func caps(t *testing.T, value string) []contract.FrequencyCap {
@@ -179,9 +176,7 @@ func TestReserveMessageOfSeveralCategories(t *testing.T) {
 // (a get and an update), from 64 goroutines as dispatch's handlers make
 // them, against an embedded server in this process.
 func BenchmarkReserve(b *testing.B) {
-	ts := natstest.StartWith(b, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	ts := topologytest.Start(b)
 	ctx := context.Background()
 	c, err := policy.OpenCounter(ctx, ts.JS)
 	require.NoError(b, err)

@@ -1,7 +1,6 @@
 package suppress_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/suppress"
-	"github.com/broadcastd/broadcast/shared"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 func TestNormalize(t *testing.T) {
@@ -121,9 +119,7 @@ func TestViewCategoriesScopesAndUntil(t *testing.T) {
 }
 
 func setup(t *testing.T) (*natstest.Server, *suppress.List) {
-	ts := natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	})
+	ts := topologytest.Start(t)
 	l, err := suppress.Open(t.Context(), ts.JS)
 	require.NoError(t, err)
 	return ts, l

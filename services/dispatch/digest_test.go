@@ -16,6 +16,7 @@ import (
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/policy"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // digestJob is a sandbox job of task to user-0 with digest key "news".
@@ -31,7 +32,7 @@ func digestJob(task string, window time.Duration) contract.Job {
 // entry is found twice) and deletes the entry, then opens its own digest.
 func TestDigestLeftSentIsFinished(t *testing.T) {
 	t.Parallel()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx := t.Context()
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
 	ledger, err := js.KeyValue(ctx, contract.BucketLedger)
@@ -341,7 +342,7 @@ func TestDigestItemHeldByPolicyIsNotLost(t *testing.T) {
 // is still sent.
 func TestDigestCarrierExpiringAfterSealingHandsItOver(t *testing.T) {
 	t.Parallel()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	// An empty bucket at the session's start and one token every 2 s: the
 	// carrier waits for its turn past its expiry.
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":0.5,"burst":1,"concurrency":2}`})
@@ -364,7 +365,7 @@ func TestDigestCarrierExpiringAfterSealingHandsItOver(t *testing.T) {
 // it once. The expired carrier stays an item, sent with the digest.
 func TestDigestMaybeSentIsSentAgainUnderItsKey(t *testing.T) {
 	t.Parallel()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`})
 	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
 	// The attempt that may have reached the recipient, sent under the
@@ -418,7 +419,7 @@ func stageSealedDigest(t *testing.T, js jetstream.JetStream, carrier, item *cont
 // the digest goes to the item, which moves to that account and sends it.
 func TestDigestCarrierHeldOnItsAccountHandsItOver(t *testing.T) {
 	t.Parallel()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	putAccounts(t, js, map[string]string{
 		"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4,"enabled":false}`,
 		"b": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`,

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestDispatchMisconfiguredAccountMovesItsJobs: a new account dispatch
@@ -16,7 +17,7 @@ import (
 // reason in its health, and the jobs queued for it are sent by a healthy
 // account of their channel instead of waiting unseen.
 func TestDispatchMisconfiguredAccountMovesItsJobs(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	putAccounts(t, js, map[string]string{

@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -32,7 +33,7 @@ const handoffAcct = `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concur
 
 func newHandoffRig(t *testing.T) *handoffRig {
 	t.Helper()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx := t.Context()
 	putAccounts(t, js, map[string]string{"a": handoffAcct, "b": handoffAcct})
 	s, err := New(js, Config{})

@@ -12,17 +12,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
-	"github.com/broadcastd/broadcast/shared"
 )
-
-// topologyJS starts a JetStream server with the topology and returns the
-// test's client.
-func topologyJS(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	return natstest.StartWith(t, func(ctx context.Context, js jetstream.JetStream) error {
-		return shared.EnsureTopology(ctx, js, shared.TopologyConfig{})
-	}).JS
-}
 
 // putAccounts stores each name's account JSON in broadcast_accounts.
 func putAccounts(t *testing.T, js jetstream.JetStream, accounts map[string]string) {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // kvHas reports whether key is in KV bucket.
@@ -52,7 +53,7 @@ const testSessionIdle = 2 * time.Second
 // lease, no consumer on JOBS, the asleep mark left.
 func sleepyAccount(t *testing.T) (jetstream.JetStream, *Service, *accountRunner) {
 	t.Helper()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	putAccounts(t, js, map[string]string{"sleepy": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4}`})
 	svc := runService(t, js, Config{SessionIdle: testSessionIdle})
 	require.Eventually(t, func() bool { return laneExists(t, js, "sleepy", contract.PriorityNormal) }, 10*time.Second, 20*time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -56,7 +57,7 @@ func outcomesByJob(evs []contract.Event) map[contract.EventKind]map[string]int {
 // job ends once (sent or failed with a dead letter), the failed sends come
 // back alone as scheduled copies, and every message leaves JOBS.
 func TestJobGroupsSendEachJobOnce(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const task, n = "groups", 80
 	permanent := map[int]bool{3: true, 17: true, 42: true, 79: true}
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":2000,"burst":50,"concurrency":4,"fail_rate":0.3,"permanent_prefix":"bad"}`})
@@ -105,7 +106,7 @@ func TestJobGroupsSendEachJobOnce(t *testing.T) {
 // is sent once, and the one given up has one failed event and one dead
 // letter.
 func TestJobGroupStoppedHalfwayIsNotRepeated(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const task, n = "grouphalf", 12
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":4,"burst":1,"concurrency":4,"permanent_prefix":"bad"}`})
 	queueJobGroups(t, js, task, "acct", n, n, map[int]bool{0: true})
@@ -149,7 +150,7 @@ func TestJobGroupStoppedHalfwayIsNotRepeated(t *testing.T) {
 func TestJobsLeftAtAStopAreNotMaybeSent(t *testing.T) {
 	for _, size := range []int{12, 1} {
 		t.Run(fmt.Sprintf("jobs a message %d", size), func(t *testing.T) {
-			js := topologyJS(t)
+			js := topologytest.Start(t).JS
 			task, n := fmt.Sprintf("left%d", size), 12
 			putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":4,"burst":1,"concurrency":4}`})
 			svc, err := New(js, Config{BackoffBase: 10 * time.Millisecond})

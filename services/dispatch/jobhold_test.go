@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestTwoMessagesOfOneJobSendOnce: a job queued twice (re-queued again
@@ -19,7 +20,7 @@ import (
 // checked side by side both found none and both sent. The second waits
 // for the first to be settled and then finds its sent event.
 func TestTwoMessagesOfOneJobSendOnce(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const task, n = "twice", 8
 	for range 2 {
 		publishJobs(t, js, task, n, true)
@@ -35,7 +36,7 @@ func TestTwoMessagesOfOneJobSendOnce(t *testing.T) {
 // (multi-process scenario seeds 323429555 and 712366452). It waits for
 // the first, whichever comes first is not checked.
 func TestJobPublishedAgainWhileItsFirstIsSentSendsOnce(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const task, n = "again-while-sent", 8
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":16,"latency":"300ms"}`})
 	runService(t, js, Config{})
@@ -53,7 +54,7 @@ func TestJobPublishedAgainWhileItsFirstIsSentSendsOnce(t *testing.T) {
 // 596367550). The first, a first delivery that holds no other message,
 // finds the mark the other left and is checked.
 func TestJobPublishedAgainOvertakingItsFirstSendsOnce(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const task, n = "overtaken", 8
 	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":16}`})
 	runService(t, js, Config{})

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // queueLaneJobs publishes sandbox jobs from..from+n-1 of task on account's
@@ -95,7 +96,7 @@ func TestLanesOpenForJobsAndCloseWhenIdle(t *testing.T) {
 	old := laneIdleClose
 	laneIdleClose = 2 * time.Second
 	t.Cleanup(func() { laneIdleClose = old })
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	putAccounts(t, js, map[string]string{"lanes": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4}`})
 	svc := runService(t, js, Config{})
 
@@ -139,7 +140,7 @@ func TestLanesOpenForJobsAndCloseWhenIdle(t *testing.T) {
 // been sent by the lost consumer, so the lane that opens for them checks
 // each for an earlier send: the half with a sent event are not sent again.
 func TestLaneWithoutMarkChecksItsJobs(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const n, sentBefore = 10, 5
 	queueLaneJobs(t, js, "again-hi", "acct", contract.PriorityHigh, 0, n)
 	publishSentEvents(t, js, "again-hi", indexesBelow(sentBefore)...)

@@ -10,13 +10,14 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/lease"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // leasesBucket starts a JetStream server with the topology and returns the
 // leases bucket.
 func leasesBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
-	kv, err := topologyJS(t).KeyValue(context.Background(), contract.BucketLeases)
+	kv, err := topologytest.Start(t).JS.KeyValue(context.Background(), contract.BucketLeases)
 	require.NoError(t, err)
 	return kv
 }

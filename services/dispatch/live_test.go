@@ -15,6 +15,7 @@ import (
 
 	"github.com/broadcastd/broadcast/channels"
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // callLog is a sandbox channel whose senders note which jobs each call
@@ -106,7 +107,7 @@ func lateProgress(t *testing.T, js jetstream.JetStream, account string, wait tim
 // must not send again: the delivery in hand settles the message.
 func TestRedeliveryWhileHandledSendsOnce(t *testing.T) {
 	t.Parallel()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const n = 5
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":2,"max_batch":5,"latency":"1200ms"}`})
 	log := &callLog{sent: map[string]int{}}
@@ -131,7 +132,7 @@ func TestRedeliveryWhileHandledSendsOnce(t *testing.T) {
 // sends whose answers were lost (maybe_sent).
 func TestDeliveriesLeftSpendNoAttempt(t *testing.T) {
 	t.Parallel()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const task = "livefail"
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":2,"max_batch":5,"latency":"800ms"}`})
 	log := &callLog{sent: map[string]int{}, fail: task}

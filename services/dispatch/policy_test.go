@@ -12,6 +12,7 @@ import (
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/policy"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestExpiredJobReleasesAnEarlierReservation plays a job that reserved
@@ -72,7 +73,7 @@ func TestFailedRetryKeepsTheReservationOfATimeout(t *testing.T) {
 // recipients starting with bad- for good.
 func reservedJobOutcome(t *testing.T, base contract.Job, entry *ledgerEntry, want contract.EventKind) []contract.FrequencySend {
 	t.Helper()
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx := t.Context()
 	putAccounts(t, js, map[string]string{"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4,"permanent_prefix":"bad-"}`})
 	const caps = `{"frequency_caps":[{"category":"marketing","max":1,"window":"24h"}]}`

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestDispatchAdoptsOrphanedQueue: jobs queued for an account that was
@@ -17,7 +18,7 @@ import (
 // them) are moved to a healthy account of their channel and sent, and the
 // adopted runner is stopped once nothing is left.
 func TestDispatchAdoptsOrphanedQueue(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	putAccounts(t, js, map[string]string{"alive": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":8}`})

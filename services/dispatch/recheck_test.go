@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestDispatchChecksJobsQueuedBeforeItsConsumer: the lanes' consumers keep
@@ -20,7 +21,7 @@ import (
 // therefore checked for a sent event before it is sent: half the jobs here
 // have one (sent before the "restart") and must not be sent again.
 func TestDispatchChecksJobsQueuedBeforeItsConsumer(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const n, sentBefore = 10, 5
 	queueJobs(t, js, "again", "acct", n)
 	publishSentEvents(t, js, "again", indexesBelow(sentBefore)...)
@@ -39,7 +40,7 @@ func TestDispatchChecksJobsQueuedBeforeItsConsumer(t *testing.T) {
 // lost: each is checked for an earlier send (multi-process scenario seed
 // 583131964 sent such jobs twice).
 func TestTakeOverChecksJobsQueuedBeforeTheConsumer(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n, sentBefore = 10, 6

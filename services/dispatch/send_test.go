@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestMayFollowLostAnswer: a redelivered job is marked maybe_sent unless
@@ -65,7 +66,7 @@ func TestMayFollowLostAnswer(t *testing.T) {
 // which the ledger alone judged settled (seed 502688736: the provider's
 // accepted call was followed by "retrying #2" and "expired #2" without it).
 func TestDispatchSaysMaybeSentAfterALostAnswer(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const task = "lost"
@@ -130,7 +131,7 @@ func taskEvents(t *testing.T, js jetstream.JetStream, task string) []contract.Ev
 // problem that moved it; both are true outcomes, and the second was dropped
 // by EVENTS's duplicate window (same Nats-Msg-Id, job:retrying:1).
 func TestRetryingEventsAfterAMoveAreKept(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	const task = "movedretry"
 	putAccounts(t, js, map[string]string{
 		"a": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4,"fatal_prefix":"user"}`,

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 	"github.com/broadcastd/broadcast/shared"
 )
 
@@ -54,7 +55,7 @@ func apiCalls(t *testing.T, js jetstream.JetStream) uint64 {
 // a handful of API requests (5 and 2 here), not a new consumer and the old
 // one's deletion per fetch (an ordered consumer: 15 and 6).
 func TestDispatchSentIndex(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx := context.Background()
 	const task = "idx-task"
 	evens := make([]int, 0, 5000)
@@ -120,7 +121,7 @@ func TestDispatchSentIndex(t *testing.T) {
 // of them took 15-30 s on a loaded machine. A sent event stored after a
 // read is still seen by a lookup asked after it was stored.
 func TestDispatchSentIndexSharesReads(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx := context.Background()
 	const task = "shared-reads"
 	sentIdx := make([]int, 0, 1000)

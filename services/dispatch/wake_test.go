@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestWakingNoHeldJobsMakesNoConsumer: an account edit wakes the held jobs
@@ -20,7 +21,7 @@ import (
 // (with 1,000 accounts each edit made and removed a thousand), and one
 // with a held job still has it put back in its queue.
 func TestWakingNoHeldJobsMakesNoConsumer(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	svc := runService(t, js, Config{Logger: logtest.Logger()})
 	select {
 	case <-svc.ready:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestGroupJobs: each account's jobs, in batch order, in groups of at most
@@ -80,7 +81,7 @@ func TestGroupJobsSplitsEvenly(t *testing.T) {
 // first time, to the same accounts under the same ids: the stream keeps
 // each job once.
 func TestBatchRenderedAgainKeepsItsGrouping(t *testing.T) {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
 // TestBatchesOverTheBudgetRenderOneAtATime: two batches, each larger than
@@ -28,7 +29,7 @@ func TestBatchesOverTheBudgetRenderOneAtATime(t *testing.T) {
 // message, and returns how many runs of one task's jobs JOBS holds in
 // stream order.
 func runsOfTasks(t *testing.T, budget int) int {
-	js := topologyJS(t)
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)
