@@ -66,7 +66,10 @@
 // write cache reached the file) is not folded again, since its events are
 // acknowledged: so at the first flush of a holding and after each
 // reconnect the holder compares its partition's unfinished progress with
-// the checkpoints and writes again what is behind (reconcile.go).
+// the checkpoints and writes again what is behind (reconcile.go). That
+// check reads every stored progress value in one pass of a watcher, not a
+// request per task, as it holds up the fold: 0.15 s among 20,000 tasks
+// (go test ./services/status -bench Reconcile).
 //
 // Receipts (delivered, read, undelivered events from services/feedback)
 // are folded into a second byte per recipient, the strongest receipt seen
@@ -95,7 +98,8 @@
 //
 // Where to edit what: status.go (the consume and flush loop, the replay
 // in stream order at a take-over; replay_test.go), reconcile.go (progress
-// written again where a lost write left it behind its checkpoint),
+// written again where a lost write left it behind its checkpoint;
+// reconcile_test.go),
 // partition.go
 // (the partitions: names, which tasks, where a new consumer starts, making
 // a removed one again), layouts.go (removing another partition count's

@@ -29,58 +29,73 @@ import (
 // checkpoint), so the next flush writes it. It runs in p's fold loop; an
 // error says it could not look at every task (try again later).
 func (s *Service) reconcile(ctx context.Context, p *partition) error {
-	keys, err := s.progress.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil
-	}
+	// One pass of a watcher reads every stored value in one ordered
+	// consumer; a Get per key cost a round trip each, and a month of
+	// finished tasks made the check, which holds up the fold, last seconds.
+	w, err := s.progress.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
 	}
-	defer func() { _ = keys.Stop() }()
-	for key := range keys.Keys() {
-		if !contract.ValidID(key) || !p.owns(key) {
-			continue
+	defer func() { _ = w.Stop() }()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case u, ok := <-w.Updates():
+			if !ok {
+				return errProgressWatchEnded
+			}
+			if u == nil {
+				return nil // every value stored when the watch began was seen
+			}
+			e = u
 		}
-		e, err := s.progress.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
+		if err := s.reconcileTask(ctx, p, e); err != nil {
 			return err
 		}
-		var stored contract.Progress
-		if json.Unmarshal(e.Value(), &stored) != nil || stored.State.Final() {
-			continue
-		}
-		s.mu.Lock()
-		f := p.folds[key]
-		dirty := f != nil && f.dirty
-		s.mu.Unlock()
-		if dirty {
-			continue // written at the next flush anyway
-		}
-		if f == nil {
-			if f, err = s.loadCheckpoint(ctx, key); err != nil {
-				return err
-			}
-			if f == nil {
-				continue
-			}
-		}
-		if !ahead(&f.P, &stored) {
-			continue
-		}
-		s.mu.Lock()
-		if p.folds[key] == nil {
-			f.breaker.reset(s.cfg.CircuitWindow)
-			p.folds[key] = f
-		}
-		p.folds[key].dirty = true
-		s.mu.Unlock()
-		s.log.Info("progress was behind the task's fold state; writing it again", shared.KeyTaskID, key,
-			"stored_sent", stored.Sent, "sent", f.P.Sent, "state", f.P.State)
 	}
-	return ctx.Err()
+}
+
+var errProgressWatchEnded = errors.New("the watch of the progress values ended early")
+
+// reconcileTask marks e's task dirty in p's folds when its stored progress
+// e is unfinished and behind its fold state.
+func (s *Service) reconcileTask(ctx context.Context, p *partition, e jetstream.KeyValueEntry) error {
+	key := e.Key()
+	if !contract.ValidID(key) || !p.owns(key) {
+		return nil
+	}
+	var stored contract.Progress
+	if json.Unmarshal(e.Value(), &stored) != nil || stored.State.Final() {
+		return nil
+	}
+	s.mu.Lock()
+	f := p.folds[key]
+	dirty := f != nil && f.dirty
+	s.mu.Unlock()
+	if dirty {
+		return nil // written at the next flush anyway
+	}
+	if f == nil {
+		var err error
+		if f, err = s.loadCheckpoint(ctx, key); err != nil || f == nil {
+			return err
+		}
+	}
+	if !ahead(&f.P, &stored) {
+		return nil
+	}
+	s.mu.Lock()
+	if p.folds[key] == nil {
+		f.breaker.reset(s.cfg.CircuitWindow)
+		p.folds[key] = f
+	}
+	p.folds[key].dirty = true
+	s.mu.Unlock()
+	s.log.Info("progress was behind the task's fold state; writing it again", shared.KeyTaskID, key,
+		"stored_sent", stored.Sent, "sent", f.P.Sent, "state", f.P.State)
+	return nil
 }
 
 // ahead reports whether fold state a has more outcomes than progress b
