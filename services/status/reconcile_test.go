@@ -15,10 +15,10 @@ import (
 	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
-// reconcileFixture stores finished progress for n tasks and, for
-// behind of them, unfinished progress whose checkpoint is ahead (sent 5
-// against the stored 3), as a process that takes over a partition finds
-// them after a month of tasks.
+// reconcileFixture stores progress for n tasks, as a process that takes
+// over a partition finds them after a month of tasks: behind of them
+// unfinished with a checkpoint ahead (sent 5 against the stored 3), as
+// many unfinished and up to date, the rest finished.
 func reconcileFixture(tb testing.TB, n, behind int) *Service {
 	tb.Helper()
 	ts := topologytest.Start(tb)
@@ -31,11 +31,13 @@ func reconcileFixture(tb testing.TB, n, behind int) *Service {
 	for i := range n {
 		id := fmt.Sprintf("task-%06d", i)
 		p := contract.Progress{TaskID: id, State: contract.StateSucceeded, Total: 10, Sent: 10, UpdatedAt: time.Now()}
-		if i < behind {
+		if i < 2*behind {
 			p.State, p.Sent = contract.StateProcessing, 3
 			f := newFold(id)
 			f.P = p
-			f.P.Sent = 5
+			if i < behind {
+				f.P.Sent = 5
+			}
 			require.NoError(tb, s.saveCheckpoint(ctx, f))
 		}
 		data, err := json.Marshal(p)
@@ -47,7 +49,8 @@ func reconcileFixture(tb testing.TB, n, behind int) *Service {
 }
 
 // TestReconcileMarksOnlyTasksBehind checks that reconcile marks dirty, in
-// each partition, exactly its unfinished tasks whose checkpoint is ahead.
+// each partition, exactly its unfinished tasks whose checkpoint is ahead:
+// not the finished ones, not those up to date.
 func TestReconcileMarksOnlyTasksBehind(t *testing.T) {
 	t.Parallel()
 	s := reconcileFixture(t, 300, 20)
