@@ -294,6 +294,9 @@ type benchResult struct {
 	// jobMessages is how many messages JOBS stored for the task: job
 	// groups, jobs alone, retries and moved copies.
 	jobMessages uint64
+	// healthWrites is how many account health values dispatch wrote
+	// from the task's submission until it was final.
+	healthWrites uint64
 	// sends is each sent event's stored time after the task's acceptance,
 	// in order; sentAt each one's send time (the event's at), in order.
 	sends, sentAt []time.Duration
@@ -319,6 +322,7 @@ func (r *benchResult) print() {
 	fmt.Printf("  peak RSS of this process (server + services): %.0f MB\n", r.peakRSSMB)
 	if r.jobMessages > 0 {
 		fmt.Printf("  jobs: %d messages on %s, %.1f recipients a message\n", r.jobMessages, contract.StreamJobs, float64(r.n)/float64(r.jobMessages))
+		fmt.Printf("  health: %d values written to %s\n", r.healthWrites, contract.BucketHealth)
 	}
 	if r.sessions != "" {
 		fmt.Printf("  dispatch: %s\n", r.sessions)
@@ -458,7 +462,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	if line := pacingBound(pool, account, task.Recipients); line != "" {
 		fmt.Println(line)
 	}
-	jobsSeq0 := jobsLastSeq(ctx, js)
+	jobsSeq0, healthSeq0 := jobsLastSeq(ctx, js), lastSeq(ctx, js, healthStream)
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
@@ -494,6 +498,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	res.final = lastP
 	res.sessions = sessionSummary(o.registry)
 	res.jobMessages = jobsLastSeq(ctx, js) - jobsSeq0
+	res.healthWrites = lastSeq(ctx, js, healthStream) - healthSeq0
 	res.elapsed = lastP.FinishedAt.Sub(start)
 	if lastP.StartedAt != nil {
 		res.firstSend = lastP.StartedAt.Sub(start)
@@ -515,12 +520,20 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 
 // jobsLastSeq is JOBS's last sequence, 0 when it cannot be read.
 func jobsLastSeq(ctx context.Context, js jetstream.JetStream) uint64 {
-	st, err := js.Stream(ctx, contract.StreamJobs)
+	return lastSeq(ctx, js, contract.StreamJobs)
+}
+
+// lastSeq is stream's last sequence, 0 when it cannot be read.
+func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) uint64 {
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0
 	}
 	return st.CachedInfo().State.LastSeq
 }
+
+// healthStream is the stream behind KV broadcast_health.
+const healthStream = "KV_" + contract.BucketHealth
 
 // renderedJobs is how many jobs render has rendered or skipped, from
 // the services' metrics in reg.

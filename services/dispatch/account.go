@@ -66,6 +66,8 @@ type accountRunner struct {
 	lanes     atomic.Pointer[sessionLanes]
 	inSession atomic.Bool
 	wake      chan struct{}
+	// healthNote is the health value this runner last wrote (health.go).
+	healthNote healthNote
 	// slept is what this runner knows of the asleep mark it left (nil
 	// when none); its sessions read and write it, one at a time.
 	slept *sleepNote
@@ -192,6 +194,7 @@ func (r *accountRunner) run() {
 			continue
 		}
 		r.inSession.Store(true)
+		r.healthNote.forget() // another replica may have written it since
 		r.ownSafely(ctx, l)
 		r.inSession.Store(false)
 		if ctx.Err() != nil {

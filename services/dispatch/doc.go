@@ -313,7 +313,8 @@
 //     rerouting off an account that must not send.
 //   - batcher.go: merging sends of batch accounts into calls.
 //   - health.go: what answers say about the account (pauses, auth
-//     failures, the rate they leave) and its value in KV broadcast_health.
+//     failures, the rate they leave) and its value in KV broadcast_health,
+//     written when it changes and every 30 s while the account sends.
 //   - pacer.go: token bucket, tokens granted in ticks, Retry-After
 //     pauses, the one-second bound.
 //   - adapt.go: the adaptive rate's control law.

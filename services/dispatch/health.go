@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -44,8 +46,49 @@ func (r *accountRunner) pause(reason string) {
 	r.writeHealth(r.ctx)
 }
 
+// healthConfirm is how often an unchanged health value is written again
+// while the account sends, so its updated_at says the sender is alive.
+// Between, the periodic report writes only a value that changed: at a
+// thousand busy accounts a write every HealthInterval each was 500 puts a
+// second, each decoded by every watcher (render, dispatch, status).
+const healthConfirm = 30 * time.Second
+
+// healthNote is the value this runner last wrote (without updated_at) and
+// when; its session's start clears it, so a new session writes at once.
+type healthNote struct {
+	mu      sync.Mutex
+	written []byte
+	at      time.Time
+}
+
+// shouldWrite reports whether value is to be written now: always unless
+// onlyChanged, else when this runner did not write it in the last
+// healthConfirm. A value to be written is noted as written now.
+func (n *healthNote) shouldWrite(value []byte, now time.Time, onlyChanged bool) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if onlyChanged && bytes.Equal(value, n.written) && now.Sub(n.at) < healthConfirm {
+		return false
+	}
+	n.written, n.at = value, now
+	return true
+}
+
+// forget makes the next report write whatever it finds.
+func (n *healthNote) forget() {
+	n.mu.Lock()
+	n.written = nil
+	n.mu.Unlock()
+}
+
 // writeHealth publishes the account's health and effective rate.
 func (r *accountRunner) writeHealth(ctx context.Context) {
+	r.putHealth(ctx, false)
+}
+
+// putHealth builds the account's health and writes it; with onlyChanged,
+// not when this runner wrote the same value less than healthConfirm ago.
+func (r *accountRunner) putHealth(ctx context.Context, onlyChanged bool) {
 	cur, ceiling := r.pacer.effective()
 	now := time.Now()
 	r.mu.RLock()
@@ -75,15 +118,26 @@ func (r *accountRunner) writeHealth(ctx context.Context) {
 	if acct.Portfolio != "" {
 		h.PortfolioUsed = r.svc.portfolioUsed(acct.Portfolio, now)
 	}
+	stamp := h.UpdatedAt
+	h.UpdatedAt = time.Time{}
+	value, _ := json.Marshal(h)
+	if !r.healthNote.shouldWrite(value, now, onlyChanged) {
+		return
+	}
+	h.UpdatedAt = stamp
 	data, _ := json.Marshal(h)
-	if _, err := r.svc.healthKV.Put(ctx, r.name, data); err != nil && ctx.Err() == nil {
-		r.log.Warn("could not write account health", "err", err)
+	if _, err := r.svc.healthKV.Put(ctx, r.name, data); err != nil {
+		r.healthNote.forget() // written again at the next report
+		if ctx.Err() == nil {
+			r.log.Warn("could not write account health", "err", err)
+		}
 	}
 }
 
 // reportHealth refreshes the health value while this process is the
 // account's active sender, so dashboards and render see its effective rate
-// and remaining daily capacity.
+// and remaining daily capacity: a value that changed at once, an unchanged
+// one every healthConfirm.
 func (r *accountRunner) reportHealth(ctx context.Context) {
 	t := time.NewTicker(r.svc.cfg.HealthInterval)
 	defer t.Stop()
@@ -96,7 +150,7 @@ func (r *accountRunner) reportHealth(ctx context.Context) {
 			active := time.Since(r.lastActive) < 3*r.svc.cfg.HealthInterval
 			r.mu.RUnlock()
 			if active {
-				r.writeHealth(ctx)
+				r.putHealth(ctx, true)
 			}
 		}
 	}
