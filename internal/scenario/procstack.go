@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,9 +21,10 @@ import (
 )
 
 // processes is the multi-process stack: the four services as OS processes
-// of the broadcast binary, killed with SIGKILL and started again, and a
-// nats-server in this process on a fixed port and store, shut down and
-// started again for a "nats" kill (clients reconnect to the same URL).
+// of the broadcast binary (ReplicasEnv of each), killed with SIGKILL and
+// started again, and a nats-server in this process on a fixed port and
+// store, shut down and started again for a "nats" kill (clients reconnect
+// to the same URL).
 type processes struct {
 	bin   string
 	dir   string
@@ -72,10 +75,13 @@ func StartProcesses(bin string) StartFunc {
 		for k, v := range env {
 			p.env = append(p.env, k+"="+v)
 		}
-		for _, name := range []string{"ingest", "render", "dispatch", "status"} {
-			if err := p.start(name); err != nil {
-				p.Close()
-				return nil, err
+		replicas, _ := strconv.Atoi(env[ReplicasEnv])
+		for _, service := range []string{"ingest", "render", "dispatch", "status"} {
+			for k := range max(1, replicas) {
+				if err := p.start(ReplicaName(service, k)); err != nil {
+					p.Close()
+					return nil, err
+				}
 			}
 		}
 		// The services connect and create their consumers.
@@ -102,7 +108,8 @@ func (p *processes) start(name string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(p.bin, name)
+	service, _, _ := strings.Cut(name, "-") // "dispatch-2" runs dispatch
+	cmd := exec.Command(p.bin, service)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = groupAttr()

@@ -55,7 +55,11 @@ func (s *Scenario) Brief() string {
 	for _, t := range s.Tasks {
 		n += len(t.Recipients) + len(t.Bad) + t.Invalid
 	}
-	return fmt.Sprintf("%s, %d tasks, %d recipients, %d actions, %d kills", strings.Join(parts, "+"), len(s.Tasks), n, len(s.Actions), len(s.Kills))
+	out := fmt.Sprintf("%s, %d tasks, %d recipients, %d actions, %d kills", strings.Join(parts, "+"), len(s.Tasks), n, len(s.Actions), len(s.Kills))
+	if s.Replicas > 1 {
+		out += fmt.Sprintf(", %d processes of each service", s.Replicas)
+	}
+	return out
 }
 
 // RunAndCheck runs sc and checks what it observed.

@@ -158,6 +158,9 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 	if sc.SessionIdle > 0 {
 		env["DISPATCH_SESSION_IDLE"] = sc.SessionIdle.String()
 	}
+	if sc.Replicas > 1 {
+		env[ReplicasEnv] = strconv.Itoa(sc.Replicas)
+	}
 	for _, p := range sc.Pools {
 		for _, a := range p.Accounts {
 			env[SecretEnv(a.Name)] = Secret
@@ -611,10 +614,10 @@ func (r *runner) timeline(ctx context.Context) error {
 	for _, k := range r.sc.Kills {
 		evs = append(evs, event{k.At, func() {
 			r.mu.Lock()
-			r.obs.Kills = append(r.obs.Kills, KillAt{At: time.Now(), Process: k.Process})
+			r.obs.Kills = append(r.obs.Kills, KillAt{At: time.Now(), Process: k.Target()})
 			r.mu.Unlock()
-			err := r.stack.Kill(k.Process)
-			r.note("kill -9 %s: %v", k.Process, err)
+			err := r.stack.Kill(k.Target())
+			r.note("kill -9 %s: %v", k.Target(), err)
 		}})
 	}
 	slices.SortStableFunc(evs, func(a, b event) int { return int(a.at - b.at) })

@@ -29,6 +29,11 @@ type Scenario struct {
 	Actions []Action `json:"actions,omitempty"`
 	// Kills are process faults, run in the multi-process mode only.
 	Kills []Kill `json:"kills,omitempty"`
+	// Replicas, when above 1, is how many processes of each service run
+	// (the multi-process mode only), as operators run them for
+	// availability: dispatch's accounts and status's partitions spread
+	// over them, and a kill hits one.
+	Replicas int `json:"replicas,omitempty"`
 	// FrequencyCap, when above 0, is the recipient policy's cap on
 	// marketing messages (KV broadcast_policy, key default): at most that
 	// many per recipient and channel in 24 h.
@@ -205,6 +210,20 @@ type Kill struct {
 	At time.Duration `json:"at"`
 	// Process is "ingest", "render", "dispatch", "status" or "nats".
 	Process string `json:"process"`
+	// Replica is which of the service's Replicas processes (0: the first).
+	Replica int `json:"replica,omitempty"`
+}
+
+// Target is the name of the process the kill hits in the stack: the
+// service's name for its first process, "<service>-<n>" for its n-th.
+func (k Kill) Target() string { return ReplicaName(k.Process, k.Replica) }
+
+// ReplicaName is the stack's name of service's process replica (0-based).
+func ReplicaName(service string, replica int) string {
+	if replica == 0 {
+		return service
+	}
+	return fmt.Sprintf("%s-%d", service, replica+1)
 }
 
 // JSON is the scenario as indented JSON.
@@ -318,6 +337,16 @@ func Generate(seed uint64, o Options) *Scenario {
 			s.Kills = append(s.Kills, Kill{At: ms(500 + r.IntN(6000)), Process: procs[r.IntN(len(procs))]})
 		}
 		slices.SortFunc(s.Kills, func(a, b Kill) int { return int(a.At - b.At) })
+		// In a third of them every service runs twice (a stream of its
+		// own, so the other draws of a seed stay as they were).
+		if pr := rand.New(rand.NewPCG(seed^0x27d4eb2f, seed+43)); pr.IntN(3) == 0 {
+			s.Replicas = 2
+			for i := range s.Kills {
+				if s.Kills[i].Process != "nats" {
+					s.Kills[i].Replica = pr.IntN(s.Replicas)
+				}
+			}
+		}
 	}
 	return s
 }

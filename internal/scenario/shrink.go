@@ -77,8 +77,14 @@ func candidates(s *Scenario) []candidate {
 			out = append(out, candidate{what, c})
 		}
 	}
+	if s.Replicas > 1 && !slices.ContainsFunc(s.Kills, func(k Kill) bool { return k.Replica > 0 }) {
+		add("replicas", func(c *Scenario) bool {
+			c.Replicas = 0
+			return true
+		})
+	}
 	for i := range s.Kills {
-		add(fmt.Sprintf("kill %d (%s)", i, s.Kills[i].Process), func(c *Scenario) bool {
+		add(fmt.Sprintf("kill %d (%s)", i, s.Kills[i].Target()), func(c *Scenario) bool {
 			c.Kills = slices.Delete(c.Kills, i, i+1)
 			return true
 		})

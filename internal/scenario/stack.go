@@ -34,7 +34,8 @@ type Stack interface {
 	// URL is the NATS server's client URL.
 	URL() string
 	// Kill kills a process ("ingest", "render", "dispatch", "status",
-	// "nats") with SIGKILL and starts it again.
+	// "nats", or a further replica such as "dispatch-2": Kill.Target)
+	// with SIGKILL and starts it again.
 	Kill(process string) error
 	// Close stops everything.
 	Close()
@@ -43,6 +44,11 @@ type Stack interface {
 // StartFunc starts a stack whose services read the given environment
 // (secrets and dispatch tuning) on top of their own.
 type StartFunc func(ctx context.Context, env map[string]string) (Stack, error)
+
+// ReplicasEnv, in a StartFunc's environment, is the stack's own setting:
+// how many processes of each service the multi-process stack runs
+// (Scenario.Replicas). The in-process stack runs one of each.
+const ReplicasEnv = "SCENARIO_REPLICAS"
 
 // DispatchEnv is the dispatch tuning every scenario runs with: quick
 // retries and short waits, so a scenario takes seconds.
