@@ -30,8 +30,8 @@ import (
 // error says it could not look at every task (try again later).
 func (s *Service) reconcile(ctx context.Context, p *partition) error {
 	// One pass of a watcher reads every stored value in one ordered
-	// consumer; a Get per key cost a round trip each, and a month of
-	// finished tasks made the check, which holds up the fold, last seconds.
+	// consumer, not a request per key: the check holds up the fold, and a
+	// month of finished tasks is tens of thousands of values.
 	w, err := s.progress.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
