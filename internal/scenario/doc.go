@@ -47,8 +47,8 @@
 //     none.
 //   - stack.go: Stack, and StartInProcess (embedded server, four services).
 //   - procstack.go: StartProcesses, the multi-process stack (replicas of
-//     each service, kill -9, nats-server restart); procstack_unix.go / procstack_other.go: process
-//     groups where the OS has them.
+//     each service, kill -9, nats-server restart); procstack_unix.go /
+//     procstack_other.go: process groups where the OS has them.
 //   - run.go: Run, the runner: fakes, accounts, the policy and the
 //     suppression entries, tasks, the timeline of actions (repeatJobs
 //     publishes queued jobs again) and kills, collecting the observation.
