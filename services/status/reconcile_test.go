@@ -4,14 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
 	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
@@ -27,7 +26,7 @@ func reconcileFixture(tb testing.TB, n, behind int) *Service {
 	require.NoError(tb, err)
 	checkpoints, err := ts.JS.ObjectStore(ctx, contract.BucketStatus)
 	require.NoError(tb, err)
-	s := &Service{js: ts.JS, progress: progress, checkpoints: checkpoints, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Service{js: ts.JS, progress: progress, checkpoints: checkpoints, log: logtest.Logger()}
 	for i := range n {
 		id := fmt.Sprintf("task-%06d", i)
 		p := contract.Progress{TaskID: id, State: contract.StateSucceeded, Total: 10, Sent: 10, UpdatedAt: time.Now()}
