@@ -536,8 +536,9 @@ func (c *checker) account(p Pool, a Account) {
 	}
 	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
 	limit := int(math.Floor(c.maxRate(a))) + a.Burst + checkTolerance
-	if n, at := maxInWindow(times, time.Second); n > limit {
-		c.fail(Failure{Check: CheckRate, Account: a.Name, Detail: fmt.Sprintf("%d requests in the second from %s, limit rate+burst = %.0f+%d (+%d jitter)", n, c.rel(at), c.maxRate(a), a.Burst, checkTolerance)})
+	if w, over := overRate(times, c.o.Stalls, c.maxRate(a), limit); over {
+		c.fail(Failure{Check: CheckRate, Account: a.Name, Detail: fmt.Sprintf("%d requests in the second from %s, limit rate+burst = %.0f+%d (+%d jitter, +%d for a %s stall of the fakes' process); %s",
+			w.n, c.rel(w.at), c.maxRate(a), a.Burst, checkTolerance, w.allowed, w.stall.Round(time.Millisecond), edges(times, w.at))})
 	}
 
 	// Daily cap: distinct recipients accepted.
@@ -602,18 +603,60 @@ func httpStatus(code string) bool {
 
 // maxInWindow is the largest number of sorted times within any window
 // of length w, and where that window starts.
-func maxInWindow(ts []time.Time, w time.Duration) (int, time.Time) {
-	best, lo := 0, 0
-	var at time.Time
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
+// rateWindow is a one-second window of requests: n from at, allowed more
+// than the limit for a stall of the fakes' process just before at.
+type rateWindow struct {
+	at      time.Time
+	n       int
+	stall   time.Duration
+	allowed int
+}
+
+// overRate finds the window of ts (sorted) furthest over limit, where a
+// window starting at t may hold rate*d more for the longest stall d that
+// may have held requests back past t (stallBefore): those arrived
+// before t and were stamped after it. over is false when none is over.
+func overRate(ts []time.Time, stalls []Stall, rate float64, limit int) (worst rateWindow, over bool) {
+	excess, hi := 0, 0
+	for lo := range ts {
+		for hi < len(ts) && ts[hi].Sub(ts[lo]) < time.Second {
+			hi++
 		}
-		if hi-lo+1 > best {
-			best, at = hi-lo+1, ts[lo]
+		w := rateWindow{at: ts[lo], n: hi - lo, stall: stallBefore(stalls, ts[lo])}
+		w.allowed = int(math.Ceil(rate * w.stall.Seconds()))
+		if e := w.n - limit - w.allowed; e > excess {
+			excess, worst, over = e, w, true
 		}
 	}
-	return best, at
+	return worst, over
+}
+
+// edges describes how the requests of the second from at came: how many
+// in its first and last 50 ms, and the gaps between its first ten. A
+// bunch at the start is requests stamped late (a stalled process); an
+// even spread is the sender going too fast.
+func edges(ts []time.Time, at time.Time) string {
+	const edge = 50 * time.Millisecond
+	first, last := 0, 0
+	var gaps []string
+	prev := at
+	for _, t := range ts {
+		d := t.Sub(at)
+		if d < 0 || d >= time.Second {
+			continue
+		}
+		if d < edge {
+			first++
+		}
+		if d >= time.Second-edge {
+			last++
+		}
+		if len(gaps) < 10 {
+			gaps = append(gaps, fmt.Sprintf("%.1f", t.Sub(prev).Seconds()*1000))
+		}
+		prev = t
+	}
+	return fmt.Sprintf("%d in its first 50 ms, %d in its last; first gaps (ms) %s", first, last, strings.Join(gaps, " "))
 }
 
 // rel is t as seconds since the run's start.

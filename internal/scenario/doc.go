@@ -54,6 +54,9 @@
 //     publishes queued jobs again) and kills, collecting the observation.
 //   - check.go: Check and the known causes; policy, frequencySkip and
 //     frequency judge the recipient policy.
+//   - stall.go: Stall and the probe that notes when the runner's process
+//     (where the fakes stamp requests) did not run; the rate check allows
+//     for the requests a stall stamped together.
 //   - shrink.go: Shrink, smaller failing variants.
 //   - report.go: Report, RunAndCheck, ReplayCommand.
 //   - torture.go: Torture, the long mode behind `broadcast torture`.

@@ -34,7 +34,15 @@ func (r *Report) Summary() string {
 	case len(r.Failures) > 0:
 		verdict = "known failures only: " + strings.Join(Causes(r.Failures), ", ")
 	}
-	fmt.Fprintf(&b, "seed %d: %s in %s (%s)\n", r.Scenario.Seed, verdict, r.Took.Round(100*time.Millisecond), r.Scenario.Brief())
+	fmt.Fprintf(&b, "seed %d: %s in %s (%s)", r.Scenario.Seed, verdict, r.Took.Round(100*time.Millisecond), r.Scenario.Brief())
+	if r.Obs != nil && len(r.Obs.Stalls) > 0 {
+		var longest time.Duration
+		for _, s := range r.Obs.Stalls {
+			longest = max(longest, s.To.Sub(s.From))
+		}
+		fmt.Fprintf(&b, "; the fakes' process stalled %d times, longest %s", len(r.Obs.Stalls), longest.Round(time.Millisecond))
+	}
+	b.WriteString("\n")
 	for i, f := range r.Failures {
 		if i == 20 {
 			fmt.Fprintf(&b, "  ... %d more\n", len(r.Failures)-i)

@@ -68,6 +68,9 @@ type Observation struct {
 	Queued map[string]uint64
 	// Notes are what the runner did and what control requests answered.
 	Notes []string
+	// Stalls are the spans in which the runner's process, where the fakes
+	// stamp requests, did not run (stall.go).
+	Stalls []Stall
 }
 
 // KillAt is a kill as run.
@@ -122,6 +125,7 @@ type runner struct {
 	// accounts are the current account values, edited by actions.
 	accounts map[string]map[string]any
 	obs      *Observation
+	probe    *stallProbe
 	mu       sync.Mutex
 }
 
@@ -145,6 +149,8 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 			f.Close()
 		}
 	}()
+	r.probe = startStallProbe()
+	defer r.probe.Stop()
 	env := map[string]string{}
 	for k, v := range DispatchEnv {
 		env[k] = v
@@ -873,6 +879,7 @@ func (r *runner) collect(ctx context.Context) (*Observation, error) {
 		for name, f := range r.fakes {
 			r.obs.Hits[name] = f.Hits()
 		}
+		r.obs.Stalls = r.probe.Stop()
 	}()
 	if st, err := r.js.Stream(ctx, contract.StreamJobs); err == nil {
 		if info, err := st.Info(ctx, jetstream.WithSubjectFilter("broadcast.>")); err == nil {
