@@ -601,8 +601,6 @@ func httpStatus(code string) bool {
 	return err == nil && n >= 100 && n <= 599
 }
 
-// maxInWindow is the largest number of sorted times within any window
-// of length w, and where that window starts.
 // rateWindow is a one-second window of requests: n from at, allowed more
 // than the limit for a stall of the fakes' process just before at.
 type rateWindow struct {
