@@ -630,14 +630,14 @@ func overRate(ts []time.Time, stalls []Stall, rate float64, limit int) (worst ra
 }
 
 // edges describes how the requests of the second from at came: how many
-// in its first and last 50 ms, and the gaps between its first ten. A
+// in its first and last 50 ms, and the first ten gaps between them. A
 // bunch at the start is requests stamped late (a stalled process); an
 // even spread is the sender going too fast.
 func edges(ts []time.Time, at time.Time) string {
 	const edge = 50 * time.Millisecond
 	first, last := 0, 0
 	var gaps []string
-	prev := at
+	var prev time.Time
 	for _, t := range ts {
 		d := t.Sub(at)
 		if d < 0 || d >= time.Second {
@@ -649,7 +649,7 @@ func edges(ts []time.Time, at time.Time) string {
 		if d >= time.Second-edge {
 			last++
 		}
-		if len(gaps) < 10 {
+		if !prev.IsZero() && len(gaps) < 10 {
 			gaps = append(gaps, fmt.Sprintf("%.1f", t.Sub(prev).Seconds()*1000))
 		}
 		prev = t

@@ -32,6 +32,8 @@ func TestRateAllowsForMeasuredStalls(t *testing.T) {
 	require.True(t, over, "without a measured stall the bunch is over the limit")
 	require.Equal(t, 110, w.n)
 	require.Equal(t, at(1.5), w.at)
+	require.Equal(t, "15 in its first 50 ms, 5 in its last; first gaps (ms) 0.0 0.0 0.0 0.0 0.0 0.0 0.0 0.0 0.0 0.0",
+		edges(ts, w.at), "the bunch at the window's start shows")
 
 	stall := []Stall{{From: at(1.4), To: at(1.5)}}
 	_, over = overRate(ts, stall, 100, limit)
