@@ -77,6 +77,12 @@ type Event struct {
 	Generation int `json:"generation,omitempty"`
 	// LatencyMS is how long the provider call took.
 	LatencyMS float64 `json:"latency_ms,omitempty"`
+	// CallStartedAt, on an outcome of a provider call, is when the call
+	// began: the moment the account's pacing counted it. A provider
+	// counts the call when it arrives, which is later by the transport's
+	// delay; the two tell pacing from transport (the scenario tester's
+	// rate check uses both).
+	CallStartedAt time.Time `json:"call_started_at,omitzero"`
 	// CallShared marks a call-level failure (rate limited, retryable or
 	// account fatal: a 429, a 5xx, a network error) that an earlier
 	// recipient of the same batch provider call got with the same code; it

@@ -35,16 +35,9 @@ func appendEvent(b []byte, ev *Event) (_ []byte, ok bool) {
 	b = appendJSONString(b, ev.Code)
 	b = append(b, `,"error":`...)
 	b = appendJSONString(b, ev.Error)
-	b = append(b, `,"at":`...)
-	if y := ev.At.Year(); y < 0 || y > 9999 {
+	if b, ok = appendTime(append(b, `,"at":`...), ev.At); !ok {
 		return b, false
 	}
-	if _, off := ev.At.Zone(); off <= -24*3600 || off >= 24*3600 {
-		return b, false
-	}
-	b = append(b, '"')
-	b = ev.At.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, '"')
 	b = append(b, `,"index":`...)
 	b = strconv.AppendInt(b, int64(ev.Index), 10)
 	b = appendStringField(b, `,"class":`, string(ev.Class))
@@ -60,6 +53,11 @@ func appendEvent(b []byte, ev *Event) (_ []byte, ok bool) {
 	if b, ok = appendFloatField(b, `,"latency_ms":`, ev.LatencyMS); !ok {
 		return b, false
 	}
+	if !ev.CallStartedAt.IsZero() {
+		if b, ok = appendTime(append(b, `,"call_started_at":`...), ev.CallStartedAt); !ok {
+			return b, false
+		}
+	}
 	b = appendBoolField(b, `,"call_shared":true`, ev.CallShared)
 	b = appendBoolField(b, `,"maybe_sent":true`, ev.MaybeSent)
 	if ev.JobSeq != 0 {
@@ -71,6 +69,21 @@ func appendEvent(b []byte, ev *Event) (_ []byte, ok bool) {
 	b = appendStringField(b, `,"carried_by":`, ev.CarriedBy)
 	b = appendIntField(b, `,"digest_size":`, int64(ev.DigestSize))
 	return append(b, '}'), true
+}
+
+// appendTime appends t quoted in RFC 3339 with nanoseconds, as
+// encoding/json does; ok is false for what it refuses (a year outside
+// 0-9999, a zone offset of a day or more).
+func appendTime(b []byte, t time.Time) (_ []byte, ok bool) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return b, false
+	}
+	if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
+		return b, false
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), true
 }
 
 // The omitempty fields: left out when zero.

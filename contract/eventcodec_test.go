@@ -35,14 +35,16 @@ func randomEvent(r *rand.Rand) *Event {
 	}
 	floats := []float64{0, 1, -1.5, 1e-7, 1e-6, 123456.789, 1e20, 1e21, 3e-9, math.SmallestNonzeroFloat64, math.MaxFloat64, 0.1 + 0.2}
 	zones := []*time.Location{time.UTC, time.FixedZone("x", 3600), time.FixedZone("y", -(5*3600 + 30*60)), time.FixedZone("z", 23*3600+59*60)}
-	at := time.Time{}
-	if r.IntN(4) != 0 {
-		at = time.Unix(r.Int64N(1<<34), r.Int64N(1e9)).In(zones[r.IntN(len(zones))])
+	when := func() time.Time {
+		if r.IntN(4) == 0 {
+			return time.Time{}
+		}
+		return time.Unix(r.Int64N(1<<34), r.Int64N(1e9)).In(zones[r.IntN(len(zones))])
 	}
 	return &Event{TaskID: str(), JobID: str(), To: str(), Account: str(), Kind: EventKind(str()), Attempt: num(),
-		Code: str(), Error: str(), At: at, Index: num(), Class: ErrorClass(str()), Total: num(), Duplicates: num(),
+		Code: str(), Error: str(), At: when(), Index: num(), Class: ErrorClass(str()), Total: num(), Duplicates: num(),
 		State: TaskState(str()), RatePerSec: floats[r.IntN(len(floats))], ProviderID: str(), Requeued: r.IntN(2) == 0,
-		Generation: num(), LatencyMS: floats[r.IntN(len(floats))], CallShared: r.IntN(2) == 0, MaybeSent: r.IntN(2) == 0,
+		Generation: num(), LatencyMS: floats[r.IntN(len(floats))], CallStartedAt: when(), CallShared: r.IntN(2) == 0, MaybeSent: r.IntN(2) == 0,
 		JobSeq: uint64(num()), Delivery: r.Uint64(), CarriedBy: str(), DigestSize: num()}
 }
 
@@ -60,7 +62,7 @@ func TestEventEncoderMatchesEncodingJSON(t *testing.T) {
 		require.Equal(t, string(want), string(got), "event %d: %#v", i, ev)
 	}
 	for _, ev := range []*Event{{RatePerSec: math.NaN()}, {LatencyMS: math.Inf(1)}, {At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
-		{At: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("far", 24*3600))}} {
+		{CallStartedAt: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)}, {At: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("far", 24*3600))}} {
 		_, werr := json.Marshal(ev)
 		_, gerr := EncodeEvent(ev)
 		require.Error(t, werr)
@@ -76,7 +78,7 @@ func FuzzEventEncoderMatchesEncodingJSON(f *testing.F) {
 	f.Add("\x00", "\"\\", "é", "\U0001F600", int64(-1), 1e-7, int64(-62135596800))
 	f.Fuzz(func(t *testing.T, a, b, c, d string, n int64, x float64, sec int64) {
 		ev := &Event{TaskID: a, JobID: b, To: c, Account: d, Kind: EventKind(d), Code: a, Error: b + c, Attempt: int(n),
-			Index: int(n / 3), At: time.Unix(sec, n%1e9).UTC(), RatePerSec: x, LatencyMS: -x, ProviderID: c,
+			Index: int(n / 3), At: time.Unix(sec, n%1e9).UTC(), RatePerSec: x, LatencyMS: -x, ProviderID: c, CallStartedAt: time.Unix(n, sec%1e9),
 			CarriedBy: d, JobSeq: uint64(n), Delivery: uint64(sec), Total: int(n), MaybeSent: n%2 == 0}
 		want, werr := json.Marshal(ev)
 		got, gerr := EncodeEvent(ev)

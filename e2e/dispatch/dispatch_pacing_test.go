@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"sort"
 	"testing"
 	"time"
 
@@ -53,6 +54,25 @@ func testPacing(t *testing.T, replicas int) {
 	require.Len(t, acc, n, "every recipient accepted once")
 	require.LessOrEqual(t, issued.MaxInSecond, rate+burst, "send starts in any one-second window")
 	require.Zero(t, issued.OverLimitSecs)
+
+	// Each sent event says when its call began: the pacing's moment, just
+	// before the sender was called, and at the same pace.
+	noted := map[string]time.Time{}
+	for _, s := range e.SendLog() {
+		noted[s.To] = s.At
+	}
+	var began []harness.Hit
+	for _, ev := range e.TS.Events(t, task.ID) {
+		if ev.Kind != contract.EventSent {
+			continue
+		}
+		require.False(t, ev.CallStartedAt.IsZero(), "sent event of %s has call_started_at", ev.To)
+		require.False(t, ev.CallStartedAt.After(noted[ev.To]), "%s: call began %s, sender called %s", ev.To, ev.CallStartedAt, noted[ev.To])
+		began = append(began, harness.Hit{At: ev.CallStartedAt, To: ev.To})
+	}
+	sort.Slice(began, func(i, j int) bool { return began[i].At.Before(began[j].At) })
+	require.Len(t, began, n)
+	require.LessOrEqual(t, harness.MeasurePacing(began, rate+burst).MaxInSecond, rate+burst, "call_started_at in any one-second window")
 	if raceDetector {
 		t.Log("race detector: arrival-time assertions skipped")
 		return

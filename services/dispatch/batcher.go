@@ -178,6 +178,8 @@ type batchItem struct {
 type batchOutcome struct {
 	res     channels.Result
 	latency time.Duration
+	// started is when the call began.
+	started time.Time
 	// sent is true when the job was part of a provider call; res is its
 	// result. When false, err says why nothing was sent (stopping, or the
 	// handler's context ended); a nil err means the job was handed back
@@ -556,7 +558,7 @@ func (b *batcher) call(batch []*batchItem) {
 	b.mu.Unlock()
 	marks := sharedFailures(res)
 	for i, it := range members {
-		b.answer(it, batchOutcome{res: res[i], latency: latency, sent: true, callShared: marks[i]})
+		b.answer(it, batchOutcome{res: res[i], latency: latency, started: start, sent: true, callShared: marks[i]})
 	}
 }
 

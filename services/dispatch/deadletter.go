@@ -24,6 +24,9 @@ type giveUp struct {
 	history []contract.AttemptError
 	// callShared: see contract.Event.CallShared.
 	callShared bool
+	// callStarted is when the last provider call began, if the give-up
+	// followed one (contract.Event.CallStartedAt).
+	callStarted time.Time
 }
 
 func (g *giveUp) Error() string { return fmt.Sprintf("%s (%s): %s", g.class, g.code, g.err) }
@@ -76,7 +79,7 @@ func (s *Service) deadLetter(ctx context.Context, msg jetstream.Msg, cause error
 	}
 	return s.publish(ctx, &contract.Event{TaskID: g.job.TaskID, JobID: g.job.ID, To: g.job.To, Account: g.account,
 		Kind: contract.EventFailed, Attempt: g.attempt, Index: g.job.Index, Class: g.class, Code: g.code, Error: g.err, At: now,
-		CallShared: g.callShared, Generation: g.job.Generation, MaybeSent: g.job.MaybeSent})
+		CallShared: g.callShared, Generation: g.job.Generation, MaybeSent: g.job.MaybeSent, CallStartedAt: g.callStarted.UTC()})
 }
 
 // salvaged is what can be read of an undecodable job.

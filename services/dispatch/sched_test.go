@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/internal/lease"
 )
 
 // schedGrant is one grant as a test lane saw it.

@@ -236,6 +236,8 @@ func (d *delivery) message() channels.Message {
 type sendOutcome struct {
 	res     channels.Result
 	latency time.Duration
+	// started is when the provider call began (contract.Event.CallStartedAt).
+	started time.Time
 	// callShared marks a batch call's failure an earlier member of the
 	// call got as well (contract.Event.CallShared).
 	callShared bool
@@ -486,7 +488,7 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	turn.sent() // the provider call is over: its in-flight slot is free
 	slot.free()
 	r.svc.cfg.metrics.Latency(d.acct.Name, latency)
-	return &sendOutcome{res: res, latency: latency}, nil
+	return &sendOutcome{res: res, latency: latency, started: start}, nil
 }
 
 // awaitTurn waits for the job's turn (sched.go), checking every turnCheck
@@ -535,7 +537,7 @@ func (r *accountRunner) sendBatched(ctx context.Context, d *delivery) (*sendOutc
 	for {
 		o := d.batch.submit(ctx, &d.job, msg)
 		if o.sent {
-			return &sendOutcome{res: o.res, latency: o.latency, callShared: o.callShared}, nil
+			return &sendOutcome{res: o.res, latency: o.latency, started: o.started, callShared: o.callShared}, nil
 		}
 		if o.err != nil {
 			return nil, shared.RetryAfter(time.Second, o.err)
@@ -562,6 +564,7 @@ func (r *accountRunner) settle(ctx context.Context, d *delivery, o *sendOutcome)
 	ev.Code, ev.Error, ev.Class = res.Code, res.Err, res.Class
 	ev.CallShared = o.callShared
 	ev.LatencyMS = float64(o.latency.Microseconds()) / 1000
+	ev.CallStartedAt = o.started.UTC()
 	if res.OK() {
 		if d.batch == nil {
 			r.noteSuccess() // a batch account counts calls (batcher.go)
@@ -632,7 +635,7 @@ func (r *accountRunner) settleGiveUp(ctx context.Context, d *delivery, o *sendOu
 		log.Warn("could not record the give-up", "err", err)
 	}
 	return shared.Permanent(&giveUp{job: &d.job, attempt: d.attempt, account: d.acct.Name, class: res.Class, code: res.Code,
-		err: res.Err, history: d.entry.History, callShared: o.callShared})
+		err: res.Err, history: d.entry.History, callShared: o.callShared, callStarted: o.started})
 }
 
 // settleRetry retries a job after its backoff, or the provider's
