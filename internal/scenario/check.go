@@ -511,14 +511,17 @@ func (c *checker) maxRate(a Account) float64 {
 }
 
 func (c *checker) account(p Pool, a Account) {
-	// Rate: requests (calls, for batch accounts) in any one-second window.
-	var times []time.Time
+	// Rate: requests (calls, for batch accounts) in any one-second window,
+	// as the provider received them, each with when dispatch began it
+	// (zero where unknown).
+	var reqs []request
 	if hasLedger(p.Channel) {
+		starts := c.callStarts(a.Name)
 		calls := map[int]bool{}
 		for _, h := range c.o.Hits[a.Name] {
 			if !calls[h.Call] {
 				calls[h.Call] = true
-				times = append(times, h.At)
+				reqs = append(reqs, request{at: h.At, started: starts[h.Call]})
 			}
 		}
 	} else if a.MaxBatch <= 1 {
@@ -529,16 +532,20 @@ func (c *checker) account(p Pool, a Account) {
 				// daily_cap, which are events too: seed 522968142).
 				if e.Account == a.Name && e.JobID != "" && !e.Requeued && (e.Kind == contract.EventSent ||
 					(e.Kind == contract.EventRetrying || e.Kind == contract.EventFailed) && httpStatus(e.Code)) {
-					times = append(times, e.At)
+					at := e.At
+					if !e.CallStartedAt.IsZero() {
+						at = e.CallStartedAt
+					}
+					reqs = append(reqs, request{at: at})
 				}
 			}
 		}
 	}
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	sortRequests(reqs)
 	limit := int(math.Floor(c.maxRate(a))) + a.Burst + checkTolerance
-	if w, over := overRate(times, c.o.Stalls, c.maxRate(a), limit); over {
-		c.fail(Failure{Check: CheckRate, Account: a.Name, Detail: fmt.Sprintf("%d requests in the second from %s, limit rate+burst = %.0f+%d (+%d jitter, +%d for a %s stall of the fakes' process); %s",
-			w.n, c.rel(w.at), c.maxRate(a), a.Burst, checkTolerance, w.allowed, w.stall.Round(time.Millisecond), edges(times, w.at))})
+	if w, over := overRate(reqs, limit); over {
+		c.fail(Failure{Check: CheckRate, Account: a.Name, Detail: fmt.Sprintf("%d requests in the second from %s, %d of them held up on their way (begun earlier), limit rate+burst = %.0f+%d (+%d jitter); %s; the fakes' process stalled %s just before",
+			w.n, c.rel(w.at), w.early, c.maxRate(a), a.Burst, checkTolerance, edges(reqs, w.at), stallBefore(c.o.Stalls, w.at).Round(time.Millisecond))})
 	}
 
 	// Daily cap: distinct recipients accepted.
@@ -599,62 +606,6 @@ func (c *checker) account(p Pool, a Account) {
 func httpStatus(code string) bool {
 	n, err := strconv.Atoi(code)
 	return err == nil && n >= 100 && n <= 599
-}
-
-// rateWindow is a one-second window of requests: n from at, allowed more
-// than the limit for a stall of the fakes' process just before at.
-type rateWindow struct {
-	at      time.Time
-	n       int
-	stall   time.Duration
-	allowed int
-}
-
-// overRate finds the window of ts (sorted) furthest over limit, where a
-// window starting at t may hold rate*d more for the longest stall d that
-// may have held requests back past t (stallBefore): those arrived
-// before t and were stamped after it. over is false when none is over.
-func overRate(ts []time.Time, stalls []Stall, rate float64, limit int) (worst rateWindow, over bool) {
-	excess, hi := 0, 0
-	for lo := range ts {
-		for hi < len(ts) && ts[hi].Sub(ts[lo]) < time.Second {
-			hi++
-		}
-		w := rateWindow{at: ts[lo], n: hi - lo, stall: stallBefore(stalls, ts[lo])}
-		w.allowed = int(math.Ceil(rate * w.stall.Seconds()))
-		if e := w.n - limit - w.allowed; e > excess {
-			excess, worst, over = e, w, true
-		}
-	}
-	return worst, over
-}
-
-// edges describes how the requests of the second from at came: how many
-// in its first and last 50 ms, and the first ten gaps between them. A
-// bunch at the start is requests stamped late (a stalled process); an
-// even spread is the sender going too fast.
-func edges(ts []time.Time, at time.Time) string {
-	const edge = 50 * time.Millisecond
-	first, last := 0, 0
-	var gaps []string
-	var prev time.Time
-	for _, t := range ts {
-		d := t.Sub(at)
-		if d < 0 || d >= time.Second {
-			continue
-		}
-		if d < edge {
-			first++
-		}
-		if d >= time.Second-edge {
-			last++
-		}
-		if !prev.IsZero() && len(gaps) < 10 {
-			gaps = append(gaps, fmt.Sprintf("%.1f", t.Sub(prev).Seconds()*1000))
-		}
-		prev = t
-	}
-	return fmt.Sprintf("%d in its first 50 ms, %d in its last; first gaps (ms) %s", first, last, strings.Join(gaps, " "))
 }
 
 // rel is t as seconds since the run's start.

@@ -54,9 +54,12 @@
 //     publishes queued jobs again) and kills, collecting the observation.
 //   - check.go: Check and the known causes; policy, frequencySkip and
 //     frequency judge the recipient policy.
+//   - rate.go: the rate check's windows: each request the fakes received
+//     paired with when dispatch began it (call_started_at), so a window
+//     is judged without requests held up on their way.
 //   - stall.go: Stall and the probe that notes when the runner's process
-//     (where the fakes stamp requests) did not run; the rate check allows
-//     for the requests a stall stamped together.
+//     (where the fakes stamp requests) did not run, reported with each
+//     scenario and each rate failure.
 //   - shrink.go: Shrink, smaller failing variants.
 //   - report.go: Report, RunAndCheck, ReplayCommand.
 //   - torture.go: Torture, the long mode behind `broadcast torture`.

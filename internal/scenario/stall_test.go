@@ -1,53 +1,11 @@
 package scenario
 
 import (
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// TestRateAllowsForMeasuredStalls: requests stamped together at the end
-// of a stall of the fakes' process are allowed rate*stall over the limit,
-// no more, and only in a window that starts as the stall ends.
-func TestRateAllowsForMeasuredStalls(t *testing.T) {
-	t.Parallel()
-	start := time.Now()
-	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
-	// 100/s for three seconds, but the ten requests that came during a
-	// 100 ms stall ending at 1.5 s are stamped at its end.
-	var ts []time.Time
-	for i := range 300 {
-		s := float64(i) / 100
-		if s >= 1.4 && s < 1.5 {
-			s = 1.5
-		}
-		ts = append(ts, at(s))
-	}
-	slices.SortFunc(ts, time.Time.Compare)
-	const limit = 100 + 2 + 1
-
-	w, over := overRate(ts, nil, 100, limit)
-	require.True(t, over, "without a measured stall the bunch is over the limit")
-	require.Equal(t, 110, w.n)
-	require.Equal(t, at(1.5), w.at)
-	require.Equal(t, "15 in its first 50 ms, 5 in its last; first gaps (ms) 0.0 0.0 0.0 0.0 0.0 0.0 0.0 0.0 0.0 0.0",
-		edges(ts, w.at), "the bunch at the window's start shows")
-
-	stall := []Stall{{From: at(1.4), To: at(1.5)}}
-	_, over = overRate(ts, stall, 100, limit)
-	require.False(t, over, "a 100 ms stall allows 10 more at 100/s")
-
-	short := []Stall{{From: at(1.48), To: at(1.5)}}
-	w, over = overRate(ts, short, 100, limit)
-	require.True(t, over, "a 20 ms stall allows only 2 more")
-	require.Equal(t, 2, w.allowed)
-
-	long := []Stall{{From: at(1.2), To: at(1.45)}}
-	_, over = overRate(ts, long, 100, limit)
-	require.True(t, over, "a stall that ended 50 ms before the window allows nothing")
-}
 
 func TestStallBefore(t *testing.T) {
 	t.Parallel()
