@@ -34,6 +34,7 @@ func checkDigests(t *testing.T, ts *pipelinetest.Server, gw *harness.RecordedGat
 	led := gw.Ledger()
 	carriers := map[string]string{} // recipient -> carrier job id
 	sizes := map[string]int{}
+	began := map[string]time.Time{} // recipient -> the carrying call's start
 	total := 0
 	for _, id := range tasks {
 		sent := harness.EventsOf(ts.Events(t, id), contract.EventSent)
@@ -45,6 +46,11 @@ func checkDigests(t *testing.T, ts *pipelinetest.Server, gw *harness.RecordedGat
 				require.Equal(t, c, ev.CarriedBy, "recipient %s: items carried by different messages", ev.To)
 			}
 			carriers[ev.To] = ev.CarriedBy
+			require.False(t, ev.CallStartedAt.IsZero(), "sent event of %s to %s has no call_started_at", id, ev.To)
+			if b, ok := began[ev.To]; ok {
+				require.True(t, b.Equal(ev.CallStartedAt), "recipient %s: one call, two starts", ev.To)
+			}
+			began[ev.To] = ev.CallStartedAt
 			if ev.JobID == ev.CarriedBy {
 				sizes[ev.To] = ev.DigestSize
 			}

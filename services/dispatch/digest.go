@@ -108,6 +108,9 @@ type digestEntry struct {
 	ProviderID string    `json:"provider_id,omitempty"`
 	SentAt     time.Time `json:"sent_at,omitzero"`
 	LatencyMS  float64   `json:"latency_ms,omitempty"`
+	// CallStartedAt is when the call that sent it began: every item's
+	// sent event tells it (contract.Event.CallStartedAt).
+	CallStartedAt time.Time `json:"call_started_at,omitzero"`
 }
 
 // has reports whether the digest holds the job with id.
@@ -657,7 +660,7 @@ func (r *accountRunner) settleDigest(ctx context.Context, d *delivery, ev *contr
 	sd, s := d.digest, r.svc
 	e := sd.entry
 	e.State, e.Account, e.Attempt, e.ProviderID = digestSent, ev.Account, ev.Attempt, ev.ProviderID
-	e.SentAt, e.LatencyMS = time.Now().UTC(), ev.LatencyMS
+	e.SentAt, e.LatencyMS, e.CallStartedAt = time.Now().UTC(), ev.LatencyMS, ev.CallStartedAt
 	rev, err := s.updateDigest(ctx, sd.key, e, sd.rev)
 	if err != nil {
 		d.log.Error("could not record a sent digest; a redelivery may repeat it (same idempotency key)", "err", err)
@@ -703,7 +706,7 @@ func (s *Service) publishDigestSent(ctx context.Context, e *digestEntry, item *c
 	}
 	ev := &contract.Event{TaskID: item.TaskID, JobID: item.ID, To: item.To, Account: e.Account, Kind: contract.EventSent,
 		Attempt: max(e.Attempt, 1), Index: item.Index, Generation: item.Generation, ProviderID: e.ProviderID,
-		CarriedBy: by, At: e.SentAt}
+		CarriedBy: by, At: e.SentAt, CallStartedAt: e.CallStartedAt}
 	if item.ID == e.Carrier {
 		ev.Attempt, ev.LatencyMS = e.Attempt, e.LatencyMS
 	}
