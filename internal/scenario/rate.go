@@ -90,12 +90,11 @@ func (c *checker) callStarts(account string) map[int]time.Time {
 			continue
 		}
 		slices.SortFunc(ss, time.Time.Compare)
-		paired := true
-		for i, h := range hs {
-			paired = paired && !ss[i].After(h.At)
+		if !beganBefore(ss, hs) {
+			continue
 		}
 		for i, h := range hs {
-			if s, ok := out[h.Call]; paired && (!ok || ss[i].Before(s)) {
+			if s, ok := out[h.Call]; !ok || ss[i].Before(s) {
 				out[h.Call] = ss[i]
 			}
 		}
@@ -103,10 +102,21 @@ func (c *checker) callStarts(account string) map[int]time.Time {
 	return out
 }
 
+// beganBefore reports whether each start began no later than the hit it
+// pairs with.
+func beganBefore(starts []time.Time, hs []Hit) bool {
+	for i, h := range hs {
+		if starts[i].After(h.At) {
+			return false
+		}
+	}
+	return true
+}
+
 // edges describes how the requests of the second from at came: how many
 // in its first and last 50 ms, and the first ten gaps between them. A
-// bunch at the start is requests stamped late (a stalled process); an
-// even spread is the sender going too fast.
+// bunch at the start is requests held up on the way; an even spread is
+// the sender going too fast.
 func edges(reqs []request, at time.Time) string {
 	const edge = 50 * time.Millisecond
 	first, last := 0, 0

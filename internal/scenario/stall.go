@@ -10,8 +10,9 @@ import (
 // of milliseconds. The fakes run in this process and stamp each request as
 // they read it, so the requests that arrived during a stall are stamped
 // together at its end, and a one-second window starting there counts more
-// than the sender sent in any second. The rate check allows for them
-// (check.go, account).
+// than the sender sent in any second. The rate check leaves such requests
+// out by when dispatch began them (rate.go); a rate failure names the
+// stall just before its window, to tell what held them.
 type Stall struct {
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
