@@ -179,8 +179,12 @@ var slowSeeds = []uint64{605087273, 715504403}
 // just after status's last flush of the finished task, lost the progress
 // write but kept the checkpoint before it, and the events were
 // acknowledged (a fold holder now checks progress against the checkpoints
-// when its holding begins and after each reconnect: reconcile.go).
-var fixedMultiSeeds = []uint64{1, 2, 3, 21322347, 47462567, 77967254, 323429555, 365855586, 403378376, 482999897, 502688736, 583131964, 595946141, 596343942, 596367550, 696936081, 712366452, 840142194, 860129467, 916710390}
+// when its holding begins and after each reconnect: reconcile.go); seed
+// 181892684 (under CI's load only) a check too strict: the first requests
+// of an account arrived at the fake bunched with later ones, so a second
+// there held one more than dispatch began in any second (the rate check
+// now counts requests by when dispatch began them: rate.go).
+var fixedMultiSeeds = []uint64{1, 2, 3, 21322347, 181892684, 47462567, 77967254, 323429555, 365855586, 403378376, 482999897, 502688736, 583131964, 595946141, 596343942, 596367550, 696936081, 712366452, 840142194, 860129467, 916710390}
 
 // knownFailing are seeds that fail for a known cause not yet fixed
 // (scenario.Known*), run with -scenario.known=false to tolerate it; the
