@@ -73,10 +73,10 @@ var allServices = []string{"ingest", "render", "dispatch", "status", "feedback"}
 
 // connector gives a service of this process its connection: the
 // returned function lets it go once the service has stopped.
-// leasesConn is the name dispatch asks for to keep its accounts' leases
-// on (dispatch.Config.Leases).
 type connector func(ctx context.Context, name string) (jetstream.JetStream, func(), error)
 
+// leasesConn is the name dispatch asks a connector for to keep its
+// accounts' leases on (dispatch.Config.Leases).
 const leasesConn = "dispatch-leases"
 
 // shareOne has the services of a process share js, except dispatch's
