@@ -21,8 +21,6 @@ import (
 // Service is the dispatch service: one runner per account.
 type Service struct {
 	js jetstream.JetStream
-	// waiters wakes the jobs waiting for their turns (nudge.go).
-	waiters nudger
 	// events publishes sent events asynchronously (publishSent), each
 	// failing after sentEventTimeout without an ack; set by Run.
 	events *shared.Publisher
@@ -152,9 +150,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	// A change of a task's run state wakes the jobs waiting for their
-	// turns: a pause or cancel applies to them at once.
-	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, func(string) { s.waiters.nudge() }); err != nil {
+	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.suppressed, err = s.cfg.Suppressions.View(ctx, s.js, s.log); err != nil {

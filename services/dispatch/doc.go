@@ -78,12 +78,10 @@
 // messages share system calls and wakeups (pacer.grantBatchLocked). A job
 // whose turn is due at once (nobody ahead, no higher lane busy or queued,
 // a slot and a token free) is granted in its own goroutine, without a hop
-// through the scheduler's. A job waiting for its turn checks that it may
-// still be sent (mayStillSend) when its task's run state changes (the
-// control watch nudges every waiting job: nudge.go), when it expires, and
-// otherwise every 2 s (a suppression added, the account's health or
-// rating); once granted, it runs the same checks again before its call,
-// so nothing it waited through is sent.
+// through the scheduler's. A job waiting for its turn checks its task's
+// run state, its expiry and the account's health every 500 ms, so a pause
+// or cancel still applies within a second; once granted, it checks the
+// task's run state and the account's health again before its call.
 //
 // Per job (send.go: handle and its steps): a job that may have been
 // handled before (redelivered, or marked Recheck when re-published or
@@ -301,8 +299,6 @@
 //   - sched.go: priority and the in-flight cap.
 //   - waitline.go: a lane's jobs waiting for a turn, first come first
 //     served, a job whose wait timed out keeping its place.
-//   - nudge.go: waking every job waiting for its turn when a task's run
-//     state changes.
 //   - live.go: the JOBS messages being handled here, so a redelivery
 //     that comes while its earlier delivery is still handled is left to it
 //     (and a job handed back unsent names the last such delivery in the

@@ -191,13 +191,12 @@ func (t *ticket) finish() {
 	}
 }
 
-// wait queues the ticket for a token and a slot, for at most maxWait or
-// until nudged is closed. It returns true once granted (the caller then
-// holds a slot until finish); false with a nil error when maxWait passed
-// or a nudge came first (the ticket stays counted as busy, so the caller
-// may check its job again and wait again); or an error when ctx ended or
-// the session did.
-func (t *ticket) wait(ctx context.Context, maxWait time.Duration, nudged <-chan struct{}) (bool, error) {
+// wait queues the ticket for a token and a slot, for at most maxWait. It
+// returns true once granted (the caller then holds a slot until finish);
+// false with a nil error when maxWait passed first (the ticket stays
+// counted as busy, so the caller may check its job again and wait again);
+// or an error when ctx ended or the session did.
+func (t *ticket) wait(ctx context.Context, maxWait time.Duration) (bool, error) {
 	s := t.s
 	s.mu.Lock()
 	if t.granted {
@@ -239,7 +238,6 @@ func (t *ticket) wait(ctx context.Context, maxWait time.Duration, nudged <-chan 
 	case <-s.done:
 		err = errSchedStopped
 	case <-timer.C:
-	case <-nudged:
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

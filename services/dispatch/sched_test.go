@@ -35,7 +35,7 @@ func runLane(ctx context.Context, s *scheduler, lane, n, k int, hold time.Durati
 			for range jobs {
 				t := s.begin(lane)
 				for {
-					ok, err := t.wait(ctx, 50*time.Millisecond, nil)
+					ok, err := t.wait(ctx, 50*time.Millisecond)
 					if ok {
 						break
 					}
@@ -226,7 +226,7 @@ func TestDispatchSchedulerStopsWhenLeaseInvalid(t *testing.T) {
 	require.Zero(t, late.Load(), "no grant once the lease is not valid")
 
 	tk := s.begin(laneHigh)
-	ok, err := tk.wait(ctx, time.Second, nil)
+	ok, err := tk.wait(ctx, time.Second)
 	require.False(t, ok)
 	require.ErrorIs(t, err, errSchedStopped, "a stopped session turns new jobs away at once")
 }

@@ -16,13 +16,10 @@ import (
 	"github.com/broadcastd/broadcast/shared"
 )
 
-// turnCheck is how long a job waits for its turn (scheduler) at most
-// before it checks again that it may still be sent (mayStillSend). A
-// pause or cancel of its task wakes it at once (nudge.go) and its expiry
-// when it comes, so what applies within turnCheck is the rest: a
-// suppression added, the account paused or its rating changed. Whatever
-// the waiting saw, the job is checked once more when its turn comes.
-const turnCheck = 2 * time.Second
+// turnCheck is how long a job waits for its turn (scheduler) before it
+// checks again that it may still be sent: a pause, cancel or expiry of a
+// waiting job (a low job behind a long normal queue, say) applies within it.
+const turnCheck = 500 * time.Millisecond
 
 // handle takes one job of lane through its steps: the check for an earlier
 // send (sentBefore), what may change while it waits (mayStillSend: expiry,
@@ -459,13 +456,22 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	if done, err := r.awaitTurn(ctx, turn, d); done {
 		return nil, err
 	}
-	// What came while this job waited for a token wins: a pause or cancel
-	// (a carrier hands its digest on first), its expiry, a suppression,
-	// an account paused meanwhile (the auth failures of the sends granted
-	// before this one) or a rating that now holds the job. No new send
-	// starts after any of them.
-	if done, err := r.mayStillSend(ctx, d); done {
+	// A pause or cancel that came while this job waited for a token wins:
+	// no new send starts after it (a carrier hands its digest on first).
+	if done, err := r.handOverIfStopped(ctx, d); done {
 		return nil, err
+	}
+	if done, err := r.obeyControl(ctx, d); done {
+		return nil, err
+	}
+	// So does an account paused meanwhile (the auth failures of the sends
+	// granted before this one), or a rating that now holds the job: a
+	// lane of job groups has many jobs waiting for their turns.
+	if blocked, why := r.mustNotSend(); blocked {
+		return nil, r.reroute(ctx, d, why, "no_healthy_account")
+	}
+	if held, why := r.heldByQuality(d); held {
+		return nil, r.reroute(ctx, d, why, contract.CodeQualityRed)
 	}
 	if d.reserveAtTurn {
 		if done, err := r.reserveFrequency(ctx, d); done {
@@ -491,12 +497,7 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery) (done bool, err error) {
 	turn.queued = d.nextPart // the group's next part begins once this one waits
 	for {
-		wait := turnCheck
-		if !d.job.ExpiresAt.IsZero() {
-			// Expired while waiting: its event comes when it expires.
-			wait = min(wait, max(time.Until(d.job.ExpiresAt), 0)+time.Millisecond)
-		}
-		granted, err := turn.wait(ctx, wait, r.svc.waiters.nudged())
+		granted, err := turn.wait(ctx, turnCheck)
 		if granted {
 			return false, nil
 		}
