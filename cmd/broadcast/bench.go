@@ -47,7 +47,6 @@ func runBench(ctx context.Context, args []string) error {
 	// at 20k/s: 12.8 ms, mostly queued behind other goroutines) held the
 	// pipeline back (ratio 0.192-0.206 against 0.205-0.226 alternating).
 	concurrency := fs.Int("concurrency", contract.MaxConcurrency, "the benchmark account's concurrency (its consumers' MaxAckPending)")
-	connections := fs.String("connections", "shared", `"shared": the services share one connection (dispatch's leases have their own), as in `+"`broadcast dev`"+`; "each": a connection per service, as separate processes have`)
 	floor := fs.Bool("floor", false, "also run the bare per-recipient JetStream work without the services (the design's floor) on the same server")
 	floorBatch := fs.String("floor-batch", "", "comma-separated recipients per job message, e.g. 1,4,16,64: one floor run each, jobs decoded and events encoded")
 	floorConsumers := fs.String("floor-consumers", "", "comma-separated account counts, e.g. 1,3,30,300,1000: one floor run each, jobs spread over one filtered consumer per account")
@@ -103,18 +102,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	defer s.Shutdown()
 	defer nc.Close()
-	var connect connector
-	switch *connections {
-	case "shared":
-		connect = shareOne(js, inProcess(s), log)
-	case "each":
-		connect = connectEach(inProcess(s), log)
-	default:
-		return fmt.Errorf("-connections: %q is neither shared nor each", *connections)
-	}
 
 	if *replicas != "" {
-		return benchReplicas(ctx, js, connect, *replicas)
+		return benchReplicas(ctx, js, *replicas)
 	}
 	if *policyValue != "" {
 		if err := putBenchPolicy(ctx, js, *policyValue); err != nil {
@@ -157,7 +147,7 @@ func runBench(ctx context.Context, args []string) error {
 			perAccount = *rate / float64(*accounts)
 			burst = max(1, int(perAccount/10))
 		}
-		res, err = benchPipeline(ctx, js, connect, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
+		res, err = benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
 			*accounts, *idleAccounts, 1, serviceOverrides{statusReplicas: *statusReplicas, statusPartitions: *statusPartitions}, *idle)
 		if err != nil {
 			return err
@@ -370,7 +360,7 @@ func (r *benchResult) printTimeline(width time.Duration) {
 // benchPipeline runs the four services (dispatch with `replicas` copies)
 // and one task of n recipients over `accounts` accounts configured as
 // account, with idleAccounts more of them the task does not name.
-func benchPipeline(ctx context.Context, js jetstream.JetStream, connect connector, n int, account string, accounts, idleAccounts, replicas int, o serviceOverrides, idle time.Duration) (*benchResult, error) {
+func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account string, accounts, idleAccounts, replicas int, o serviceOverrides, idle time.Duration) (*benchResult, error) {
 	log, _ := shared.NewLogger(os.Stderr, shared.LogConfig{Format: os.Getenv("LOG_FORMAT"), Level: "error"})
 	name := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	var all []string
@@ -405,7 +395,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, connect connecto
 	// holds fewer messages than jobs.
 	o.registry = metrics.NewRegistry()
 	wg.Go(func() {
-		if err := runServices(svcCtx, connect, log, names, o); err != nil {
+		if err := runServices(svcCtx, js, log, names, o); err != nil {
 			svcErr.Store(err)
 		}
 	})
@@ -789,7 +779,7 @@ func sendLatencies(ctx context.Context, js jetstream.JetStream, taskID string) (
 // machine's capacity, and the 8 accounts spread evenly over the replicas
 // (share.go in dispatch): each account keeps one sender at a time, so
 // replicas add throughput across accounts, not within one.
-func benchReplicas(ctx context.Context, js jetstream.JetStream, connect connector, list string) error {
+func benchReplicas(ctx context.Context, js jetstream.JetStream, list string) error {
 	const replicaBudget = 16
 	var base float64
 	for _, f := range strings.Split(list, ",") {
@@ -797,7 +787,7 @@ func benchReplicas(ctx context.Context, js jetstream.JetStream, connect connecto
 		if err != nil || r < 1 {
 			return fmt.Errorf("replicas: %q is not a positive number", f)
 		}
-		res, err := benchPipeline(ctx, js, connect, 8000*r, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, 0, r,
+		res, err := benchPipeline(ctx, js, 8000*r, `{"channel":"sandbox","rate_per_sec":100000,"burst":1000,"concurrency":32,"latency":"20ms"}`, 8, 0, r,
 			serviceOverrides{dispatch: func(c *dispatch.Config) { c.MaxInFlight = replicaBudget }}, 0)
 		if err != nil {
 			return err

@@ -94,7 +94,7 @@ func runDemo(ctx context.Context, args []string) error {
 	svcCtx, stopServices := context.WithCancel(ctx)
 	svcDone := make(chan error, 1)
 	go func() {
-		svcDone <- runServices(svcCtx, shareOne(js, inProcess(s), quiet), quiet, allServices, serviceOverrides{
+		svcDone <- runServices(svcCtx, js, quiet, allServices, serviceOverrides{
 			dispatch: func(c *dispatch.Config) { c.BackoffBase, c.BackoffMax = 100*time.Millisecond, 2*time.Second },
 			// The demo prints its progress; a dashboard only when asked for,
 			// so a running dev stack's port does not stop the demo.

@@ -36,5 +36,5 @@ func runDev(ctx context.Context, args []string) error {
 		log.Info("created account \"sandbox\" (channel sandbox)", "value", devSandboxAccount)
 	}
 	log.Info("dev stack running; Ctrl-C to stop", "nats_url", s.ClientURL(), "store", *dir)
-	return runServices(ctx, shareOne(js, inProcess(s), log), log, allServices, serviceOverrides{})
+	return runServices(ctx, js, log, allServices, serviceOverrides{})
 }

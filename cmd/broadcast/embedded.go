@@ -22,7 +22,7 @@ func startEmbedded(ctx context.Context, cfg embedded.Config, log *slog.Logger) (
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	nc, js, err := shared.ConnectJetStream(ctx, inProcess(s), "embedded", log)
+	nc, js, err := shared.ConnectJetStream(ctx, shared.NATSConfig{URL: s.ClientURL(), InProcess: s}, "embedded", log)
 	if err == nil {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		_, err = setupTopology(sctx, nc, js, shared.TopologyConfig{})
@@ -36,12 +36,6 @@ func startEmbedded(ctx context.Context, cfg embedded.Config, log *slog.Logger) (
 		return nil, nil, nil, fmt.Errorf("embedded server: %w", err)
 	}
 	return s, nc, js, nil
-}
-
-// inProcess is how this process reaches its embedded server s, without
-// a socket.
-func inProcess(s *server.Server) shared.NATSConfig {
-	return shared.NATSConfig{URL: s.ClientURL(), InProcess: s}
 }
 
 // putAccount stores an account in KV unless one with that name exists.

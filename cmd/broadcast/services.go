@@ -55,8 +55,7 @@ func runServiceCommand(ctx context.Context, name string, args []string) error {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
 	// The topology is `broadcast setup`'s: a service only waits for it.
-	cfg := shared.NATSConfigFromEnv()
-	nc, js, err := shared.ConnectService(ctx, cfg, name, log)
+	nc, js, err := shared.ConnectService(ctx, shared.NATSConfigFromEnv(), name, log)
 	if err != nil {
 		return err
 	}
@@ -65,67 +64,18 @@ func runServiceCommand(ctx context.Context, name string, args []string) error {
 	if name == "all" {
 		names = allServices
 	}
-	return runServices(ctx, shareOne(js, cfg, log), log, names, serviceOverrides{})
+	return runServices(ctx, js, log, names, serviceOverrides{})
 }
 
 // allServices are the services `broadcast all`, dev and demo run together.
 var allServices = []string{"ingest", "render", "dispatch", "status", "feedback"}
 
-// connector gives a service of this process its connection: the
-// returned function lets it go once the service has stopped.
-type connector func(ctx context.Context, name string) (jetstream.JetStream, func(), error)
-
-// leasesConn is the name dispatch asks a connector for to keep its
-// accounts' leases on (dispatch.Config.Leases).
-const leasesConn = "dispatch-leases"
-
-// shareOne has the services of a process share js, except dispatch's
-// leases: those get a connection of their own (cfg), so that a refresh
-// never waits behind the job deliveries, acknowledgements and events of
-// a thousand busy accounts on the service's connection (with one
-// connection per service, every account of a 1,000-account bench lost
-// its lease; docs/performance.md).
-func shareOne(js jetstream.JetStream, cfg shared.NATSConfig, log *slog.Logger) connector {
-	return func(ctx context.Context, name string) (jetstream.JetStream, func(), error) {
-		if name == leasesConn {
-			return connectOwn(ctx, cfg, name, log)
-		}
-		return js, func() {}, nil
-	}
-}
-
-// connectEach gives every service of a process, and dispatch's leases, a
-// connection of its own, as separate processes have (bench -connections
-// each).
-func connectEach(cfg shared.NATSConfig, log *slog.Logger) connector {
-	return func(ctx context.Context, name string) (jetstream.JetStream, func(), error) {
-		return connectOwn(ctx, cfg, name, log)
-	}
-}
-
-func connectOwn(ctx context.Context, cfg shared.NATSConfig, name string, log *slog.Logger) (jetstream.JetStream, func(), error) {
-	nc, js, err := shared.ConnectJetStream(ctx, cfg, name, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	return js, func() { _ = nc.Drain() }, nil
-}
-
 // runServices runs the named services until ctx ends or one fails; a failure
-// stops the others. connect gives each its connection; they share one
-// metrics registry, served at METRICS_ADDR (when set) and by status on its
-// dashboard.
-func runServices(ctx context.Context, connect connector, log *slog.Logger, names []string, o serviceOverrides) error {
+// stops the others. The services share one metrics registry, served at
+// METRICS_ADDR (when set) and by status on its dashboard.
+func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, names []string, o serviceOverrides) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var releases []func()
-	// Once every service has stopped: what they published last reaches
-	// the server.
-	defer func() {
-		for _, release := range releases {
-			release()
-		}
-	}()
 	type runner interface{ Run(context.Context) error }
 	var runners []runner
 	reg := o.registry
@@ -137,11 +87,7 @@ func runServices(ctx context.Context, connect connector, log *slog.Logger, names
 	suppressions := new(suppress.Shared)
 	for _, n := range names {
 		var r runner
-		js, release, err := connect(ctx, n)
-		if err != nil {
-			return fmt.Errorf("%s: %w", n, err)
-		}
-		releases = append(releases, release)
+		var err error
 		switch n {
 		case "ingest":
 			var c ingest.Config
@@ -162,11 +108,6 @@ func runServices(ctx context.Context, connect connector, log *slog.Logger, names
 				if o.dispatch != nil {
 					o.dispatch(&c)
 				}
-				var release func()
-				if c.Leases, release, err = connect(ctx, leasesConn); err != nil {
-					return fmt.Errorf("%s: %w", n, err)
-				}
-				releases = append(releases, release)
 				r, err = dispatch.New(js, c)
 			}
 		case "status":

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/broadcastd/broadcast/channels"
@@ -19,12 +18,6 @@ import (
 
 // Config tunes the dispatch service.
 type Config struct {
-	// Leases, when set, is the connection the accounts' leases are kept
-	// on (KV broadcast_leases): one of their own, so that a refresh never
-	// waits behind the jobs, acknowledgements and events of a thousand
-	// busy accounts on the service's connection. Defaults to the
-	// service's.
-	Leases jetstream.JetStream
 	// BackoffBase is the delay before the second attempt; each further
 	// attempt doubles it. Defaults to 1 second.
 	BackoffBase time.Duration

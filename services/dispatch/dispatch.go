@@ -111,11 +111,6 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("dispatch: %s: %w", name, err)
 		}
 	}
-	if s.cfg.Leases != nil {
-		if s.leases, err = s.cfg.Leases.KeyValue(ctx, contract.BucketLeases); err != nil {
-			return fmt.Errorf("dispatch: %s: %w", contract.BucketLeases, err)
-		}
-	}
 	if s.jobs, err = s.js.Stream(ctx, contract.StreamJobs); err != nil {
 		return fmt.Errorf("dispatch: %s: %w", contract.StreamJobs, err)
 	}

@@ -28,10 +28,7 @@
 // bucket TTL shared.LeaseTTL = 5 s) consumes its lanes, so its local token
 // bucket (golang.org/x/time/rate, rate_per_sec with burst) is the account's
 // rate across every replica. The holder refreshes the lease every second
-// (KV Update with the revision, on Config.Leases: the process gives the
-// leases a connection of their own, so a refresh never waits behind the
-// jobs, acknowledgements and events of the service's connection) and
-// starts no send once the lease cannot be
+// (KV Update with the revision) and starts no send once the lease cannot be
 // confirmed fresh: it counts it valid until its last successful refresh
 // began plus the TTL minus 1.5 s, so a former holder's last send starts at
 // least 1.5 s before anyone else can hold the lease. How long refreshes
