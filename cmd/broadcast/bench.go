@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -39,7 +40,7 @@ func runBench(ctx context.Context, args []string) error {
 	n := fs.Int("n", 200_000, "recipients in the benchmark task")
 	raw := fs.Int("raw", 0, "messages in the raw JetStream baseline (default: n)")
 	replicas := fs.String("replicas", "", "comma-separated dispatch replica counts to compare against a 20 ms provider, e.g. 1,2,4")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline run to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file: of the task's run, from its submission to its final progress (with -pipeline=false, of the floor runs)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile (after the pipeline run) to this file")
 	// The sandbox answers at once, so the account's concurrency (its
 	// consumers' MaxAckPending) only bounds the jobs between delivery and
@@ -129,16 +130,20 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 
+	var taskProfile io.Writer
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+		if !*pipeline {
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
 		}
-		defer pprof.StopCPUProfile()
+		taskProfile = f
 	}
 	var res *benchResult
 	if *pipeline {
@@ -148,7 +153,7 @@ func runBench(ctx context.Context, args []string) error {
 			burst = max(1, int(perAccount/10))
 		}
 		res, err = benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
-			*accounts, *idleAccounts, 1, serviceOverrides{statusReplicas: *statusReplicas, statusPartitions: *statusPartitions}, *idle)
+			*accounts, *idleAccounts, 1, serviceOverrides{statusReplicas: *statusReplicas, statusPartitions: *statusPartitions, taskProfile: taskProfile}, *idle)
 		if err != nil {
 			return err
 		}
@@ -393,7 +398,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	var svcErr atomic.Value
 	// Render's own count says when it is done: with job groups JOBS
 	// holds fewer messages than jobs.
-	o.registry = metrics.NewRegistry()
+	o.registry, o.renderRegistry = metrics.NewRegistry(), prometheus.NewRegistry()
 	wg.Go(func() {
 		if err := runServices(svcCtx, js, log, names, o); err != nil {
 			svcErr.Store(err)
@@ -463,6 +468,12 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		fmt.Println(line)
 	}
 	jobsSeq0, healthSeq0 := jobsLastSeq(ctx, js), lastSeq(ctx, js, healthStream)
+	if o.taskProfile != nil {
+		if err := pprof.StartCPUProfile(o.taskProfile); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start, cpu0 := time.Now(), cpuTime()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
@@ -476,7 +487,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		}
 		// Render is done when it has rendered or skipped n jobs, asked
 		// every fifth poll (a gather reads the process's statistics).
-		if polls++; res.renderDone == 0 && polls%5 == 0 && renderedJobs(o.registry) >= n {
+		if polls++; res.renderDone == 0 && polls%5 == 0 && renderedJobs(o.renderRegistry) >= n {
 			res.renderDone = time.Since(start)
 		}
 		if e, err := kv.Get(ctx, id); err == nil {
@@ -506,6 +517,9 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	res.e2eRate = float64(lastP.Sent) / res.elapsed.Seconds()
 	res.peakRSSMB = peakRSSMB()
 	res.cpu = cpuTime() - cpu0
+	if o.taskProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	var accepted time.Time
 	res.sends, res.sentAt, accepted, res.firstSent, res.lastSent, err = sendLatencies(ctx, js, id)
 	if len(res.sends) > 0 {
@@ -536,7 +550,7 @@ func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) uint64 
 const healthStream = "KV_" + contract.BucketHealth
 
 // renderedJobs is how many jobs render has rendered or skipped, from
-// the services' metrics in reg.
+// render's metrics in reg.
 func renderedJobs(reg *prometheus.Registry) int {
 	families, err := reg.Gather()
 	if err != nil {

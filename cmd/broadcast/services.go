@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -36,6 +37,12 @@ type serviceOverrides struct {
 	// registry is the services' metrics registry (nil: a new one), for
 	// bench to read render's count.
 	registry *prometheus.Registry
+	// renderRegistry, when set, takes render's metrics instead, so bench
+	// reads render's count without gathering every account's metrics.
+	renderRegistry *prometheus.Registry
+	// taskProfile, when set, receives bench's CPU profile of the task's
+	// run, from its submission to its final progress.
+	taskProfile io.Writer
 }
 
 func newLogger() (*slog.Logger, error) {
@@ -99,6 +106,9 @@ func runServices(ctx context.Context, js jetstream.JetStream, log *slog.Logger, 
 			var c render.Config
 			if c, err = render.ConfigFromEnv(); err == nil {
 				c.Logger, c.Metrics, c.Suppressions = log, reg, suppressions
+				if o.renderRegistry != nil {
+					c.Metrics = o.renderRegistry
+				}
 				r, err = render.New(js, c)
 			}
 		case "dispatch":
