@@ -28,16 +28,31 @@ import (
 // (sentBefore: sent events, give-ups and hand-offs in the ledger) and
 // nothing is sent twice.
 
-// groupJobsInFlight is how many jobs of job groups a lane of a runs at
-// once: its messages' worth at render's default group size
-// (contract.DefaultJobGroupSize), so a group's jobs wait for their turns
-// together and share the turns' ticks and the events' writes as jobs alone
-// do across messages, but at most maxJobsInFlight (a batch account's
-// lanes take thousands of messages).
-func groupJobsInFlight(a *contract.Account, p contract.Priority) int {
+// groupJobsWaiting is how many jobs of job groups a lane of a holds in
+// its handlers before their turns: its messages' worth at render's
+// default group size (contract.DefaultJobGroupSize), so a group's jobs
+// wait for their turns together and share the turns' ticks and the
+// events' writes as jobs alone do across messages, but no more than the
+// account's burst and what its rate starts within pacedHorizon, and at
+// most maxJobsInFlight. A job granted its turn leaves their count (the
+// scheduler's in-flight slots bound the jobs past it), so a slow provider
+// still gets the account's concurrency of calls. Each job held is a
+// goroutine, so a process with many slow accounts holds a few of each
+// instead of every job delivered. A batch account's lanes hold what their
+// calls fill (jobsInFlight), its jobs counted until they are done.
+func groupJobsWaiting(a *contract.Account, p contract.Priority) int {
 	n := jobsInFlight(a, p)
-	return max(n, min(n*contract.DefaultJobGroupSize, maxJobsInFlight))
+	held := float64(min(n*contract.DefaultJobGroupSize, maxJobsInFlight))
+	if a.MaxBatch > 1 {
+		return max(n, int(held))
+	}
+	return max(1, int(min(held, float64(a.Burst)+a.RatePerSec*pacedHorizon.Seconds())))
 }
+
+// pacedHorizon is how far ahead of its pacing a lane of job groups holds
+// jobs waiting for their turns: enough that the pacer never waits for a
+// job to begin.
+const pacedHorizon = 500 * time.Millisecond
 
 // partMsg is one job of a job group's delivered message. queued tells the
 // next part it may begin: this one waits for its turn or is done.
@@ -45,6 +60,10 @@ type partMsg struct {
 	jetstream.Msg
 	data   []byte
 	queued func()
+	// granted frees the part's place among the lane's waiting jobs, when
+	// its turn comes or it is done, whichever is first (a batch account's
+	// jobs take no turn: theirs is freed when they are done).
+	granted func()
 }
 
 func (p *partMsg) Data() []byte { return p.data }
@@ -64,8 +83,9 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 	// for its turn or has joined the batcher (or is done), so they queue
 	// in the group's order and the account sends its recipients in the
 	// list's order, as it does jobs alone. Each takes one of the lane's
-	// job slots (jobs, groupJobsInFlight) while it runs, which bounds the
-	// jobs a lane of job groups holds in its handlers.
+	// places for waiting jobs (jobs, groupJobsWaiting) until its turn
+	// comes, which bounds the jobs a lane of job groups holds in its
+	// handlers.
 	var wg sync.WaitGroup
 	for i, data := range parts {
 		if sched.ended() {
@@ -81,9 +101,9 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 			continue
 		}
 		next := make(chan struct{})
-		pm := &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) })}
+		pm := &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) }), granted: sync.OnceFunc(func() { <-jobs })}
 		wg.Go(func() {
-			defer func() { <-jobs }()
+			defer pm.granted()
 			outs[i] = r.settlePart(ctx, pm, r.handlePart(ctx, sched, lane, recheckThrough, pm, &gm, claim))
 		})
 		<-next

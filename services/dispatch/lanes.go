@@ -278,9 +278,9 @@ func (sl *sessionLanes) run(lane int, cons jetstream.Consumer, recheckThrough ui
 	sl.mu.Lock()
 	sl.open[lane] = ol
 	sl.mu.Unlock()
-	// The lane's job groups run at most groupJobsInFlight jobs at once
-	// (jobgroup.go).
-	jobs := make(chan struct{}, groupJobsInFlight(a, p))
+	// The lane's job groups hold at most groupJobsWaiting jobs before
+	// their turns (jobgroup.go).
+	jobs := make(chan struct{}, groupJobsWaiting(a, p))
 	sl.loops.Go(r.guard(sl.end, "account consumer", func() {
 		defer close(ol.done)
 		err := shared.Consume(lctx, cons, func(ctx context.Context, msg jetstream.Msg) error {

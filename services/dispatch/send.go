@@ -151,9 +151,10 @@ type delivery struct {
 	// afterAnother says another message of its job was handled here
 	// first (jobhold.go), so it is checked like a redelivery.
 	afterAnother bool
-	// nextPart, for a part, lets the group's next part begin
-	// (jobgroup.go); nil otherwise.
-	nextPart func()
+	// nextPart, for a part, lets the group's next part begin; granted
+	// frees the part's place among the lane's jobs waiting for a turn
+	// (jobgroup.go). Both nil otherwise.
+	nextPart, granted func()
 	// seq and delivered are the message's stream sequence and its
 	// delivery count, which name this delivery in the ledger; justLeft
 	// counts the deliveries right before it that were left to another
@@ -256,7 +257,7 @@ func (r *accountRunner) receive(msg jetstream.Msg, meta *jetstream.MsgMetadata, 
 		return nil, shared.Permanent(&giveUp{class: contract.ClassPermanent, code: "bad_job", err: fmt.Sprintf("job does not decode: %v", err)})
 	}
 	if pm, ok := msg.(*partMsg); ok {
-		d.part, d.nextPart = true, pm.queued
+		d.part, d.nextPart, d.granted = true, pm.queued, pm.granted
 	}
 	d.seq, d.delivered = meta.Sequence.Stream, meta.NumDelivered
 	if h := msg.Headers(); h != nil {
@@ -499,6 +500,9 @@ func (r *accountRunner) awaitTurn(ctx context.Context, turn *ticket, d *delivery
 	for {
 		granted, err := turn.wait(ctx, turnCheck)
 		if granted {
+			if d.granted != nil {
+				d.granted() // in flight now: the scheduler's slots bound it
+			}
 			return false, nil
 		}
 		if err != nil {
