@@ -14,6 +14,9 @@
 # recipient, and its read and write system calls over the same span
 # (syscr+syscw of /proc/<pid>/io: reads, writes, pwrites), per recipient.
 # Knobs: NS ("20000 200000"), RATES ("2500 0"; 0 is unpaced), ROUNDS (1),
+# ACCOUNTS (1: sandbox accounts sharing the rate, the task's pool, as
+# `bench -accounts`; above 1, dispatch's session ends and lease refreshes
+# are read from its metrics after the task),
 # IDLE (20), DASHBOARD (1: status serves its dashboard on a
 # free loopback port, as by default; 0: DASHBOARD_ADDR=off), PROFILE (0;
 # 1: PROFILE_SECS-second CPU profiles of every process while idle and from
@@ -30,6 +33,7 @@ set -euo pipefail
 NS="${NS:-20000 200000}"
 RATES="${RATES-2500 0}"
 ROUNDS="${ROUNDS:-1}"
+ACCOUNTS="${ACCOUNTS:-1}"
 IDLE="${IDLE:-20}"
 DASHBOARD="${DASHBOARD:-1}"
 PROFILE="${PROFILE:-0}"
@@ -45,7 +49,7 @@ SCRIPT=proc-cost
 
 need jq "apt-get install -y jq"
 need flock "util-linux"
-((PROFILE == 0)) || need curl "apt-get install -y curl"
+((PROFILE == 0 && ACCOUNTS == 1)) || need curl "apt-get install -y curl"
 find_nats_cli
 
 WORK="$(mktemp -d /tmp/proc-cost.XXXXXX)"
@@ -130,12 +134,37 @@ profile_wait() {
 	PROF_JOBS=()
 }
 
+# put_accounts: each "NAME JSON" line of stdin into KV broadcast_accounts.
+put_accounts() {
+	local name value
+	while read -r name value; do nats_ kv put broadcast_accounts "$name" "$value" >/dev/null; done
+}
+# no_account_leases: no account's lease is held (every account asleep);
+# the bucket's other keys are the services' replicas and status's fold.
+no_account_leases() { ! nats_ kv ls broadcast_leases 2>/dev/null | grep -q '^sbx'; }
+# lease_counts PORT: dispatch's session ends by cause and lease refreshes
+# (all, over 0.5 s, over 1 s) so far, from its metrics on PORT, a
+# "name value" line each.
+lease_counts() {
+	curl -fsS "http://127.0.0.1:$1/metrics" | awk '
+		/^broadcast_account_sessions_ended_total/ { split($1, c, "\""); print "ended_" c[2], $2 }
+		/^broadcast_lease_refresh_seconds_bucket\{le="0.5"\}/ { le05 = $2 }
+		/^broadcast_lease_refresh_seconds_bucket\{le="1"\}/ { le1 = $2 }
+		/^broadcast_lease_refresh_seconds_count/ { n = $2 }
+		END { print "lease_refreshes", n + 0; print "over_0.5s", n - le05; print "over_1s", n - le1 }'
+}
+# lease_summary BEFORE AFTER: what changed between two lease_counts.
+lease_summary() {
+	awk 'NR == FNR { before[$1] = $2; next } { d = $2 - before[$1]; if ($1 !~ /^ended_/) { s = s sprintf(", %s %d", $1, d) } else if (d > 0) { e = e sprintf(" %s %d", substr($1, 7), d) } }
+		END { printf "sessions ended:%s%s", (e == "" ? " none" : e), s }' <(echo "$1") <(echo "$2")
+}
+
 cp auth.conf "$WORK/auth.conf"
 load_dotenv # the operator user of nats.conf, for the CLI
 unset NATS_USER NATS_PASSWORD
 svc_password() { sed -n "s/^$1: .*NATS_PASSWORD=\([^ ]*\) .*/\1/p" Procfile; }
 declare -A PPORT
-printf 'bin\tround\trecipients\trate\tstate\tseconds\trecipients_per_s\tload_1_5_15' >"$OUT"
+printf 'bin\tround\taccounts\trecipients\trate\tstate\tseconds\trecipients_per_s\tload_1_5_15' >"$OUT"
 for s in "${SVCS[@]}"; do printf '\t%s_us_per_recipient' "$s" >>"$OUT"; done
 printf '\ttotal_us_per_recipient' >>"$OUT"
 for s in "${SVCS[@]}"; do printf '\t%s_idle_cores' "$s" >>"$OUT"; done
@@ -145,7 +174,7 @@ printf '\n' >>"$OUT"
 
 # run BIN ROUND N RATE: one fresh stack, its idle CPU, one task.
 run() {
-	local bin=$1 round=$2 n=$3 rate=$4 port s id t0 t1 c0 c1 i0 i1 io0 io1 ld ild acct line rps burst
+	local bin=$1 round=$2 n=$3 rate=$4 port s id t0 t1 c0 c1 i0 i1 io0 io1 ld ild acct line rps burst mport="" leases0=""
 	rm -rf "$WORK/store"
 	port=$(free_port 14622)
 	PPORT[nats-server]=$(free_port $((port + 100)))
@@ -170,6 +199,10 @@ EOF
 		local extra=(DASHBOARD_ADDR=off)
 		k=$((k + 1))
 		if [[ $s == status ]] && ((DASHBOARD)); then extra=(DASHBOARD_ADDR="127.0.0.1:$(free_port 18680)"); fi
+		if [[ $s == dispatch ]] && ((ACCOUNTS > 1)); then
+			mport=$(free_port 18780)
+			extra+=(METRICS_ADDR="127.0.0.1:$mport")
+		fi
 		if ((PROFILE)); then
 			PPORT[$s]=$(free_port $((PPORT[nats-server] + 10 * k)))
 			extra+=(PPROF_ADDR="127.0.0.1:${PPORT[$s]}")
@@ -180,16 +213,26 @@ EOF
 		P[$s]=$!
 	done
 	wait_for 60 "the services" services_ready
-	acct="sbx"
 	rps=1000000 burst=100000
 	if ((rate > 0)); then rps=$rate burst=$((rate / 10 > 0 ? rate / 10 : 1)); fi
-	nats_ kv put broadcast_accounts "$acct" "{\"channel\":\"sandbox\",\"rate_per_sec\":$rps,\"burst\":$burst,\"concurrency\":256}" >/dev/null
-	wait_for 60 "dispatch to take the account" has_consumer JOBS "dispatch-$acct"
-	# The account's first session idles out after 10 s; then it sleeps.
-	wait_for 60 "the account to sleep" bash -c "! $(printf '%q ' "${NATS_CLI[@]}") --timeout 5s kv get --raw broadcast_leases $acct"
+	local accts=() a
+	if ((ACCOUNTS == 1)); then
+		accts=(sbx)
+	else
+		rps=$(awk -v r="$rps" -v n="$ACCOUNTS" 'BEGIN { printf "%g", r / n }')
+		burst=$(awk -v r="$rps" 'BEGIN { b = int(r / 10); print (b > 0 ? b : 1) }')
+		for ((a = 1; a <= ACCOUNTS; a++)); do accts+=("$(printf 'sbx-%04d' "$a")"); done
+	fi
+	for acct in "${accts[@]}"; do
+		printf '%s %s\n' "$acct" "{\"channel\":\"sandbox\",\"rate_per_sec\":$rps,\"burst\":$burst,\"concurrency\":256}"
+	done | put_accounts
+	wait_for 120 "dispatch to take the accounts" has_consumer JOBS "dispatch-${accts[-1]}"
+	# The accounts' first sessions idle out after 10 s; then they sleep.
+	wait_for 120 "the accounts to sleep" no_account_leases
 	id="pc-$round-$n-$rate-$(date +%s%N)"
-	jq -cn --arg id "$id" '{id: $id, channel: "sandbox", recipients_object: "lists/proc-cost.jsonl",
-		template: "Hello {{.name}}, your code is 1234."}' >"$WORK/task.json"
+	jq -cn --arg id "$id" --argjson pool "$(printf '%s\n' "${accts[@]}" | jq -R . | jq -cs .)" \
+		'{id: $id, channel: "sandbox", recipients_object: "lists/proc-cost.jsonl",
+		template: "Hello {{.name}}, your code is 1234."} + (if ($pool | length) > 1 then {accounts: $pool} else {} end)' >"$WORK/task.json"
 	awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) printf "{\"to\":\"+86139%08d\",\"vars\":{\"name\":\"u%d\"}}\n", i, i }' >"$WORK/list.jsonl"
 	nats_ object put broadcast_recipients "$WORK/list.jsonl" --name lists/proc-cost.jsonl --force >/dev/null
 
@@ -201,6 +244,7 @@ EOF
 	i1=$(snapshot)
 	profile_wait
 	ld=$(load)
+	[[ -z "$mport" ]] || leases0=$(lease_counts "$mport")
 	c0=$(snapshot)
 	io0=$(iosnapshot)
 	t0=$(date +%s%N)
@@ -219,11 +263,13 @@ EOF
 	profile_wait
 	unlock
 	[[ "$STATE" == succeeded ]] || log "task $id is '$STATE', not succeeded"
-	line=$(awk -v bin="$(basename "$bin")" -v r="$round" -v n="$n" -v rate="$rate" -v st="$STATE" -v t0="$t0" -v t1="$t1" -v ld="$ld" -v ild="$ild" \
+	log "peak RSS (MB):$(for s in "${SVCS[@]}"; do awk -v s="$s" '/^VmHWM:/ { printf " %s %d", s, $2 / 1024 }' "/proc/${P[$s]}/status" 2>/dev/null; done)"
+	[[ -z "$mport" ]] || log "dispatch during the task: $(lease_summary "$leases0" "$(lease_counts "$mport")")"
+	line=$(awk -v bin="$(basename "$bin")" -v r="$round" -v accts="$ACCOUNTS" -v n="$n" -v rate="$rate" -v st="$STATE" -v t0="$t0" -v t1="$t1" -v ld="$ld" -v ild="$ild" \
 		-v c0="$c0" -v c1="$c1" -v i0="$i0" -v i1="$i1" -v io0="$io0" -v io1="$io1" -v tck="$TCK" -v idle="$IDLE" 'BEGIN {
 		secs = (t1 - t0) / 1e9
 		split(c0, a, " "); split(c1, b, " "); split(i0, x, " "); split(i1, y, " ")
-		printf "%s\t%s\t%d\t%s\t%s\t%.1f\t%.0f\t%s", bin, r, n, rate, st, secs, n / secs, ld
+		printf "%s\t%s\t%d\t%d\t%s\t%s\t%.1f\t%.0f\t%s", bin, r, accts, n, rate, st, secs, n / secs, ld
 		tot = 0
 		for (k = 1; k <= 5; k++) { u = (b[k] - a[k]) / tck * 1e6 / n; tot += u; printf "\t%.1f", u }
 		printf "\t%.1f", tot
@@ -236,12 +282,12 @@ EOF
 	echo "$line" >>"$OUT"
 	log "$(awk -F'\t' -v names="${SVCS[*]}" '{
 		split(names, nm, " ")
-		s = sprintf("%s round %s: %d at rate %s: %s in %ss (%s/s, load %s); µs per recipient:", $1, $2, $3, $4, $5, $6, $7, $8)
-		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(8 + k))
-		s = s sprintf(" total %s; idle cores (load %s):", $14, $20)
-		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(14 + k))
+		s = sprintf("%s round %s: %d account(s), %d at rate %s: %s in %ss (%s/s, load %s); µs per recipient:", $1, $2, $3, $4, $5, $6, $7, $8, $9)
+		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(9 + k))
+		s = s sprintf(" total %s; idle cores (load %s):", $15, $21)
+		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(15 + k))
 		s = s "; read/write calls per recipient:"
-		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(20 + k))
+		for (k = 1; k <= 5; k++) s = s sprintf(" %s %s", nm[k], $(21 + k))
 		print s }' <<<"$line")"
 	for s in "${SVCS[@]}"; do kill -KILL "${P[$s]}" 2>/dev/null || true; done
 	for s in "${SVCS[@]}"; do wait "${P[$s]}" 2>/dev/null || true; done
