@@ -2,8 +2,11 @@ package shared_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,9 +205,10 @@ func BenchmarkPublish(b *testing.B) {
 	}
 }
 
-// TestPublisherReleasesRoomOnSendError: a publish the connection refuses
-// returns its error and frees its room exactly once, so later ones neither
-// block nor overfill (maxPending 1, five refused publishes in a row).
+// TestPublisherReleasesRoomOnSendError: a publication the connection
+// refuses fails with the connection's error and frees its room exactly
+// once, so later ones neither block nor overfill (maxPending 1, five
+// refused publishes in a row).
 func TestPublisherReleasesRoomOnSendError(t *testing.T) {
 	ts := natstest.Start(t)
 	nc, err := nats.Connect(ts.URL)
@@ -216,8 +220,48 @@ func TestPublisherReleasesRoomOnSendError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for i := range 5 {
-		_, err := p.Publish(ctx, "pub.x", []byte("x"), "")
-		require.ErrorIs(t, err, nats.ErrConnectionClosed, "publish %d", i)
+		pub, err := p.Publish(ctx, "pub.x", []byte("x"), "")
+		require.NoError(t, err, "publish %d", i)
+		err = pub.Wait(ctx)
+		// Refused as it was written, or failed with the rest when the
+		// publisher saw the connection close.
+		require.True(t, errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected), "publish %d: %v", i, err)
 		require.Zero(t, p.Pending())
+	}
+}
+
+// TestPublisherCloseSettlesEverything: publications racing a Close all
+// settle, stored or failed as closed, and none after it hangs.
+func TestPublisherCloseSettlesEverything(t *testing.T) {
+	ts := natstest.Start(t)
+	pubStream(t, ts.JS, jetstream.StreamConfig{Name: "PUB", Subjects: []string{"pub.>"}})
+	for round := range 20 {
+		p, err := shared.NewPublisher(ts.NC, 64, 5*time.Second)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var wg sync.WaitGroup
+		var settled, refused atomic.Int64
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					pub, err := p.Publish(ctx, "pub.x", []byte(fmt.Sprint(g, i)), "")
+					if err != nil {
+						require.ErrorIs(t, err, shared.ErrPublisherClosed)
+						refused.Add(1)
+						continue
+					}
+					if err := pub.Wait(ctx); err != nil {
+						require.ErrorIs(t, err, shared.ErrPublisherClosed)
+					}
+					settled.Add(1)
+				}
+			})
+		}
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		p.Close()
+		wg.Wait()
+		require.NoError(t, ctx.Err(), "round %d: a publication never settled", round)
+		cancel()
+		require.Equal(t, int64(400), settled.Load()+refused.Load(), "round %d", round)
 	}
 }
