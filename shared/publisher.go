@@ -28,11 +28,10 @@ import (
 // its acks may never come.
 //
 // One goroutine writes the messages to the connection, in the order they
-// were published. Written from their publishers' goroutines, the sent
-// events of a dispatch process with a thousand busy accounts queued
-// 18,000 goroutines on the connection's lock, and the connection's reader
-// and the answers to every request (lease refreshes among them) waited
-// behind them for seconds.
+// were published, so the publishers of a busy process (a dispatch with a
+// thousand accounts sending) do not queue on the connection's lock ahead
+// of its reader and the answers to its requests, lease refreshes among
+// them.
 type Publisher struct {
 	nc      *nats.Conn
 	prefix  string // reply subjects are prefix + id
@@ -41,17 +40,16 @@ type Publisher struct {
 	out     chan *Publication // published, not yet written (as many as space)
 	sub     *nats.Subscription
 	status  chan nats.Status
-	stop    chan struct{}
+	stop    chan struct{} // closed by Close
 	done    sync.WaitGroup
 	// publishing is held (shared) by Publish calls, so Close can wait for
-	// those in progress before it closes out; shut is set under it.
+	// those in progress before it closes out.
 	publishing sync.RWMutex
-	shut       bool
+	closeOnce  sync.Once
 
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]*Publication
-	closed  bool
 }
 
 // Publication is one message on its way into a stream.
@@ -126,7 +124,7 @@ func NewPublisher(nc *nats.Conn, maxPending int, timeout time.Duration) (*Publis
 func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, msgID string) (*Publication, error) {
 	p.publishing.RLock()
 	defer p.publishing.RUnlock()
-	if p.shut {
+	if p.stopped() {
 		return nil, ErrPublisherClosed
 	}
 	select {
@@ -153,12 +151,11 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, ms
 // comes to after Close began fails as closed.
 func (p *Publisher) write() {
 	for pub := range p.out {
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
+		if p.stopped() {
 			p.settle(pub, ErrPublisherClosed)
 			continue
 		}
+		p.mu.Lock()
 		pub.id = p.next
 		p.next++
 		pub.reply = p.prefix + strconv.FormatUint(pub.id, 36)
@@ -310,22 +307,27 @@ func (p *Publisher) failAll(match func(*Publication) bool, err error) {
 // Pending is how many messages await their acks (written or not).
 func (p *Publisher) Pending() int { return len(p.space) }
 
-// Close stops the publisher; publications still pending fail with
-// ErrPublisherClosed.
-func (p *Publisher) Close() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
+// stopped reports whether Close began.
+func (p *Publisher) stopped() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
 	}
-	p.closed = true
-	p.mu.Unlock()
-	_ = p.sub.Unsubscribe()
-	close(p.stop) // Publish calls waiting for room return
-	p.publishing.Lock()
-	p.shut = true
-	p.publishing.Unlock()
-	close(p.out) // no Publish call is left to write to it
-	p.done.Wait()
-	p.nc.RemoveStatusListener(p.status)
+}
+
+// Close stops the publisher; publications still pending fail with
+// ErrPublisherClosed. Publish calls after it fail the same way.
+func (p *Publisher) Close() {
+	p.closeOnce.Do(func() {
+		_ = p.sub.Unsubscribe()
+		close(p.stop) // Publish calls waiting for room return
+		// Wait out the Publish calls in progress; later ones see stop.
+		p.publishing.Lock()
+		p.publishing.Unlock()
+		close(p.out)
+		p.done.Wait()
+		p.nc.RemoveStatusListener(p.status)
+	})
 }
