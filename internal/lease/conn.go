@@ -38,9 +38,9 @@ func WatchConn(nc *nats.Conn) *ConnWatch {
 }
 
 // State reports whether the connection is up and how often it was lost,
-// as the connection's handlers last said: every account's scheduler asks
-// at each grant, and asking the connection itself (IsConnected) took its
-// lock, behind every publish of a busy process.
+// as the connection's handlers last said. Every account's scheduler asks
+// at each grant, so it reads atomics rather than the connection, whose
+// lock every publish of the process takes.
 func (w *ConnWatch) State() (up bool, losses uint64) {
 	return !w.down.Load(), w.losses.Load()
 }
