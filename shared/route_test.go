@@ -7,8 +7,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/broadcastd/broadcast/contract"
 	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
 )
 
 // TestPickAccountSpreadsEvenly: equal accounts with similar names get

@@ -486,7 +486,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 			return nil, v.(error)
 		}
 		// Render is done when it has rendered or skipped n jobs, asked
-		// every fifth poll (a gather reads the process's statistics).
+		// every fifth poll (a gather of render's own registry).
 		if polls++; res.renderDone == 0 && polls%5 == 0 && renderedJobs(o.renderRegistry) >= n {
 			res.renderDone = time.Since(start)
 		}

@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
 	// The zone database in the binary: quiet hours are judged in the
 	// recipient's zone also on hosts without tzdata (slim images).
 	_ "time/tzdata"

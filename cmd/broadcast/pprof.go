@@ -10,14 +10,16 @@ import (
 	"time"
 )
 
-// servePprof serves Go's profiles (/debug/pprof/) on addr until ctx ends,
-// for PPROF_ADDR: off unless set, and meant for a loopback address, since
-// profiles show the process's memory.
+// servePprof serves Go's profiles (/debug/pprof/) and execution traces
+// (/debug/pprof/trace?seconds=N, for scheduling delays) on addr until ctx
+// ends, for PPROF_ADDR: off unless set, and meant for a loopback address,
+// since profiles show the process's memory.
 func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
