@@ -144,10 +144,10 @@
 // above as if delivered alone, under the message's delivery, each
 // beginning once the one before waits for its turn (so the account still
 // sends in the list's order). A lane holds at most its account's burst
-// and half a second of its rate in jobs waiting for their turns
-// (groupJobsWaiting; a batch account's jobs count until they are done),
-// so a process with many accounts does not hold a goroutine for every
-// job delivered; the message is acknowledged when all are done, a job
+// and a tenth of a second of its rate (at least one job) in jobs waiting
+// for their turns (groupJobsWaiting; a batch account's jobs count until
+// they are done), so a process with many accounts does not hold a
+// goroutine for every job delivered; the message is acknowledged when all are done, a job
 // given up dead-lettered as it is. A failed send's retry comes
 // back alone as a scheduled copy (delayJob, whatever its delay), so the
 // others are not handled again; only a job that could not finish

@@ -200,17 +200,18 @@ func TestJobsLeftAtAStopAreNotMaybeSent(t *testing.T) {
 }
 
 // TestJobGroupLanesHoldWhatPacingStartsSoon: a lane of job groups holds
-// its burst and half a second of its rate in jobs waiting for their
-// turns, at most its messages' worth at render's group size; a batch
-// account's lanes hold what their calls fill.
+// its burst and a tenth of a second of its rate (at least one job) in
+// jobs waiting for their turns, at most its messages' worth at render's
+// group size; a batch account's lanes hold what their calls fill.
 func TestJobGroupLanesHoldWhatPacingStartsSoon(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		a    contract.Account
 		want int
 	}{
-		{"fast", contract.Account{RatePerSec: 5000, Burst: 500, Concurrency: 256, MaxBatch: 1}, 500 + 2500},
-		{"slow", contract.Account{RatePerSec: 15, Burst: 1, Concurrency: 256, MaxBatch: 1}, 1 + 7},
+		{"fast", contract.Account{RatePerSec: 5000, Burst: 500, Concurrency: 256, MaxBatch: 1}, 500 + 500},
+		{"slow", contract.Account{RatePerSec: 15, Burst: 1, Concurrency: 256, MaxBatch: 1}, 1 + 1},
+		{"slower", contract.Account{RatePerSec: 2, Burst: 3, Concurrency: 256, MaxBatch: 1}, 3 + 1},
 		{"unpaced", contract.Account{RatePerSec: contract.MaxRatePerSec, Burst: 1000, Concurrency: 256, MaxBatch: 1}, 256 * contract.DefaultJobGroupSize},
 		{"one at a time", contract.Account{RatePerSec: 0.5, Burst: 0, Concurrency: 1, MaxBatch: 1}, 1},
 		{"batch", contract.Account{RatePerSec: 1, Burst: 1, Concurrency: 4, MaxBatch: 100}, min(800*contract.DefaultJobGroupSize, maxJobsInFlight)},
