@@ -151,11 +151,14 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, ms
 // comes to after Close began fails as closed.
 func (p *Publisher) write() {
 	for pub := range p.out {
+		// Checked under mu: watch fails what is pending once stop is
+		// closed, taking mu after, so none is registered past it.
+		p.mu.Lock()
 		if p.stopped() {
+			p.mu.Unlock()
 			p.settle(pub, ErrPublisherClosed)
 			continue
 		}
-		p.mu.Lock()
 		pub.id = p.next
 		p.next++
 		pub.reply = p.prefix + strconv.FormatUint(pub.id, 36)
