@@ -62,7 +62,6 @@ type Publication struct {
 	header         nats.Header
 	since          time.Time // the latest (re)publish
 	tries          int
-	id             uint64 // set by the writer as it registers the message
 }
 
 // Wait blocks until the stream stored the message (nil), refused it, or
@@ -159,16 +158,16 @@ func (p *Publisher) write() {
 			p.settle(pub, ErrPublisherClosed)
 			continue
 		}
-		pub.id = p.next
+		id := p.next
 		p.next++
-		pub.reply = p.prefix + strconv.FormatUint(pub.id, 36)
+		pub.reply = p.prefix + strconv.FormatUint(id, 36)
 		pub.since = time.Now()
-		p.pending[pub.id] = pub
+		p.pending[id] = pub
 		p.mu.Unlock()
 		if err := p.send(pub); err != nil {
 			// Settled once, here or by a disconnect that failed it
 			// meanwhile.
-			p.fail(pub.id, pub, err)
+			p.fail(id, pub, err)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/internal/natstest"
@@ -246,12 +247,12 @@ func TestPublisherCloseSettlesEverything(t *testing.T) {
 				for i := range 50 {
 					pub, err := p.Publish(ctx, "pub.x", []byte(fmt.Sprint(g, i)), "")
 					if err != nil {
-						require.ErrorIs(t, err, shared.ErrPublisherClosed)
+						assert.ErrorIs(t, err, shared.ErrPublisherClosed)
 						refused.Add(1)
 						continue
 					}
 					if err := pub.Wait(ctx); err != nil {
-						require.ErrorIs(t, err, shared.ErrPublisherClosed)
+						assert.ErrorIs(t, err, shared.ErrPublisherClosed)
 					}
 					settled.Add(1)
 				}

@@ -147,13 +147,13 @@
 // and a tenth of a second of its rate (at least one job) in jobs waiting
 // for their turns (groupJobsWaiting; a batch account's jobs count until
 // they are done), so a process with many accounts does not hold a
-// goroutine for every job delivered; the message is acknowledged when all are done, a job
-// given up dead-lettered as it is. A failed send's retry comes
-// back alone as a scheduled copy (delayJob, whatever its delay), so the
-// others are not handled again; only a job that could not finish
-// (stopping, a lost lease, a failed store) has the message NAKed, and its
-// redelivery finds the others done (sent events, the ledger's give-ups and
-// hand-offs). MaxAckPending then counts messages; the scheduler's slots
+// goroutine for every job delivered; the message is acknowledged when
+// all are done, a job given up dead-lettered as it is. A failed send's
+// retry comes back alone as a scheduled copy (delayJob, whatever its
+// delay), so the others are not handled again; only a job that could not
+// finish (stopping, a lost lease, a failed store) has the message NAKed,
+// and its redelivery finds the others done (sent events, the ledger's
+// give-ups and hand-offs). MaxAckPending then counts messages; the scheduler's slots
 // still cap the provider calls at the account's concurrency.
 //
 // Batch accounts (max_batch > 1, e.g. WxPusher's 2,000 uids per call): jobs
