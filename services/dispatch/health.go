@@ -137,7 +137,7 @@ func (r *accountRunner) putHealth(ctx context.Context, onlyChanged bool) {
 // reportHealth refreshes the health value while this process is the
 // account's active sender, so dashboards and render see its effective rate
 // and remaining daily capacity: a value that changed at once, an unchanged
-// one every healthConfirm.
+// one every healthConfirm. It runs for one session (run).
 func (r *accountRunner) reportHealth(ctx context.Context) {
 	t := time.NewTicker(r.svc.cfg.HealthInterval)
 	defer t.Stop()

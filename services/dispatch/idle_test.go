@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,7 +69,22 @@ func sleepyAccount(t *testing.T) (jetstream.JetStream, *Service, *accountRunner)
 	r := svc.runners["sleepy"]
 	svc.mu.Unlock()
 	require.True(t, r.asleep())
+	require.Eventually(t, func() bool { return goroutinesIn("(*accountRunner).reportHealth") == 0 }, 2*time.Second, 20*time.Millisecond,
+		"a sleeping account has no health ticker")
 	return js, svc, r
+}
+
+// goroutinesIn is how many goroutines of the process have fn on their
+// stacks.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), fn+"(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // consumersOnJobs is how many consumers JOBS has.
