@@ -195,8 +195,8 @@ func (r *accountRunner) run() {
 		r.inSession.Store(true)
 		r.healthNote.forget() // another replica may have written it since
 		// The reporter lives as long as the session: a sleeping account
-		// has no timer (at 1,000 accounts their tickers were a third of an
-		// idle dispatch's CPU).
+		// has no timer (at 1,000 sleeping accounts their tickers were most
+		// of an idle dispatch's CPU).
 		sessionHealth, endHealth := context.WithCancel(ctx)
 		go shared.Supervise(sessionHealth, r.log, "account health reporter", r.reportHealth)
 		r.ownSafely(ctx, l)
