@@ -1,9 +1,6 @@
 package contract
 
-import (
-	"regexp"
-	"strings"
-)
+import "strings"
 
 // Stream names.
 const (
@@ -64,11 +61,26 @@ const (
 	SubjectReceiptsPrefix = "broadcast.receipts."
 )
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// maxIDLen is the longest task id or account name.
+const maxIDLen = 64
 
 // ValidID reports whether s is usable as a task id or account name: it must be
-// a valid KV key and a single subject token.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// a valid KV key and a single subject token, 1-64 of A-Z, a-z, 0-9, '_'
+// and '-'. Status checks the task id of every event it folds, so this is a
+// loop rather than a regular expression (a tenth of the cost).
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // EventSubject is where an event of kind for task is published.
 func EventSubject(taskID string, kind EventKind) string {
