@@ -152,8 +152,9 @@ func TestDispatchPortfolioLimit(t *testing.T) {
 	p2 := ts.WaitFinal(t, t2.ID, 20*time.Second)
 	require.Equal(t, contract.StateSucceeded, p2.State)
 	require.Len(t, distinctAccepted(rec), 20, "no new recipient beyond the portfolio's limit")
-	h := harness.AccountHealth(t, ts, "pa")
-	require.NotNil(t, h)
+	// Written while the account sends, every HealthInterval of its
+	// session.
+	h := harness.WaitAccountHealth(t, ts, "pa", func(h *contract.AccountHealth) bool { return h.PortfolioCap > 0 })
 	t.Logf("health of pa: portfolio %s used %d of %d", h.Portfolio, h.PortfolioUsed, h.PortfolioCap)
 	require.Equal(t, "biz", h.Portfolio)
 	require.Equal(t, 20, h.PortfolioCap)
