@@ -137,24 +137,33 @@ func (r *accountRunner) putHealth(ctx context.Context, onlyChanged bool) {
 // reportHealth refreshes the health value while this process is the
 // account's active sender, so dashboards and render see its effective rate
 // and remaining daily capacity: a value that changed at once, an unchanged
-// one every healthConfirm. It runs for one session (run).
+// one every healthConfirm. It runs for one session (run); its first
+// report comes healthFirstReport into the session, then one every
+// HealthInterval.
 func (r *accountRunner) reportHealth(ctx context.Context) {
-	t := time.NewTicker(r.svc.cfg.HealthInterval)
+	every := r.svc.cfg.HealthInterval
+	t := time.NewTimer(min(healthFirstReport, every))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.mu.RLock()
-			active := time.Since(r.lastActive) < 3*r.svc.cfg.HealthInterval
-			r.mu.RUnlock()
-			if active {
-				r.putHealth(ctx, true)
-			}
+		}
+		t.Reset(every)
+		r.mu.RLock()
+		active := time.Since(r.lastActive) < 3*every
+		r.mu.RUnlock()
+		if active {
+			r.putHealth(ctx, true)
 		}
 	}
 }
+
+// healthFirstReport is when a session first reports its account's
+// health: soon after its first sends, so a waking account's value is
+// fresh within a fraction of HealthInterval.
+const healthFirstReport = 250 * time.Millisecond
 
 // maxAuthFailures is how many 401/403 answers in a row pause an account.
 const maxAuthFailures = 3
