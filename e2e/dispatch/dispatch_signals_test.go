@@ -152,8 +152,8 @@ func TestDispatchPortfolioLimit(t *testing.T) {
 	p2 := ts.WaitFinal(t, t2.ID, 20*time.Second)
 	require.Equal(t, contract.StateSucceeded, p2.State)
 	require.Len(t, distinctAccepted(rec), 20, "no new recipient beyond the portfolio's limit")
-	// Written while the account sends, every HealthInterval of its
-	// session.
+	// Written soon after the session's first sends, then every
+	// HealthInterval while the account sends.
 	h := harness.WaitAccountHealth(t, ts, "pa", func(h *contract.AccountHealth) bool { return h.PortfolioCap > 0 })
 	t.Logf("health of pa: portfolio %s used %d of %d", h.Portfolio, h.PortfolioUsed, h.PortfolioCap)
 	require.Equal(t, "biz", h.Portfolio)
