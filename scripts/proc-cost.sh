@@ -143,12 +143,13 @@ put_accounts() {
 # no_account_leases: no account's lease is held (every account asleep);
 # the bucket's other keys are the services' replicas and status's fold.
 no_account_leases() { ! nats_ kv ls broadcast_leases 2>/dev/null | grep -q '^sbx'; }
-# no_account_consumers: no account's lane has a consumer on JOBS (a
-# sleeping account deletes its consumers after it lets its lease go).
+# no_account_consumers: no account's lane has a consumer on JOBS
+# (dispatch-, dispatch_high- or dispatch_low-<account>: a sleeping account
+# deletes its consumers after it lets its lease go).
 no_account_consumers() {
 	local names
 	names=$(nats_ consumer ls JOBS --names 2>/dev/null) || return 1
-	! grep -q '^dispatch-sbx' <<<"$names"
+	! grep -Eq '^dispatch(_high|_low)?-sbx' <<<"$names"
 }
 # lease_counts PORT: dispatch's session ends by cause and lease refreshes
 # (all, over 0.5 s, over 1 s) so far, from its metrics on PORT, a

@@ -153,8 +153,9 @@
 // delay), so the others are not handled again; only a job that could not
 // finish (stopping, a lost lease, a failed store) has the message NAKed,
 // and its redelivery finds the others done (sent events, the ledger's
-// give-ups and hand-offs). MaxAckPending then counts messages; the scheduler's slots
-// still cap the provider calls at the account's concurrency.
+// give-ups and hand-offs). MaxAckPending then counts messages; the
+// scheduler's slots still cap the provider calls at the account's
+// concurrency.
 //
 // Batch accounts (max_batch > 1, e.g. WxPusher's 2,000 uids per call): jobs
 // stay one per recipient in JOBS, and each still goes through every per-job
