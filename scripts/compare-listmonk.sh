@@ -14,7 +14,10 @@
 # BC_AUTH (1: nats.conf's users as in the Procfile; 0: none), SINK_CHUNKING
 # (1: the sink offers CHUNKING, as Postfix does; 0: not, so Broadcast sends
 # DATA as listmonk does), BENCH_LOCK (/tmp/bench.lock, taken around each
-# measured run; "" for none), OUT.
+# measured run; "" for none), PROFILE (0; 1: CPU profiles of nats-server
+# and the services over PROFILE_SECS (8) from each Broadcast run's submit,
+# in $WORK/prof; the profiling costs a little CPU, so keep those runs out of
+# the table), OUT.
 # Everything listens on 127.0.0.1 only. docs/performance.md has the figures.
 set -euo pipefail
 
@@ -26,6 +29,8 @@ BC_CONCURRENCY="${BC_CONCURRENCY-16 64}"
 BC_AUTH="${BC_AUTH:-1}"
 SINK_CHUNKING="${SINK_CHUNKING:-1}"
 BENCH_LOCK="${BENCH_LOCK-/tmp/bench.lock}"
+PROFILE="${PROFILE:-0}"
+PROFILE_SECS="${PROFILE_SECS:-8}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SCRIPT=compare
@@ -268,6 +273,11 @@ max_payload: 8MB
 jetstream { store_dir: "$WORK/bc-store" }
 EOF
 	if ((BC_AUTH)); then echo 'include ./auth.conf' >>"$WORK/nats.conf"; fi
+	declare -A pport=()
+	if ((PROFILE)); then
+		pport[nats-server]=$(free_port 16060)
+		echo "prof_port: ${pport[nats-server]}" >>"$WORK/nats.conf"
+	fi
 	export NATS_URL="nats://127.0.0.1:$port"
 	nats_init "$WORK/natscli" 10s
 	BC_PIDS=()
@@ -277,7 +287,12 @@ EOF
 	wait_for 30 "nats-server" nats_ kv ls --names
 	NATS_USER=admin NATS_PASSWORD="$(svc_password setup)" "$WORK/broadcast" setup >>"$WORK/setup.log" 2>&1
 	for s in ingest render dispatch status; do
-		NATS_USER=$s NATS_PASSWORD="$(svc_password "$s")" DASHBOARD_ADDR=off LOG_FORMAT=json LOG_LEVEL=warn \
+		local prof=()
+		if ((PROFILE)); then
+			pport[$s]=$(free_port $((pport[nats-server] + ${#pport[@]} * 10)))
+			prof=(PPROF_ADDR="127.0.0.1:${pport[$s]}")
+		fi
+		env NATS_USER=$s NATS_PASSWORD="$(svc_password "$s")" DASHBOARD_ADDR=off LOG_FORMAT=json LOG_LEVEL=warn "${prof[@]}" \
 			"$WORK/broadcast" "$s" >>"$WORK/$s.log" 2>&1 &
 		BC_PIDS+=($!)
 		names+=" $s=$!"
@@ -298,6 +313,14 @@ EOF
 	c0=$(cpu_ticks "${BC_PIDS[@]}")
 	t0=$(date +%s%N)
 	publish_task "$WORK/task.json" >/dev/null 2>&1
+	local pjobs=()
+	if ((PROFILE)); then
+		mkdir -p "$WORK/prof"
+		for s in "${!pport[@]}"; do
+			curl -fsS -o "$WORK/prof/bc$c-r$r-$s.pprof" "http://127.0.0.1:${pport[$s]}/debug/pprof/profile?seconds=$PROFILE_SECS" 2>>"$WORK/prof/curl.log" &
+			pjobs+=($!)
+		done
+	fi
 	wait_sink 300
 	c1=$(cpu_ticks "${BC_PIDS[@]}")
 	STATE=""
@@ -308,6 +331,7 @@ EOF
 	done
 	c2=$(cpu_ticks "${BC_PIDS[@]}")
 	s2=$(cpu_split $names)
+	for s in "${pjobs[@]}"; do wait "$s" || true; done
 	unlock
 	split_record broadcast "$c" "$s0" "$s2"
 	[[ "$STATE" == succeeded ]] || log "task $id is '$STATE', not succeeded"
