@@ -59,6 +59,7 @@ func runBench(ctx context.Context, args []string) error {
 	accounts := fs.Int("accounts", 1, "sandbox accounts the task is spread over (they share -rate)")
 	idleAccounts := fs.Int("idle-accounts", 0, "more sandbox accounts, configured like -accounts but not named by the task")
 	rate := fs.Float64("rate", 0, "the accounts' total rate_per_sec, split evenly between them (0: 1,000,000 each, no pacing)")
+	burst := fs.Int("burst", 0, "each account's burst with -rate (0: a tenth of a second of its rate, at least 1)")
 	statusReplicas := fs.Int("status-replicas", 1, "status processes (each folds its share of the partitions, the others stand by)")
 	statusPartitions := fs.Int("status-partitions", 1, "partitions of the fold of the tasks (STATUS_PARTITIONS), spread over -status-replicas")
 	timeline := fs.Bool("timeline", false, "print how many sent events were stored in each 250 ms after the task's acceptance (stalls, ramp-up and tail)")
@@ -71,6 +72,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if *floorAccountBatch < 0 {
 		return fmt.Errorf("bench: -floor-accounts-batch must not be negative")
+	}
+	if *burst < 0 {
+		return fmt.Errorf("bench: -burst must not be negative")
 	}
 	if *accounts < 1 || *statusReplicas < 1 {
 		return fmt.Errorf("bench: -accounts and -status-replicas must be at least 1")
@@ -147,12 +151,15 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	var res *benchResult
 	if *pipeline {
-		perAccount, burst := 1_000_000.0, 100_000
+		perAccount, accountBurst := 1_000_000.0, 100_000
 		if *rate > 0 {
 			perAccount = *rate / float64(*accounts)
-			burst = max(1, int(perAccount/10))
+			accountBurst = max(1, int(perAccount/10))
+			if *burst > 0 {
+				accountBurst = *burst
+			}
 		}
-		res, err = benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, burst, *concurrency),
+		res, err = benchPipeline(ctx, js, *n, fmt.Sprintf(`{"channel":"sandbox","rate_per_sec":%g,"burst":%d,"concurrency":%d}`, perAccount, accountBurst, *concurrency),
 			*accounts, *idleAccounts, 1, serviceOverrides{statusReplicas: *statusReplicas, statusPartitions: *statusPartitions, taskProfile: taskProfile}, *idle)
 		if err != nil {
 			return err
