@@ -309,6 +309,9 @@ type benchResult struct {
 	// healthWrites is how many account health values dispatch wrote
 	// from the task's submission until it was final.
 	healthWrites uint64
+	// sched is how long goroutines waited runnable, from the submit to
+	// the final progress (bench_sched.go).
+	sched schedSummary
 	// sends is each sent event's stored time after the task's acceptance,
 	// in order; sentAt each one's send time (the event's at), in order.
 	sends, sentAt []time.Duration
@@ -331,6 +334,7 @@ func (r *benchResult) print() {
 	fmt.Printf("  throughput: %.0f recipients/s end to end, %.1f µs CPU per recipient (server and services, %.2f cores busy)\n",
 		r.e2eRate, float64(r.cpu.Microseconds())/float64(r.n), r.cpu.Seconds()/max(r.finalSeen.Seconds(), 1e-3))
 	fmt.Printf("  enqueue-to-send latency: p50 %s p99 %s\n", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
+	fmt.Printf("  scheduling: runnable goroutines waited %s\n", r.sched)
 	fmt.Printf("  peak RSS of this process (server + services): %.0f MB\n", r.peakRSSMB)
 	if r.jobMessages > 0 {
 		fmt.Printf("  jobs: %d messages on %s, %.1f recipients a message\n", r.jobMessages, contract.StreamJobs, float64(r.n)/float64(r.jobMessages))
@@ -481,7 +485,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 		}
 		defer pprof.StopCPUProfile()
 	}
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, sched0 := time.Now(), cpuTime(), readSchedLatencies()
 	if _, err := client.Submit(ctx, js, data); err != nil {
 		return nil, err
 	}
@@ -524,6 +528,7 @@ func benchPipeline(ctx context.Context, js jetstream.JetStream, n int, account s
 	res.e2eRate = float64(lastP.Sent) / res.elapsed.Seconds()
 	res.peakRSSMB = peakRSSMB()
 	res.cpu = cpuTime() - cpu0
+	res.sched = readSchedLatencies().since(sched0)
 	if o.taskProfile != nil {
 		pprof.StopCPUProfile()
 	}
