@@ -115,8 +115,13 @@ var longSeeds = []uint64{593585011, 172036530, 29, 2, 841142931, 257254433, 4}
 // default run); seed 605087273 (2 minutes: a task waits on its only
 // account, paused after 401s, until the run ends) a digest carrier held
 // on that account with another task's items, whose pool had a healthy
-// account, never sent (dispatch's handOverIfHeld hands the digest on).
-var slowSeeds = []uint64{605087273, 715504403}
+// account, never sent (dispatch's handOverIfHeld hands the digest on);
+// seed 194139588 (2 minutes: the pool's remaining account answers 401)
+// removed a pool's only account before the one added later came, and the
+// tasks submitted in between were rejected for a channel without
+// accounts, as ingest should (the generator now keeps every pool served:
+// keepPoolsServed, TestGenerateKeepsAnAccountInEveryPool).
+var slowSeeds = []uint64{605087273, 715504403, 194139588}
 
 // fixedMultiSeeds run with -scenario.multiprocess (CI's multi-process
 // step): each kills services or restarts nats-server mid-run. Seed

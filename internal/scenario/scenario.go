@@ -550,7 +550,73 @@ func genActions(r *rand.Rand, s *Scenario) {
 			s.Actions = append(s.Actions, Action{At: ms(2000 + r.IntN(3000)), Kind: ActEdit, Account: a.Name, DailyCap: &raised})
 		}
 	}
+	keepPoolsServed(s)
 	slices.SortStableFunc(s.Actions, func(a, b Action) int { return int(a.At - b.At) })
+}
+
+// keepPoolsServed moves a drawn removal that would leave its pool without
+// an account to half a second after the pool's next account is added, or
+// drops it when none is to come: a task submitted while its channel has
+// no account at all is rejected (ingest's validate.go), which the checks
+// do not expect. Seed 194139588 removed a pool's only account 0.6 s
+// before the one added later came, and two tasks submitted in between
+// were rejected. The draws stay as they were, so other seeds keep their
+// scenarios.
+func keepPoolsServed(s *Scenario) {
+	for _, p := range s.Pools {
+		in := map[string]bool{}
+		adds := map[string]time.Duration{}
+		for _, a := range p.Accounts {
+			in[a.Name] = !a.AddedLater
+		}
+		for _, act := range s.Actions {
+			if _, ok := in[act.Account]; ok && act.Kind == ActAdd {
+				adds[act.Account] = act.At
+			}
+		}
+		// Removals in time order; an account counts from its add on.
+		var removals []int
+		for i, act := range s.Actions {
+			if _, ok := in[act.Account]; ok && act.Kind == ActRemove {
+				removals = append(removals, i)
+			}
+		}
+		slices.SortStableFunc(removals, func(a, b int) int { return int(s.Actions[a].At - s.Actions[b].At) })
+		removed := map[string]bool{}
+		var drop []int
+		for _, i := range removals {
+			act := &s.Actions[i]
+			servedAt := func(at time.Duration) bool {
+				for name, start := range in {
+					added, later := adds[name]
+					if name != act.Account && !removed[name] && (start || later && added <= at) {
+						return true
+					}
+				}
+				return false
+			}
+			if servedAt(act.At) {
+				removed[act.Account] = true
+				continue
+			}
+			next := time.Duration(-1)
+			for name, added := range adds {
+				if name != act.Account && !removed[name] && added > act.At && (next < 0 || added < next) {
+					next = added
+				}
+			}
+			if next < 0 {
+				drop = append(drop, i)
+				continue
+			}
+			act.At = next + 500*time.Millisecond
+			removed[act.Account] = true
+		}
+		slices.Sort(drop)
+		for k := len(drop) - 1; k >= 0; k-- {
+			s.Actions = slices.Delete(s.Actions, drop[k], drop[k]+1)
+		}
+	}
 }
 
 // genPolicy draws the recipient policy (issue 17): in about half the
