@@ -139,3 +139,28 @@ func TestGenerateKeepsAnAccountInEveryPool(t *testing.T) {
 	require.Greater(t, removals, 100, "the generator still draws removals")
 	t.Logf("%d removals", removals)
 }
+
+// TestKeepPoolsServedMovesOrDrops: a removal that would empty its pool
+// comes half a second after the pool's next add, or goes when no add is
+// to come; one that leaves an account stays where it was drawn.
+func TestKeepPoolsServedMovesOrDrops(t *testing.T) {
+	t.Parallel()
+	sc := &Scenario{
+		Pools: []Pool{
+			{Channel: "webhook", Accounts: []Account{{Name: "hook-a"}, {Name: "hook-b", AddedLater: true}}},
+			{Channel: "smtp", Accounts: []Account{{Name: "smtp-a"}, {Name: "smtp-b"}}},
+		},
+		Actions: []Action{
+			{At: 1100 * time.Millisecond, Kind: ActRemove, Account: "hook-a"},
+			{At: 1700 * time.Millisecond, Kind: ActAdd, Account: "hook-b"},
+			{At: 1000 * time.Millisecond, Kind: ActRemove, Account: "smtp-a"},
+			{At: 2000 * time.Millisecond, Kind: ActRemove, Account: "smtp-b"},
+		},
+	}
+	keepPoolsServed(sc)
+	require.Equal(t, []Action{
+		{At: 2200 * time.Millisecond, Kind: ActRemove, Account: "hook-a"},
+		{At: 1700 * time.Millisecond, Kind: ActAdd, Account: "hook-b"},
+		{At: 1000 * time.Millisecond, Kind: ActRemove, Account: "smtp-a"},
+	}, sc.Actions)
+}

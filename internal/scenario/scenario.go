@@ -564,52 +564,52 @@ func genActions(r *rand.Rand, s *Scenario) {
 // scenarios.
 func keepPoolsServed(s *Scenario) {
 	for _, p := range s.Pools {
-		in := map[string]bool{}
-		adds := map[string]time.Duration{}
+		fromStart := map[string]bool{} // the pool's accounts: there from the start, or added later
 		for _, a := range p.Accounts {
-			in[a.Name] = !a.AddedLater
+			fromStart[a.Name] = !a.AddedLater
 		}
-		for _, act := range s.Actions {
-			if _, ok := in[act.Account]; ok && act.Kind == ActAdd {
-				adds[act.Account] = act.At
-			}
-		}
-		// Removals in time order; an account counts from its add on.
-		var removals []int
+		addedAt := map[string]time.Duration{}
+		var removals []int // indexes in s.Actions, in time order
 		for i, act := range s.Actions {
-			if _, ok := in[act.Account]; ok && act.Kind == ActRemove {
+			if _, ok := fromStart[act.Account]; !ok {
+				continue
+			}
+			switch act.Kind {
+			case ActAdd:
+				addedAt[act.Account] = act.At
+			case ActRemove:
 				removals = append(removals, i)
 			}
 		}
 		slices.SortStableFunc(removals, func(a, b int) int { return int(s.Actions[a].At - s.Actions[b].At) })
+		// removed counts a moved removal from its drawn time on: it can
+		// only move or drop later removals that need not be, never let
+		// the pool run empty.
 		removed := map[string]bool{}
 		var drop []int
 		for _, i := range removals {
 			act := &s.Actions[i]
-			servedAt := func(at time.Duration) bool {
-				for name, start := range in {
-					added, later := adds[name]
-					if name != act.Account && !removed[name] && (start || later && added <= at) {
-						return true
+			served := false
+			for name, start := range fromStart {
+				at, later := addedAt[name]
+				if name != act.Account && !removed[name] && (start || later && at <= act.At) {
+					served = true
+					break
+				}
+			}
+			if !served {
+				next := time.Duration(-1)
+				for name, at := range addedAt {
+					if name != act.Account && !removed[name] && at > act.At && (next < 0 || at < next) {
+						next = at
 					}
 				}
-				return false
-			}
-			if servedAt(act.At) {
-				removed[act.Account] = true
-				continue
-			}
-			next := time.Duration(-1)
-			for name, added := range adds {
-				if name != act.Account && !removed[name] && added > act.At && (next < 0 || added < next) {
-					next = added
+				if next < 0 {
+					drop = append(drop, i)
+					continue
 				}
+				act.At = next + 500*time.Millisecond
 			}
-			if next < 0 {
-				drop = append(drop, i)
-				continue
-			}
-			act.At = next + 500*time.Millisecond
 			removed[act.Account] = true
 		}
 		slices.Sort(drop)
