@@ -146,6 +146,56 @@ func TestLeaseOfAGoneHolder(t *testing.T) {
 	require.True(t, standby.Valid())
 }
 
+// TestLeaseOfAHolderBackAfterAServerRestart: after a server restart every
+// process reconnects in its own time, so a standby can hear "no
+// responders" for a holder that is only slow to come back. Once the
+// holder is back and has confirmed its lease, that earlier answer must not
+// take the lease: the holder counts it valid for seconds and would send
+// beside the standby (multi-process scenario seed 15166146: one recipient
+// sent by both dispatch replicas 127 ms apart after nats-server was killed).
+func TestLeaseOfAHolderBackAfterAServerRestart(t *testing.T) {
+	t.Parallel()
+	js, kv := leasesBucket(t)
+	ctx := context.Background()
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+
+	holderReplica := NewReplicaID()
+	answer := func() *nats.Conn {
+		nc, err := nats.Connect(js.Conn().ConnectedUrl())
+		require.NoError(t, err)
+		_, err = NewPresence(nc, "dispatch").Answer(holderReplica, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		return nc
+	}
+	first := answer()
+	holder := New(kv, "acct", st.TTL())
+	holder.Owner = OwnerID(holderReplica)
+	presence := NewPresence(js.Conn(), "dispatch")
+	standby := New(kv, "acct", st.TTL())
+	standby.HolderGone = presence.Gone
+
+	ok, err := holder.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// The holder away: the standby hears that nobody answers for it.
+	first.Close()
+	require.Eventually(t, func() bool { return presence.Gone(ctx, holder.Owner) }, 5*time.Second, 50*time.Millisecond,
+		"the server drops the closed connection's subscription")
+
+	// Back, answering again, its lease confirmed at a new revision.
+	back := answer()
+	defer back.Close()
+	require.NoError(t, holder.Refresh(ctx))
+	require.True(t, holder.Valid())
+
+	ok, err = standby.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a holder that answers again keeps its lease, whatever was heard before")
+	require.NoError(t, holder.Refresh(ctx), "the holder still has it")
+}
+
 // TestLeaseRefreshStoredAfterItsAnswerTimedOut: a refresh the server
 // stores after the holder stopped waiting for its answer leaves the
 // holder one revision behind. Its next refresh finds the lease still

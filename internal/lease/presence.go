@@ -22,10 +22,15 @@ import (
 // (Lease.Valid), so a standby taking over then never works beside it.
 //
 // Any other answer, or none in time, counts as alive: only the server's
-// word that nobody listens takes a lease early.
+// word that nobody listens takes a lease early. That word is asked afresh
+// each time, after the lease's revision was read: after a server restart
+// a holder only slow to reconnect also has nobody listening for a moment,
+// and once it is back and has confirmed its lease (a new revision) an
+// earlier "gone" would take the lease from a holder that counts it valid
+// for seconds.
 
-// PresenceCache is how long an answer about a replica is reused: a standby
-// asks once per holder, not once per lease.
+// PresenceCache is how long an "alive" answer about a replica is reused:
+// a standby asks once per live holder, not once per lease.
 const PresenceCache = Refresh / 2
 
 // presenceTimeout bounds one question.
@@ -78,7 +83,8 @@ func (p *Presence) Answer(replica string, log *slog.Logger) (func(), error) {
 }
 
 // Gone reports whether the server says the replica holding owner's lease
-// has no connection.
+// has no connection now: an "alive" answer of the last PresenceCache is
+// reused, a "gone" one never.
 func (p *Presence) Gone(ctx context.Context, owner string) bool {
 	token := ReplicaToken(owner)
 	if token == "" {
@@ -87,8 +93,8 @@ func (p *Presence) Gone(ctx context.Context, owner string) bool {
 	p.mu.Lock()
 	a, ok := p.seen[token]
 	p.mu.Unlock()
-	if ok && time.Since(a.at) < PresenceCache {
-		return a.gone
+	if ok && !a.gone && time.Since(a.at) < PresenceCache {
+		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, presenceTimeout)
 	defer cancel()

@@ -212,9 +212,10 @@ func (f *FairShare) MayTake(ctx context.Context) bool {
 
 // countOutGone asks ReplicaGone about every other replica counted and
 // counts out those the server says are gone (as Gone does). It reports
-// whether it counted any out. Presence caches its answers, so this costs
-// at most a request per replica every PresenceCache, however many
-// workers ask.
+// whether it counted any out. Presence reuses its "alive" answers, so
+// this costs at most a request per live replica every PresenceCache,
+// however many workers ask; a gone one is counted out, and asked about
+// again only once it announces itself again.
 func (f *FairShare) countOutGone(ctx context.Context) bool {
 	if f.ReplicaGone == nil {
 		return false
