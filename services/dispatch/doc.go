@@ -278,7 +278,9 @@
 // when a server restart rebuilds it, so the copy also names the record in
 // a header (Broadcast-Copy) and the first message delivered with it
 // claims the record (compare-and-set in the ledger, claimCopy); a second
-// copy is acknowledged without a step. It answers
+// copy is acknowledged without a step, and a redelivered original whose
+// copy was claimed publishes none (on the job's schedule subject it would
+// replace the schedule of the job's next copy). It answers
 // requests on broadcast.alive.dispatch.<replica> (lease.Presence) and on
 // broadcast.requeue.<task> (requeue.go).
 //

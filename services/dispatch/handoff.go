@@ -33,7 +33,10 @@ import (
 // a header (copyHeader), and the first delivery of a message with it
 // claims the record by compare-and-set (claimCopy): a second copy finds
 // the record claimed by another message and is acknowledged without a
-// step.
+// step. A redelivered original whose copy was claimed already publishes
+// nothing (sentBefore): a delay copy published again would land on the
+// job's schedule subject, where its next copy may wait, and replace that
+// schedule.
 
 // copyHeader names, on a copy's message, the Nats-Msg-Id of the handoff
 // record it is the copy of (contract.HeaderCopyOf). Schedules keep it when

@@ -320,7 +320,17 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 	}
 	if h := d.entry.handedOff(d.seq); h != nil {
 		// Its copy was published before a crash (or a lost ack) kept this
-		// message: publish it again, deduplicated, and do not send.
+		// message: publish it again, deduplicated, and do not send. Not
+		// once the copy was delivered (claimed): after a server restart
+		// the duplicate window no longer holds a consumed copy, and a
+		// delay copy published again lands on the schedule subject of the
+		// job's next copy, whose pending schedule it replaces; it then
+		// fires as a second copy and is dropped, and the job was lost
+		// (multi-process scenario seed 15166146).
+		if h.Claimed != 0 {
+			d.log.Debug("job handed off as a copy, delivered already, before this message was acknowledged; not sending", "copy", h.MsgID, "claimed_by", h.Claimed)
+			return true, nil
+		}
 		d.log.Debug("job handed off as a copy before this message was acknowledged; not sending", "copy", h.MsgID)
 		return true, s.publishCopy(ctx, h, h.copyOf(d.job))
 	}
