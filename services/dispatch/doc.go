@@ -280,7 +280,10 @@
 // claims the record (compare-and-set in the ledger, claimCopy); a second
 // copy is acknowledged without a step, and a redelivered original whose
 // copy was claimed publishes none (on the job's schedule subject it would
-// replace the schedule of the job's next copy). It answers
+// replace the schedule of the job's next copy); one that found it
+// unclaimed publishes a scheduled copy only onto an empty schedule
+// subject (republishCopy), as the copy may be claimed and delayed again
+// in between. It answers
 // requests on broadcast.alive.dispatch.<replica> (lease.Presence) and on
 // broadcast.requeue.<task> (requeue.go).
 //

@@ -36,7 +36,9 @@ import (
 // step. A redelivered original whose copy was claimed already publishes
 // nothing (sentBefore): a delay copy published again would land on the
 // job's schedule subject, where its next copy may wait, and replace that
-// schedule.
+// schedule. One that read the record unclaimed publishes a scheduled copy
+// only onto an empty schedule subject (republishCopy), as the copy may be
+// claimed and delayed again meanwhile.
 
 // copyHeader names, on a copy's message, the Nats-Msg-Id of the handoff
 // record it is the copy of (contract.HeaderCopyOf). Schedules keep it when
@@ -93,11 +95,35 @@ func (r *accountRunner) handOff(ctx context.Context, d *delivery, action, subjec
 
 // publishCopy publishes cp, the copy h records.
 func (s *Service) publishCopy(ctx context.Context, h *handoff, cp *contract.Job) error {
+	return s.sendCopy(ctx, h, cp)
+}
+
+// republishCopy publishes again the copy h records, for an original that
+// came back without knowing whether its publish was stored. A scheduled
+// copy is published only onto an empty schedule subject: anything there is
+// this copy's schedule not yet fired or a later copy's, which a schedule
+// published now would replace (a schedule rolls its subject up). Its
+// record's claim, read just before, cannot say which: the copy may fire,
+// be claimed and be delayed again between that read and this publish.
+func (s *Service) republishCopy(ctx context.Context, h *handoff, cp *contract.Job) error {
+	if h.Target == "" {
+		return s.sendCopy(ctx, h, cp)
+	}
+	err := s.sendCopy(ctx, h, cp, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return nil // a copy waits there: this one, or a later one
+	}
+	return err
+}
+
+func (s *Service) sendCopy(ctx context.Context, h *handoff, cp *contract.Job, extra ...jetstream.PublishOpt) error {
 	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
 	}
-	opts := []jetstream.PublishOpt{jetstream.WithMsgID(h.MsgID)}
+	opts := append([]jetstream.PublishOpt{jetstream.WithMsgID(h.MsgID)}, extra...)
 	if h.Target != "" {
 		// Again after a crash, maybe after its time: then come back now.
 		at := h.At

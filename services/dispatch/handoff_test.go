@@ -346,7 +346,7 @@ func TestCopyPublishedAgainAfterTheWindowIsDropped(t *testing.T) {
 
 	// A second copy that comes anyway (published again while the first
 	// was not yet claimed) finds the record claimed and is not sent.
-	require.NoError(t, g.svc.publishCopy(ctx, &le.Handoffs[0], le.Handoffs[0].copyOf(d.job)))
+	require.NoError(t, g.svc.republishCopy(ctx, &le.Handoffs[0], le.Handoffs[0].copyOf(d.job)))
 	again := g.next(t)
 	require.Equal(t, le.Handoffs[0].MsgID, again.copyOf)
 	require.True(t, g.sentBefore(t, again), "a second copy is not sent")
@@ -363,4 +363,53 @@ func TestCopyPublishedAgainAfterTheWindowIsDropped(t *testing.T) {
 	after, err := g.svc.readLedger(ctx, &d.job)
 	require.NoError(t, err)
 	require.Equal(t, before, after.Seq, "the entry still names the first copy's delivery")
+}
+
+// TestCopyPublishedAgainMidClaimKeepsTheNextCopy: a delayed job's original
+// comes back and reads its ledger entry while the copy is unclaimed; before
+// it publishes the copy again, the copy fires, is claimed and is delayed
+// again, its next copy's schedule on the same subject. The publish must not
+// replace that schedule: the first copy would fire a second time, be
+// dropped as claimed, and the job would have no outcome (the window left
+// after seed 15166146's fix). The duplicate window no longer knows the
+// copy, as after a server restart.
+func TestCopyPublishedAgainMidClaimKeepsTheNextCopy(t *testing.T) {
+	g := newHandoffRig(t)
+	ctx := t.Context()
+	stream, err := g.js.Stream(ctx, contract.StreamJobs)
+	require.NoError(t, err)
+	cfg := stream.CachedInfo().Config
+	cfg.Duplicates = 100 * time.Millisecond
+	_, err = g.js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	queueJobs(t, g.js, "midclaim", "a", 1)
+
+	d := g.next(t)
+	require.False(t, g.sentBefore(t, d))
+	require.NoError(t, g.delay(t, d, time.Second))
+	stale, err := g.svc.readLedger(ctx, &d.job) // the original's read, before the claim
+	require.NoError(t, err)
+	h := stale.handedOff(d.seq)
+	require.NotNil(t, h)
+	require.Zero(t, h.Claimed)
+	require.NoError(t, d.msgAck(t))
+
+	first := g.next(t)
+	require.Equal(t, h.MsgID, first.copyOf)
+	require.False(t, g.sentBefore(t, first), "the first copy claims the record and goes on")
+	require.NoError(t, g.delay(t, first, 2*time.Second))
+	require.NoError(t, first.msgAck(t))
+
+	require.NoError(t, g.svc.republishCopy(ctx, h, h.copyOf(d.job)), "a copy waiting counts as published")
+	next := g.next(t)
+	require.NotEqual(t, h.MsgID, next.copyOf, "the first copy did not come again")
+	le, err := g.svc.readLedger(ctx, &d.job)
+	require.NoError(t, err)
+	require.Equal(t, le.handedOff(first.seq).MsgID, next.copyOf, "the next copy came")
+	require.False(t, g.sentBefore(t, next), "the next copy is the job")
+	require.NoError(t, next.msgAck(t))
+	time.Sleep(1500 * time.Millisecond)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "no copy or schedule is left")
 }

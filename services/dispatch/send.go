@@ -332,7 +332,7 @@ func (r *accountRunner) sentBefore(ctx context.Context, d *delivery) (done bool,
 			return true, nil
 		}
 		d.log.Debug("job handed off as a copy before this message was acknowledged; not sending", "copy", h.MsgID)
-		return true, s.publishCopy(ctx, h, h.copyOf(d.job))
+		return true, s.republishCopy(ctx, h, h.copyOf(d.job))
 	}
 	if le := d.entry; le.GivenUp && le.Generation == d.job.Generation && len(le.History) > 0 {
 		// Given up before a crash kept this message: dead-letter it again
