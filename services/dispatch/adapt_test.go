@@ -117,7 +117,7 @@ func simulate(ceiling, floor float64, burst int, prov *simProvider, d time.Durat
 		}
 		var wait time.Duration
 		if !granted {
-			ok, w := p.tokenAt(vnow)
+			ok, w := p.tokenAt(vnow, time.Time{})
 			granted, wait = ok, w
 		}
 		if granted {

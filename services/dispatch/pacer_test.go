@@ -89,7 +89,7 @@ func TestDispatchPacerPauseHoldsEveryPath(t *testing.T) {
 	for _, at := range []time.Duration{0, 470 * time.Millisecond, 2999 * time.Millisecond} {
 		clk.t = start.Add(at)
 		require.False(t, p.tryToken(), "no token %s into the pause", at)
-		ok, wait := p.tokenAt(clk.t)
+		ok, wait := p.tokenAt(clk.t, time.Time{})
 		require.False(t, ok)
 		require.Equal(t, 3*time.Second-at, wait)
 		ok, wait, paused := p.admitAt(clk.t)
@@ -272,7 +272,7 @@ func TestDispatchPacerGrantsInTicks(t *testing.T) {
 		clk := newFakeClock()
 		p := newPacerAt(c.rate, c.rate, c.burst, clk.now)
 		p.empty()
-		ok, wait := p.tokenAt(clk.t)
+		ok, wait := p.tokenAt(clk.t, time.Time{})
 		require.False(t, ok)
 		gap := time.Duration(float64(time.Second) / c.rate)
 		require.InDelta(t, float64(time.Duration(c.want)*gap), float64(wait), float64(time.Millisecond),
@@ -283,7 +283,7 @@ func TestDispatchPacerGrantsInTicks(t *testing.T) {
 		var starts []time.Time
 		begin := clk.t
 		for late := time.Duration(0); clk.t.Sub(begin) < 2*time.Second; late = (late + 300*time.Microsecond) % (900 * time.Microsecond) {
-			ok, d := p.tokenAt(clk.t)
+			ok, d := p.tokenAt(clk.t, time.Time{})
 			if ok {
 				starts = append(starts, clk.t)
 				continue
@@ -301,4 +301,39 @@ func TestDispatchPacerGrantsInTicks(t *testing.T) {
 		got := float64(len(starts)) / clk.t.Sub(begin).Seconds()
 		require.InDelta(t, c.rate, got, 0.05*c.rate, "%v/s burst %d: the rate holds", c.rate, c.burst)
 	}
+}
+
+// TestDispatchPacerLateWakeKeepsTheRate: a waiter for a token that wakes
+// late (a busy CPU) takes it as of the moment it waited for, so an account
+// at 15/s with a burst of one still gets 15 tokens a second; taken as of
+// the wake, every late wake was lost (about 100 in 10 s here). A change of
+// the limiter after that moment (an edit) is not counted twice.
+func TestDispatchPacerLateWakeKeepsTheRate(t *testing.T) {
+	t.Parallel()
+	run := func(edit bool) int {
+		clk := newFakeClock()
+		p := newPacerAt(15, 1, 1, clk.now)
+		end := clk.t.Add(10 * time.Second)
+		var due time.Time
+		taken := 0
+		for clk.t.Before(end) {
+			if edit && !due.IsZero() {
+				p.configure(15, 1, 1)
+			}
+			ok, d := p.tokenAt(clk.t, due)
+			if ok {
+				taken++
+				due = time.Time{}
+				continue
+			}
+			due = clk.t.Add(d)
+			clk.t = due.Add(30 * time.Millisecond) // every wake 30 ms late
+		}
+		return taken
+	}
+	taken := run(false)
+	require.GreaterOrEqual(t, taken, 149, "late wakes cost no tokens")
+	require.LessOrEqual(t, taken, 151, "burst + rate x 10 s at most")
+	edited := run(true)
+	require.Less(t, edited, 110, "an edit at the wake leaves nothing to take as of before it")
 }
