@@ -120,8 +120,12 @@ func (p *pacer) tokenAt(now, due time.Time) (bool, time.Duration) {
 			at = p.moved
 		}
 	}
-	if p.limiter.AllowN(at, 1) || at != now && p.limiter.AllowN(now, 1) {
+	if p.limiter.AllowN(at, 1) {
 		p.movedTo(at)
+		return true, 0
+	}
+	if at != now && p.limiter.AllowN(now, 1) {
+		p.movedTo(now)
 		return true, 0
 	}
 	// The time until grantBatch tokens are there, at least a millisecond;

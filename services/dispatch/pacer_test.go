@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -336,4 +337,42 @@ func TestDispatchPacerLateWakeKeepsTheRate(t *testing.T) {
 	require.LessOrEqual(t, taken, 151, "burst + rate x 10 s at most")
 	edited := run(true)
 	require.Less(t, edited, 110, "an edit at the wake leaves nothing to take as of before it")
+}
+
+// TestDispatchPacerNeverCountsTimeTwice: tokens taken as of an earlier
+// moment (late waiters), at once (the fast path) and around edits, in
+// random order on a fake clock, never exceed burst + rate over the span:
+// a token is never taken as of a moment before the limiter's last change.
+func TestDispatchPacerNeverCountsTimeTwice(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 11))
+	for range 500 {
+		clk := newFakeClock()
+		burst, r := 1+rng.IntN(8), 5+rng.Float64()*50
+		p := newPacerAt(r, r, burst, clk.now)
+		start, taken := clk.t, 0
+		var dues [2]time.Time // two waiters (a scheduler and a batcher)
+		for clk.t.Sub(start) < 5*time.Second {
+			switch rng.IntN(4) {
+			case 0:
+				if p.tryToken() {
+					taken++
+				}
+			case 1:
+				p.configure(r, r, burst)
+			default:
+				due := &dues[rng.IntN(2)]
+				ok, d := p.tokenAt(clk.t, *due)
+				if ok {
+					taken++
+					*due = time.Time{}
+				} else {
+					*due = clk.t.Add(d)
+				}
+			}
+			clk.t = clk.t.Add(time.Duration(rng.IntN(80)) * time.Millisecond)
+		}
+		bound := burst + int(r*clk.t.Sub(start).Seconds())
+		require.LessOrEqual(t, taken, bound, "rate %.1f burst %d", r, burst)
+	}
 }
