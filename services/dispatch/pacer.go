@@ -74,12 +74,17 @@ func (p *pacer) wait(ctx context.Context) error {
 // before it starts, so the one-second bound and the pause hold at the
 // moments sends start even when a granted job starts late.
 //
-// A waiter that wakes after the moment it waited for takes its token as of
-// that moment, so the next token is due a token's time after it, not
-// after the late wake: with a burst of one, every wake the scheduler
-// delayed (a busy CPU, the collector) was lost to the rate for good, and
-// 1,000 accounts at 15/s each lost a tenth of it. The starts stay bounded
-// by admit, which counts them when they happen.
+// A waiter for a full bucket (a burst of one) that wakes after the moment
+// it waited for takes its token as of that moment, so the next token is
+// due a token's time after it, not after the late wake: every wake the
+// scheduler delayed (a busy CPU, the collector) was lost to the rate for
+// good, and 1,000 accounts at 15/s each lost a tenth of it. A deeper
+// bucket keeps filling while its waiter is late and loses nothing to a
+// usual delay, so its token is taken at the wake: taken as of before, a
+// long delay (over 40 ms at 100/s, burst 5, on a loaded CI machine) let a
+// token more out at once, the sends ran at the one-second bound, and a
+// gateway strict on arrivals refused one. The starts stay bounded by
+// admit, which counts them when they happen.
 func (p *pacer) token(ctx context.Context) error {
 	var due time.Time
 	for {
@@ -104,8 +109,9 @@ func (p *pacer) tryToken() bool {
 
 // tokenAt takes a token at now if the account is not paused and one is
 // there; otherwise it says how long to wait before asking again. due, when
-// set, is the earlier moment the caller waited for: the token is taken as
-// of then, or as of the limiter's last change if that came later.
+// set, is the earlier moment the caller waited for: a bucket one token
+// deep gives its token as of then, or as of the limiter's last change if
+// that came later (see token).
 func (p *pacer) tokenAt(now, due time.Time) (bool, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -114,7 +120,7 @@ func (p *pacer) tokenAt(now, due time.Time) (bool, time.Duration) {
 	}
 	p.tickLocked(now)
 	at := now
-	if !due.IsZero() && due.Before(now) {
+	if !due.IsZero() && due.Before(now) && p.limiter.Burst() <= p.grantBatchLocked() {
 		at = due
 		if at.Before(p.moved) {
 			at = p.moved

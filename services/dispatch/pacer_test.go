@@ -305,38 +305,47 @@ func TestDispatchPacerGrantsInTicks(t *testing.T) {
 }
 
 // TestDispatchPacerLateWakeKeepsTheRate: a waiter for a token that wakes
-// late (a busy CPU) takes it as of the moment it waited for, so an account
-// at 15/s with a burst of one still gets 15 tokens a second; taken as of
-// the wake, every late wake was lost (about 100 in 10 s here). A change of
-// the limiter after that moment (an edit) is not counted twice.
+// late (a busy CPU) takes it as of the moment it waited for when the
+// bucket is one token deep, so an account at 15/s with a burst of one
+// still gets 15 tokens a second; taken as of the wake, every late wake was
+// lost (about 100 in 10 s here). A change of the limiter after that moment
+// (an edit) is not counted twice. A deeper bucket takes its token at the
+// wake: late by more than it can hold, it loses the rest as before rather
+// than let a token more out at once.
 func TestDispatchPacerLateWakeKeepsTheRate(t *testing.T) {
 	t.Parallel()
-	run := func(edit bool) int {
+	run := func(rate float64, burst int, late time.Duration, edit, asOfDue bool) int {
 		clk := newFakeClock()
-		p := newPacerAt(15, 1, 1, clk.now)
+		p := newPacerAt(rate, 1, burst, clk.now)
 		end := clk.t.Add(10 * time.Second)
 		var due time.Time
 		taken := 0
 		for clk.t.Before(end) {
 			if edit && !due.IsZero() {
-				p.configure(15, 1, 1)
+				p.configure(rate, 1, burst)
 			}
-			ok, d := p.tokenAt(clk.t, due)
+			asked := time.Time{}
+			if asOfDue {
+				asked = due
+			}
+			ok, d := p.tokenAt(clk.t, asked)
 			if ok {
 				taken++
 				due = time.Time{}
 				continue
 			}
 			due = clk.t.Add(d)
-			clk.t = due.Add(30 * time.Millisecond) // every wake 30 ms late
+			clk.t = due.Add(late) // every wake late
 		}
 		return taken
 	}
-	taken := run(false)
+	taken := run(15, 1, 30*time.Millisecond, false, true)
 	require.GreaterOrEqual(t, taken, 149, "late wakes cost no tokens")
 	require.LessOrEqual(t, taken, 151, "burst + rate x 10 s at most")
-	edited := run(true)
-	require.Less(t, edited, 110, "an edit at the wake leaves nothing to take as of before it")
+	require.Less(t, run(15, 1, 30*time.Millisecond, false, false), 110, "taken at the wake, late wakes cost tokens")
+	require.Less(t, run(15, 1, 30*time.Millisecond, true, true), 110, "an edit at the wake leaves nothing to take as of before it")
+	require.Equal(t, run(100, 5, 60*time.Millisecond, false, false), run(100, 5, 60*time.Millisecond, false, true),
+		"a bucket five deep takes its token at the wake")
 }
 
 // TestDispatchPacerNeverCountsTimeTwice: tokens taken as of an earlier
