@@ -73,9 +73,10 @@
 // leave in ticks: a waiting scheduler lets 10 ms worth gather (at most
 // half the burst) and grants them together, so at high rates the jobs'
 // messages share system calls and wakeups (pacer.grantBatchLocked). A
-// scheduler that wakes late for its token takes it as of the moment it
-// waited for, so a busy CPU does not push the account's schedule back
-// (with a burst of one, every late wake was lost to the rate). A job
+// scheduler that wakes late for the token of a bucket one token deep
+// takes it as of the moment it waited for, so a busy CPU does not push
+// the account's schedule back (every late wake was lost to the rate); a
+// deeper bucket keeps filling meanwhile. A job
 // whose turn is due at once (nobody ahead, no higher lane busy or queued,
 // a slot and a token free) is granted in its own goroutine, without a hop
 // through the scheduler's. A job waiting for its turn checks its task's
