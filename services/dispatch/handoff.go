@@ -93,11 +93,6 @@ func (r *accountRunner) handOff(ctx context.Context, d *delivery, action, subjec
 	return r.svc.publishCopy(ctx, &h, cp)
 }
 
-// publishCopy publishes cp, the copy h records.
-func (s *Service) publishCopy(ctx context.Context, h *handoff, cp *contract.Job) error {
-	return s.sendCopy(ctx, h, cp)
-}
-
 // republishCopy publishes again the copy h records, for an original that
 // came back without knowing whether its publish was stored. A scheduled
 // copy is published only onto an empty schedule subject: anything there is
@@ -107,9 +102,9 @@ func (s *Service) publishCopy(ctx context.Context, h *handoff, cp *contract.Job)
 // be claimed and be delayed again between that read and this publish.
 func (s *Service) republishCopy(ctx context.Context, h *handoff, cp *contract.Job) error {
 	if h.Target == "" {
-		return s.sendCopy(ctx, h, cp)
+		return s.publishCopy(ctx, h, cp)
 	}
-	err := s.sendCopy(ctx, h, cp, jetstream.WithExpectLastSequencePerSubject(0))
+	err := s.publishCopy(ctx, h, cp, jetstream.WithExpectLastSequencePerSubject(0))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
@@ -118,7 +113,8 @@ func (s *Service) republishCopy(ctx context.Context, h *handoff, cp *contract.Jo
 	return err
 }
 
-func (s *Service) sendCopy(ctx context.Context, h *handoff, cp *contract.Job, extra ...jetstream.PublishOpt) error {
+// publishCopy publishes cp, the copy h records, with extra options.
+func (s *Service) publishCopy(ctx context.Context, h *handoff, cp *contract.Job, extra ...jetstream.PublishOpt) error {
 	data, err := json.Marshal(cp)
 	if err != nil {
 		return err

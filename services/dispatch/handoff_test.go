@@ -104,6 +104,20 @@ func (g *handoffRig) count(t *testing.T, subject string) uint64 {
 	return info.State.Subjects[subject]
 }
 
+// forgetDuplicatesSoon shortens JOBS's duplicate window to 100 ms, as a
+// server restart forgets the ids of messages no longer stored, and returns
+// the stream.
+func (g *handoffRig) forgetDuplicatesSoon(t *testing.T) jetstream.Stream {
+	t.Helper()
+	stream, err := g.js.Stream(t.Context(), contract.StreamJobs)
+	require.NoError(t, err)
+	cfg := stream.CachedInfo().Config
+	cfg.Duplicates = 100 * time.Millisecond
+	_, err = g.js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	return stream
+}
+
 // The steps of handle the tests call.
 func (g *handoffRig) sentBefore(t *testing.T, d taken) bool {
 	done, err := g.r.sentBefore(t.Context(), d.delivery)
@@ -302,12 +316,7 @@ func TestGivenUpJobIsNotSentAfterACrash(t *testing.T) {
 func TestCopyPublishedAgainAfterTheWindowIsDropped(t *testing.T) {
 	g := newHandoffRig(t)
 	ctx := t.Context()
-	stream, err := g.js.Stream(ctx, contract.StreamJobs)
-	require.NoError(t, err)
-	cfg := stream.CachedInfo().Config
-	cfg.Duplicates = 100 * time.Millisecond
-	_, err = g.js.UpdateStream(ctx, cfg)
-	require.NoError(t, err)
+	stream := g.forgetDuplicatesSoon(t)
 	queueJobs(t, g.js, "againcopy", "a", 1)
 
 	d := g.next(t)
@@ -376,12 +385,7 @@ func TestCopyPublishedAgainAfterTheWindowIsDropped(t *testing.T) {
 func TestCopyPublishedAgainMidClaimKeepsTheNextCopy(t *testing.T) {
 	g := newHandoffRig(t)
 	ctx := t.Context()
-	stream, err := g.js.Stream(ctx, contract.StreamJobs)
-	require.NoError(t, err)
-	cfg := stream.CachedInfo().Config
-	cfg.Duplicates = 100 * time.Millisecond
-	_, err = g.js.UpdateStream(ctx, cfg)
-	require.NoError(t, err)
+	stream := g.forgetDuplicatesSoon(t)
 	queueJobs(t, g.js, "midclaim", "a", 1)
 
 	d := g.next(t)

@@ -81,10 +81,10 @@ func (p *pacer) wait(ctx context.Context) error {
 // good, and 1,000 accounts at 15/s each lost a tenth of it. A deeper
 // bucket keeps filling while its waiter is late and loses nothing to a
 // usual delay, so its token is taken at the wake: taken as of before, a
-// long delay (over 40 ms at 100/s, burst 5, on a loaded CI machine) let a
-// token more out at once, the sends ran at the one-second bound, and a
-// gateway strict on arrivals refused one. The starts stay bounded by
-// admit, which counts them when they happen.
+// long delay would let a token more out at once than the bucket holds,
+// and the sends would run at the one-second bound, where arrival jitter
+// makes a strict provider refuse. The starts stay bounded by admit, which
+// counts them when they happen.
 func (p *pacer) token(ctx context.Context) error {
 	var due time.Time
 	for {
