@@ -23,6 +23,11 @@ package channels
 //     HTML-escapes the recipient's variables (HTMLChannel): the template is
 //     the HTML, the variables are text.
 //   - timeout: per connection and command. Defaults to 30s.
+//   - connections: the most connections the account keeps open, 1 to
+//     concurrency (the default). Below concurrency each connection
+//     carries several transactions at once with a server that offers
+//     PIPELINING and CHUNKING (smtp_shared.go): for servers that cap
+//     connections per client, and fewer writes and reads per message.
 //
 // Environment: the variable named by secret_env holds the SMTP password. It
 // is required when username is set and never appears in results.
@@ -33,7 +38,7 @@ package channels
 // and a bounce leads back to its job. ProviderID is that Message-ID.
 //
 // Connections: a sender keeps up to the account's concurrency connections
-// open and reuses them across Send calls; a connection that failed is closed
+// (or "connections") open and reuses them across Send calls; a connection that failed is closed
 // and the next send dials again. An idle connection the server has closed
 // is noticed at MAIL FROM, before anything was sent, and the message is
 // retried once on a fresh connection. Close (io.Closer) ends them all.
@@ -147,6 +152,8 @@ type smtpOptions struct {
 	Subject  string            `json:"subject"`
 	HTML     bool              `json:"html"`
 	Timeout  contract.Duration `json:"timeout"`
+	// Connections bounds the open connections; 0 means concurrency.
+	Connections int `json:"connections"`
 }
 
 // NewSender implements Channel.
@@ -178,13 +185,18 @@ func (m SMTP) NewSender(acct *contract.Account, getenv func(string) string) (Sen
 	if o.Subject == "" {
 		o.Subject = SMTPDefaultSubject
 	}
+	concurrency := max(acct.Concurrency, 1)
+	if o.Connections < 0 || o.Connections > concurrency {
+		return nil, &contract.FieldError{Field: "connections",
+			Reason: fmt.Sprintf("must be between 1 and concurrency (%d), got %d", concurrency, o.Connections)}
+	}
 	timeout := requestTimeout(o.Timeout, smtpDefaultTimeout)
 	s := &smtpSender{
 		from:    *from,
 		domain:  from.Address[strings.LastIndexByte(from.Address, '@')+1:],
 		subject: o.Subject,
 		html:    o.HTML,
-		slots:   make(chan struct{}, max(acct.Concurrency, 1)),
+		slots:   make(chan struct{}, concurrency),
 		dialer:  m.Net.dialer(timeout),
 		timeout: timeout,
 	}
@@ -223,6 +235,11 @@ func (m SMTP) NewSender(acct *contract.Account, getenv func(string) string) (Sen
 	if err != nil {
 		return nil, fmt.Errorf("smtp client: %v", err)
 	}
+	if o.Connections > 0 && o.Connections < concurrency {
+		s.connections = o.Connections
+		s.depth = (concurrency + o.Connections - 1) / o.Connections
+		s.wake = sync.NewCond(&s.mu)
+	}
 	return s, nil
 }
 
@@ -239,12 +256,21 @@ type smtpSender struct {
 	password  string
 	timeout   time.Duration // per command, as go-mail's
 
-	// slots bounds open connections (and concurrent Sends) to the
-	// account's concurrency.
+	// slots bounds the messages in flight to the account's concurrency,
+	// and with them the open connections unless connections is set.
 	slots  chan struct{}
 	mu     sync.Mutex
 	idle   []*smtpConn
 	closed bool
+
+	// connections, when above 0, is the fewer connections than
+	// concurrency the account keeps, each carrying up to depth
+	// transactions at once (smtp_shared.go); wake, queue, workers and
+	// waiting belong to it.
+	connections, depth int
+	wake               *sync.Cond
+	queue              []*smtpTxn
+	workers, waiting   int
 }
 
 var _ io.Closer = (*smtpSender)(nil)
@@ -255,12 +281,18 @@ var _ io.Closer = (*smtpSender)(nil)
 type smtpConn struct {
 	*smtp.Client
 	raw net.Conn
+	// dirty says the last transaction on a shared connection was refused,
+	// so the next starts with RSET; broken that the connection must go.
+	dirty, broken bool
 }
 
 func (c *smtpConn) close() { _ = c.raw.Close() }
 
 // Send delivers each message as its own email over one pooled connection.
 func (s *smtpSender) Send(ctx context.Context, msgs []Message) []Result {
+	if s.connections > 0 {
+		return s.sendShared(ctx, msgs)
+	}
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -284,11 +316,15 @@ func (s *smtpSender) Send(ctx context.Context, msgs []Message) []Result {
 }
 
 // Close says QUIT on every idle connection; connections in use are closed
-// when their Send returns. The sender must not be used afterwards.
+// when their Send returns (shared ones once the transactions waiting for
+// them are done). The sender must not be used afterwards.
 func (s *smtpSender) Close() error {
 	s.mu.Lock()
 	idle := s.idle
 	s.idle, s.closed = nil, true
+	if s.wake != nil {
+		s.wake.Broadcast() // idle shared connections say QUIT
+	}
 	s.mu.Unlock()
 	for _, c := range idle {
 		// QUIT is a courtesy; do not let a silent server hold Close.
@@ -365,6 +401,12 @@ func (s *smtpSender) deliver(ctx context.Context, conn *smtpConn, m Message) (Re
 	if err != nil {
 		return Result{Class: contract.ClassPermanent, Code: "message", Err: clip(err.Error())}, conn
 	}
+	return s.deliverBuilt(ctx, conn, msg, id)
+}
+
+// deliverBuilt is deliver for a message already built, with Message-ID id.
+func (s *smtpSender) deliverBuilt(ctx context.Context, conn *smtpConn, msg *gomail.Msg, id string) (Result, *smtpConn) {
+	var err error
 	pooled := conn != nil
 	if conn == nil {
 		if conn, err = s.dial(ctx); err != nil {

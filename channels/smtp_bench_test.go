@@ -132,26 +132,34 @@ func BenchmarkSMTPSend(b *testing.B) {
 		sinks[m] = startSMTPBenchSink(b, m)
 	}
 	type benchCase struct {
-		name string
-		conc int
-		html bool
-		mode string
+		name  string
+		conc  int
+		html  bool
+		mode  string
+		conns int // 0: one connection per message in flight
 	}
 	var cases []benchCase
-	for _, c := range []benchCase{{"plain/conc=1", 1, false, ""}, {"plain/conc=4", 4, false, ""},
-		{"plain/conc=16", 16, false, ""}, {"html/conc=4", 4, true, ""}} {
+	for _, c := range []benchCase{{"plain/conc=1", 1, false, "", 0}, {"plain/conc=4", 4, false, "", 0},
+		{"plain/conc=16", 16, false, "", 0}, {"html/conc=4", 4, true, "", 0}} {
 		for _, m := range modes {
 			mc := c
 			mc.name, mc.mode = m+"/"+c.name, m
 			cases = append(cases, mc)
 		}
 	}
+	// Shared connections: several transactions to a write (smtp_shared.go).
+	for _, c := range []benchCase{{"plain/conc=16/conns=4", 16, false, "chunked", 4},
+		{"plain/conc=64/conns=64", 64, false, "chunked", 0}, {"plain/conc=64/conns=16", 64, false, "chunked", 16},
+		{"plain/conc=64/conns=8", 64, false, "chunked", 8}} {
+		c.name = c.mode + "/" + c.name
+		cases = append(cases, c)
+	}
 	for _, bc := range cases {
 		sink := sinks[bc.mode]
 		b.Run(bc.name, func(b *testing.B) {
 			js := fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
-				"from":"Bench <bench@example.org>","subject":"Hello","html":%t,"concurrency":%d}`,
-				sink.port, bc.html, bc.conc)
+				"from":"Bench <bench@example.org>","subject":"Hello","html":%t,"concurrency":%d,"connections":%d}`,
+				sink.port, bc.html, bc.conc, bc.conns)
 			acct, err := contract.DecodeAccount("bench", []byte(js))
 			if err != nil {
 				b.Fatal(err)

@@ -1,6 +1,7 @@
 package channels
 
 import (
+	"bufio"
 	"bytes"
 	"strconv"
 
@@ -28,18 +29,16 @@ func (s *smtpSender) transmitChunked(conn *smtpConn, msg *gomail.Msg) error {
 	if err != nil {
 		return err
 	}
-	var body crlfBuffer
-	if _, err := msg.WriteTo(&body); err != nil {
-		return &smtpStepError{reason: gomail.ErrWriteContent, err: err}
+	body, err := chunk(msg)
+	if err != nil {
+		return err
 	}
-	body.end()
 	if err := conn.UpdateDeadline(s.timeout); err != nil {
 		return &smtpStepError{reason: gomail.ErrConnCheck, err: err}
 	}
 	t := conn.Text
 	_, _ = t.W.WriteString(cmds)
-	_, _ = t.W.WriteString("BDAT " + strconv.Itoa(body.Len()) + " LAST\r\n")
-	_, _ = t.W.Write(body.Bytes())
+	writeChunk(t.W, body)
 	if err := t.W.Flush(); err != nil {
 		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err}
 	}
@@ -50,6 +49,22 @@ func (s *smtpSender) transmitChunked(conn *smtpConn, msg *gomail.Msg) error {
 		return failed
 	}
 	return nil
+}
+
+// chunk is msg as one BDAT chunk carries it (crlfBuffer).
+func chunk(msg *gomail.Msg) ([]byte, error) {
+	var body crlfBuffer
+	if _, err := msg.WriteTo(&body); err != nil {
+		return nil, &smtpStepError{reason: gomail.ErrWriteContent, err: err}
+	}
+	body.end()
+	return body.Bytes(), nil
+}
+
+// writeChunk writes body as the transaction's one BDAT chunk, marked LAST.
+func writeChunk(w *bufio.Writer, body []byte) {
+	_, _ = w.WriteString("BDAT " + strconv.Itoa(len(body)) + " LAST\r\n")
+	_, _ = w.Write(body)
 }
 
 // crlfBuffer holds a message as BDAT sends it: every line ending CRLF (a

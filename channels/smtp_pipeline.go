@@ -94,17 +94,32 @@ func readReplies(t *textproto.Conn, steps ...replyStep) (failed *smtpStepError, 
 // envelopeCommands are msg's MAIL and RCPT commands, each line ended, for
 // a transaction that sends them together.
 func envelopeCommands(conn *smtpConn, msg *gomail.Msg) (string, error) {
-	from, err := msg.GetSender(false)
+	from, rcpt, err := envelope(msg)
 	if err != nil {
-		return "", &smtpStepError{reason: gomail.ErrGetSender, err: err}
+		return "", err
+	}
+	return mailCommands(conn, from, rcpt), nil
+}
+
+// envelope is msg's sender and its one recipient, checked for line breaks.
+func envelope(msg *gomail.Msg) (from, rcpt string, err error) {
+	from, err = msg.GetSender(false)
+	if err != nil {
+		return "", "", &smtpStepError{reason: gomail.ErrGetSender, err: err}
 	}
 	rcpts, err := msg.GetRecipients()
 	if err != nil {
-		return "", &smtpStepError{reason: gomail.ErrGetRcpts, err: err}
+		return "", "", &smtpStepError{reason: gomail.ErrGetRcpts, err: err}
 	}
 	if len(rcpts) != 1 || strings.ContainsAny(from+rcpts[0], "\r\n") {
-		return "", &smtpStepError{reason: gomail.ErrGetRcpts, err: errors.New("want one recipient and addresses without line breaks")}
+		return "", "", &smtpStepError{reason: gomail.ErrGetRcpts, err: errors.New("want one recipient and addresses without line breaks")}
 	}
+	return from, rcpts[0], nil
+}
+
+// mailCommands are the MAIL and RCPT commands for from and rcpt, each
+// line ended, with the parameters conn's server announced.
+func mailCommands(conn *smtpConn, from, rcpt string) string {
 	var cmds strings.Builder
 	cmds.WriteString("MAIL FROM:")
 	cmds.WriteString(from)
@@ -115,9 +130,9 @@ func envelopeCommands(conn *smtpConn, msg *gomail.Msg) (string, error) {
 		cmds.WriteString(" SMTPUTF8")
 	}
 	cmds.WriteString("\r\nRCPT TO:")
-	cmds.WriteString(rcpts[0])
+	cmds.WriteString(rcpt)
 	cmds.WriteString("\r\n")
-	return cmds.String(), nil
+	return cmds.String()
 }
 
 // abandonTransaction ends a transaction whose MAIL or RCPT was refused:

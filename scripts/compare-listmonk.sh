@@ -11,6 +11,9 @@
 # /proc/<pid>/stat of the postgres processes; PG_PID names the postmaster,
 # else ss finds it by PGPORT). Knobs: N (20000), ROUNDS (2),
 # LM_CONCURRENCY ("10 64"), BC_CONCURRENCY ("16 64"; "" skips a system),
+# BC_DEPTH (1: a connection per message in flight, as listmonk's
+# max_conns; D: the account's "connections" is concurrency/D, so each
+# connection carries up to D transactions at once),
 # BC_AUTH (1: nats.conf's users as in the Procfile; 0: none), SINK_CHUNKING
 # (1: the sink offers CHUNKING, as Postfix does; 0: not, so Broadcast sends
 # DATA as listmonk does), BENCH_LOCK (/tmp/bench.lock, taken around each
@@ -26,6 +29,9 @@ ROUNDS="${2:-${ROUNDS:-2}}"
 N="${N:-20000}"
 LM_CONCURRENCY="${LM_CONCURRENCY-10 64}"
 BC_CONCURRENCY="${BC_CONCURRENCY-16 64}"
+BC_DEPTH="${BC_DEPTH:-1}"
+BC_NAME=broadcast
+((BC_DEPTH > 1)) && BC_NAME="broadcast-depth$BC_DEPTH"
 BC_AUTH="${BC_AUTH:-1}"
 SINK_CHUNKING="${SINK_CHUNKING:-1}"
 BENCH_LOCK="${BENCH_LOCK-/tmp/bench.lock}"
@@ -301,7 +307,8 @@ EOF
 	nats_ object put broadcast_recipients "$WORK/list.jsonl" --name lists/compare.jsonl --force >/dev/null
 	nats_ kv put broadcast_accounts sink "$(jq -cn --argjson port "$SINK_PORT" --argjson c "$c" '{
 		channel: "smtp", host: "127.0.0.1", port: $port, tls: "none", from: "Bench <bench@example.org>",
-		subject: "Hello", rate_per_sec: 1000000, burst: 100000, concurrency: $c}')" >/dev/null
+		subject: "Hello", rate_per_sec: 1000000, burst: 100000, concurrency: $c,
+		connections: ([1, ($c + '"$BC_DEPTH"' - 1) / '"$BC_DEPTH"' | floor] | max)}')" >/dev/null
 	wait_for 60 "dispatch to take account sink" has_consumer JOBS dispatch-sink
 	id="compare-$c-$(date +%s%N)"
 	jq -cn --arg id "$id" '{id: $id, channel: "smtp", recipients_object: "lists/compare.jsonl",
@@ -333,9 +340,9 @@ EOF
 	s2=$(cpu_split $names)
 	for s in "${pjobs[@]}"; do wait "$s" || true; done
 	unlock
-	split_record broadcast "$c" "$s0" "$s2"
+	split_record "$BC_NAME" "$c" "$s0" "$s2"
 	[[ "$STATE" == succeeded ]] || log "task $id is '$STATE', not succeeded"
-	record broadcast "$c" "$t0" "$c0" "$c1" "$c2" "$ld"
+	record "$BC_NAME" "$c" "$t0" "$c0" "$c1" "$c2" "$ld"
 	for s in "${BC_PIDS[@]}"; do kill -KILL "$s" 2>/dev/null || true; done
 	for s in "${BC_PIDS[@]}"; do wait "$s" 2>/dev/null || true; done
 	BC_PIDS=()

@@ -265,7 +265,11 @@ func (s *SMTP) serve(c net.Conn) {
 		if ok {
 			delivered++
 		}
-		return s.cfg.CloseAfter == 0 || delivered < s.cfg.CloseAfter
+		if s.cfg.CloseAfter > 0 && delivered >= s.cfg.CloseAfter {
+			_ = tp.W.Flush() // what it answered goes out before it hangs up
+			return false
+		}
+		return true
 	}
 	for {
 		line, err := tp.ReadLine()

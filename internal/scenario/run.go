@@ -308,6 +308,9 @@ func accountValue(channel string, a Account, f Fake) map[string]any {
 		p, _ := strconv.Atoi(port)
 		v["host"], v["port"], v["tls"] = host, p, "none"
 		v["from"], v["subject"] = "Shop <noreply@shop.example>", "News"
+		if a.Connections > 0 {
+			v["connections"] = a.Connections
+		}
 	}
 	return v
 }

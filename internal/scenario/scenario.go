@@ -74,6 +74,9 @@ type Account struct {
 	MaxBatch             int           `json:"max_batch,omitempty"`
 	// Timeout is the adapter's per-request timeout (account field).
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// Connections, for SMTP, is the account's "connections": fewer than
+	// its concurrency, so connections carry several transactions at once.
+	Connections int `json:"connections,omitempty"`
 	// AddedAt, when set, keeps the account out of KV until an "add"
 	// action puts it there.
 	AddedLater bool   `json:"added_later,omitempty"`
@@ -322,6 +325,16 @@ func Generate(seed uint64, o Options) *Scenario {
 	// consumer deleted, the asleep mark left) and the next job wakes it.
 	if ir := rand.New(rand.NewPCG(seed^0xc2b2ae35, seed+41)); ir.IntN(3) == 0 {
 		s.SessionIdle = time.Duration(300+ir.IntN(1201)) * time.Millisecond
+	}
+	// And half the SMTP accounts with a concurrency above one share fewer
+	// connections than it (several transactions a write).
+	cr := rand.New(rand.NewPCG(seed^0x7feb352d, seed+47))
+	for _, p := range s.Pools {
+		for i := range p.Accounts {
+			if a := &p.Accounts[i]; p.Channel == "smtp" && a.Concurrency > 1 && cr.IntN(2) == 0 {
+				a.Connections = 1 + cr.IntN(a.Concurrency-1)
+			}
+		}
 	}
 	// And a quarter of the tasks have some of their queued jobs published
 	// again while they run.
