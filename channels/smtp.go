@@ -235,6 +235,10 @@ func (m SMTP) NewSender(acct *contract.Account, getenv func(string) string) (Sen
 	if err != nil {
 		return nil, fmt.Errorf("smtp client: %v", err)
 	}
+	if !o.HTML {
+		// Without them every message is built by go-mail (compose).
+		s.plainHeaders, _ = s.accountHeaders()
+	}
 	if o.Connections > 0 && o.Connections < concurrency {
 		s.connections = o.Connections
 		s.depth = (concurrency + o.Connections - 1) / o.Connections
@@ -255,6 +259,9 @@ type smtpSender struct {
 	html      bool
 	password  string
 	timeout   time.Duration // per command, as go-mail's
+	// plainHeaders are the account's Subject and From fields for
+	// plain-text messages (compose); nil for HTML accounts.
+	plainHeaders []byte
 
 	// slots bounds the messages in flight to the account's concurrency,
 	// and with them the open connections unless connections is set.
@@ -397,15 +404,15 @@ func (s *smtpSender) dial(ctx context.Context) (*smtpConn, error) {
 // deliver sends one message, dialling when conn is nil, and returns the
 // connection to keep using (nil when it is no longer usable).
 func (s *smtpSender) deliver(ctx context.Context, conn *smtpConn, m Message) (Result, *smtpConn) {
-	msg, id, err := s.build(m)
+	e, err := s.compose(m)
 	if err != nil {
 		return Result{Class: contract.ClassPermanent, Code: "message", Err: clip(err.Error())}, conn
 	}
-	return s.deliverBuilt(ctx, conn, msg, id)
+	return s.deliverEmail(ctx, conn, e)
 }
 
-// deliverBuilt is deliver for a message already built, with Message-ID id.
-func (s *smtpSender) deliverBuilt(ctx context.Context, conn *smtpConn, msg *gomail.Msg, id string) (Result, *smtpConn) {
+// deliverEmail is deliver for an email already composed.
+func (s *smtpSender) deliverEmail(ctx context.Context, conn *smtpConn, e *email) (Result, *smtpConn) {
 	var err error
 	pooled := conn != nil
 	if conn == nil {
@@ -413,16 +420,16 @@ func (s *smtpSender) deliverBuilt(ctx context.Context, conn *smtpConn, msg *goma
 			return s.dialFailure(err), nil
 		}
 	}
-	err = s.transmit(ctx, conn, msg)
+	err = s.transmit(ctx, conn, e)
 	if err != nil && pooled && ctx.Err() == nil && staleConn(err) {
 		conn.close()
 		if conn, err = s.dial(ctx); err != nil {
 			return s.dialFailure(err), nil
 		}
-		err = s.transmit(ctx, conn, msg)
+		err = s.transmit(ctx, conn, e)
 	}
 	if err == nil {
-		return Result{Code: "250", ProviderID: id}, s.unlessCancelled(ctx, conn)
+		return Result{Code: "250", ProviderID: e.id}, s.unlessCancelled(ctx, conn)
 	}
 	if ctx.Err() != nil {
 		s.unlessCancelled(ctx, conn)
@@ -451,14 +458,18 @@ func (s *smtpSender) unlessCancelled(ctx context.Context, conn *smtpConn) *smtpC
 // it (smtp_pipeline.go), with BDAT when it offers CHUNKING too
 // (smtp_chunking.go); cancelling ctx closes the connection so a stuck
 // server cannot hold the send past its deadline.
-func (s *smtpSender) transmit(ctx context.Context, conn *smtpConn, msg *gomail.Msg) error {
+func (s *smtpSender) transmit(ctx context.Context, conn *smtpConn, e *email) error {
 	stop := context.AfterFunc(ctx, conn.close)
 	defer stop()
 	if ok, _ := conn.Extension("PIPELINING"); ok {
 		if ok, _ := conn.Extension("CHUNKING"); ok {
-			return s.transmitChunked(conn, msg)
+			return s.transmitChunked(conn, e)
 		}
-		return s.transmitPipelined(conn, msg)
+		return s.transmitPipelined(conn, e)
+	}
+	msg, _, err := s.build(e.m)
+	if err != nil {
+		return &smtpStepError{reason: gomail.ErrWriteContent, err: err}
 	}
 	return s.client.SendWithSMTPClient(conn.Client, msg)
 }

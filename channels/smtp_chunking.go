@@ -24,21 +24,13 @@ import (
 // uncertainty as DATA's final reply lost. A refused MAIL or RCPT still has
 // its BDAT read and refused by the server (RFC 3030, 2); any refusal
 // resets the transaction.
-func (s *smtpSender) transmitChunked(conn *smtpConn, msg *gomail.Msg) error {
-	cmds, err := envelopeCommands(conn, msg)
-	if err != nil {
-		return err
-	}
-	body, err := chunk(msg)
-	if err != nil {
-		return err
-	}
+func (s *smtpSender) transmitChunked(conn *smtpConn, e *email) error {
 	if err := conn.UpdateDeadline(s.timeout); err != nil {
 		return &smtpStepError{reason: gomail.ErrConnCheck, err: err}
 	}
 	t := conn.Text
-	_, _ = t.W.WriteString(cmds)
-	writeChunk(t.W, body)
+	_, _ = t.W.WriteString(mailCommands(conn, e.from, e.to))
+	writeChunk(t.W, e.data)
 	if err := t.W.Flush(); err != nil {
 		return &smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err}
 	}

@@ -21,11 +21,8 @@ import (
 // or RCPT leaves the session as it found it: the replies to the commands
 // after it are read, a DATA the server went ahead with anyway gets an
 // empty message's end (RFC 2920, 3.1) and the transaction is reset.
-func (s *smtpSender) transmitPipelined(conn *smtpConn, msg *gomail.Msg) error {
-	cmds, err := envelopeCommands(conn, msg)
-	if err != nil {
-		return err
-	}
+func (s *smtpSender) transmitPipelined(conn *smtpConn, e *email) error {
+	cmds := mailCommands(conn, e.from, e.to)
 	if err := conn.UpdateDeadline(s.timeout); err != nil {
 		return &smtpStepError{reason: gomail.ErrConnCheck, err: err}
 	}
@@ -45,7 +42,7 @@ func (s *smtpSender) transmitPipelined(conn *smtpConn, msg *gomail.Msg) error {
 		return failed
 	}
 	dw := t.DotWriter()
-	if _, err := msg.WriteTo(dw); err != nil {
+	if _, err := dw.Write(e.data); err != nil {
 		return &smtpStepError{reason: gomail.ErrWriteContent, err: err, broken: true}
 	}
 	if err := dw.Close(); err != nil {
@@ -89,16 +86,6 @@ func readReplies(t *textproto.Conn, steps ...replyStep) (failed *smtpStepError, 
 		lastOK = false
 	}
 	return failed, lastOK
-}
-
-// envelopeCommands are msg's MAIL and RCPT commands, each line ended, for
-// a transaction that sends them together.
-func envelopeCommands(conn *smtpConn, msg *gomail.Msg) (string, error) {
-	from, rcpt, err := envelope(msg)
-	if err != nil {
-		return "", err
-	}
-	return mailCommands(conn, from, rcpt), nil
 }
 
 // envelope is msg's sender and its one recipient, checked for line breaks.

@@ -33,12 +33,9 @@ import (
 // settles who owns it: the worker that takes it sends it and answers on
 // done; a sender that gives up first takes it back unsent.
 type smtpTxn struct {
-	msg      *gomail.Msg
-	id       string
-	from, to string
-	body     []byte // the BDAT chunk
-	state    atomic.Int32
-	done     chan Result
+	e     *email
+	state atomic.Int32
+	done  chan Result
 }
 
 const (
@@ -67,17 +64,11 @@ func (s *smtpSender) sendShared(ctx context.Context, msgs []Message) []Result {
 // result. Its place among the account's concurrency is held until a
 // worker is done with it, also when ctx ends first.
 func (s *smtpSender) sendOne(ctx context.Context, m Message) Result {
-	msg, id, err := s.build(m)
+	e, err := s.compose(m)
 	if err != nil {
 		return Result{Class: contract.ClassPermanent, Code: "message", Err: clip(err.Error())}
 	}
-	t := &smtpTxn{msg: msg, id: id, done: make(chan Result, 1)}
-	if t.from, t.to, err = envelope(msg); err == nil {
-		t.body, err = chunk(msg)
-	}
-	if err != nil {
-		return Result{Class: contract.ClassPermanent, Code: "message", Err: clip(err.Error())}
-	}
+	t := &smtpTxn{e: e, done: make(chan Result, 1)}
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -182,7 +173,7 @@ func (s *smtpSender) carry(conn *smtpConn, group []*smtpTxn) *smtpConn {
 	if !chunked(conn) {
 		for _, t := range group {
 			var r Result
-			r, conn = s.deliverBuilt(context.Background(), conn, t.msg, t.id)
+			r, conn = s.deliverEmail(context.Background(), conn, t.e)
 			s.finish(t, r)
 		}
 		return conn
@@ -252,8 +243,8 @@ func (s *smtpSender) transmitGroup(conn *smtpConn, group []*smtpTxn) (results []
 		if reset[i] = i > 0 || conn.dirty; reset[i] {
 			_, _ = w.WriteString("RSET\r\n")
 		}
-		_, _ = w.WriteString(mailCommands(conn, t.from, t.to))
-		writeChunk(w, t.body)
+		_, _ = w.WriteString(mailCommands(conn, t.e.from, t.e.to))
+		writeChunk(w, t.e.data)
 	}
 	if err := w.Flush(); err != nil {
 		return gone(&smtpStepError{reason: gomail.ErrSMTPMailFrom, err: err})
@@ -284,7 +275,7 @@ func (s *smtpSender) transmitGroup(conn *smtpConn, group []*smtpTxn) (results []
 		failed, _ := readReplies(conn.Text, replyStep{250, gomail.ErrSMTPMailFrom}, replyStep{25, gomail.ErrSMTPRcptTo},
 			replyStep{250, gomail.ErrSMTPDataClose})
 		if failed == nil {
-			results[i] = Result{Code: "250", ProviderID: t.id}
+			results[i] = Result{Code: "250", ProviderID: t.e.id}
 			conn.dirty = false
 			continue
 		}

@@ -1,0 +1,140 @@
+package channels
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+)
+
+// composeSender is a plain-text sender with the given from and subject.
+func composeSender(t testing.TB, from, subject string) *smtpSender {
+	t.Helper()
+	js, err := json.Marshal(map[string]any{"channel": "smtp", "host": "h", "from": from, "subject": subject, "concurrency": 1})
+	require.NoError(t, err)
+	acct, err := contract.DecodeAccount("x", js)
+	require.NoError(t, err)
+	s, err := SMTP{}.NewSender(acct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.(io.Closer).Close() })
+	return s.(*smtpSender)
+}
+
+var dateLine = regexp.MustCompile(`^Date: [^\r]*\r\n`)
+
+// goMailEmail is m as go-mail builds it, the way compose does for the
+// messages it does not write itself.
+func goMailEmail(t testing.TB, s *smtpSender, m Message) *email {
+	t.Helper()
+	msg, id, err := s.build(m)
+	require.NoError(t, err)
+	e := &email{m: m, id: id}
+	e.from, e.to, err = envelope(msg)
+	require.NoError(t, err)
+	e.data, err = chunk(msg)
+	require.NoError(t, err)
+	return e
+}
+
+// requireSameEmail checks compose's email against go-mail's, byte for
+// byte but for the Date line (the clock moved between them).
+func requireSameEmail(t testing.TB, s *smtpSender, m Message) {
+	t.Helper()
+	got, err := s.compose(m)
+	require.NoError(t, err)
+	want := goMailEmail(t, s, m)
+	require.Equal(t, want.id, got.id)
+	require.Equal(t, want.from, got.from)
+	require.Equal(t, want.to, got.to)
+	require.Regexp(t, dateLine, string(got.data))
+	require.Equal(t, string(dateLine.ReplaceAll(want.data, nil)), string(dateLine.ReplaceAll(got.data, nil)))
+}
+
+// TestSMTPComposeMatchesGoMail: the plain-text messages written without
+// go-mail are the bytes go-mail writes.
+func TestSMTPComposeMatchesGoMail(t *testing.T) {
+	t.Parallel()
+	bodies := []string{
+		"hi",
+		"Hello Üser, this is = the benchmark message.",
+		"line one\nline two\n",
+		"crlf one\r\ncrlf two\r\n",
+		"a lone\rcarriage return",
+		"trailing space \nand tab\t\nend",
+		".a leading dot\n.\n..",
+		strings.Repeat("x", 75) + "\n" + strings.Repeat("y", 76) + "\n" + strings.Repeat("z", 200),
+		strings.Repeat("é", 100),
+		"\n\n\nblank lines\n\n",
+		"ends without newline=",
+		"emoji 🎉 and 中文 text",
+	}
+	senders := []*smtpSender{
+		composeSender(t, "noreply@shop.example", "Your order"),
+		composeSender(t, "Shop <noreply@shop.example>", "Hello Ünïcode"),
+		composeSender(t, strings.Repeat("Long Name ", 9)+"<noreply@shop.example>", strings.Repeat("Hello world ", 12)),
+		composeSender(t, "Shöp Ü <noreply@shop.example>", strings.Repeat("Héllo wörld ", 12)),
+	}
+	for i, s := range senders {
+		require.NotNil(t, s.plainHeaders, "sender %d", i)
+		for j, body := range bodies {
+			requireSameEmail(t, s, Message{ID: fmt.Sprintf("01JCOMPOSE%d.%d", i, j), To: "user+tag@Example.ORG", Body: body})
+		}
+	}
+	// Ids with characters a Message-ID cannot hold, and unusual addresses.
+	requireSameEmail(t, senders[1], Message{ID: "t/1 x.0", To: "li@example.com", Body: "hi"})
+	requireSameEmail(t, senders[1], Message{ID: "t1.0", To: "o'brien@example.com", Body: "hi"})
+}
+
+// TestSMTPComposeFallsBackToGoMail: HTML accounts and recipients with a
+// display name are built by go-mail.
+func TestSMTPComposeFallsBackToGoMail(t *testing.T) {
+	t.Parallel()
+	s := composeSender(t, "Shop <noreply@shop.example>", "Your order")
+	m := Message{ID: "t1.0", To: "Li Lei <li@example.com>", Body: "hi"}
+	requireSameEmail(t, s, m)
+	got, err := s.compose(m)
+	require.NoError(t, err)
+	require.Contains(t, string(got.data), "To: \"Li Lei\" <li@example.com>\r\n")
+
+	acct, err := contract.DecodeAccount("x", []byte(`{"channel":"smtp","host":"h","from":"a@b.c","html":true}`))
+	require.NoError(t, err)
+	hs, err := SMTP{}.NewSender(acct, nil)
+	require.NoError(t, err)
+	defer func() { _ = hs.(io.Closer).Close() }()
+	require.Nil(t, hs.(*smtpSender).plainHeaders)
+	e, err := hs.(*smtpSender).compose(Message{ID: "t1.0", To: "li@example.com", Body: "<p>hi</p>"})
+	require.NoError(t, err)
+	require.Contains(t, string(e.data), "multipart/alternative")
+
+	_, err = s.compose(Message{ID: "t1.1", To: "not an address", Body: "hi"})
+	require.ErrorContains(t, err, `recipient "not an address"`)
+}
+
+// FuzzSMTPCompose: for any body and subject the plain-text writer and
+// go-mail agree.
+func FuzzSMTPCompose(f *testing.F) {
+	f.Add("Hello = world\n", "Your order")
+	f.Add(".\r\n\r\n.", "Héllo wörld")
+	f.Add(strings.Repeat("ab ", 40)+"\t\n", strings.Repeat("x", 100))
+	f.Fuzz(func(t *testing.T, body, subject string) {
+		if strings.ContainsAny(subject, "\r\n") || len(subject) > 300 || len(body) > 4096 {
+			return // the account's subject is one line
+		}
+		s := composeSender(t, "Shop <noreply@shop.example>", subject)
+		if s.plainHeaders == nil {
+			t.Skip("go-mail could not write the headers")
+		}
+		got, err := s.compose(Message{ID: "t1.0", To: "li@example.com", Body: body})
+		require.NoError(t, err)
+		want := goMailEmail(t, s, Message{ID: "t1.0", To: "li@example.com", Body: body})
+		require.True(t, bytes.Equal(dateLine.ReplaceAll(want.data, nil), dateLine.ReplaceAll(got.data, nil)),
+			"body %q subject %q:\n%q\n%q", body, subject, want.data, got.data)
+	})
+}
