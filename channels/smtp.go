@@ -238,6 +238,7 @@ func (m SMTP) NewSender(acct *contract.Account, getenv func(string) string) (Sen
 	if !o.HTML {
 		// Without them every message is built by go-mail (compose).
 		s.plainHeaders, _ = s.accountHeaders()
+		s.envelopeFrom = (&mail.Address{Address: from.Address}).String()
 	}
 	if o.Connections > 0 && o.Connections < concurrency {
 		s.connections = o.Connections
@@ -262,6 +263,7 @@ type smtpSender struct {
 	// plainHeaders are the account's Subject and From fields for
 	// plain-text messages (compose); nil for HTML accounts.
 	plainHeaders []byte
+	envelopeFrom string // <from address>, MAIL FROM's argument
 
 	// slots bounds the messages in flight to the account's concurrency,
 	// and with them the open connections unless connections is set.

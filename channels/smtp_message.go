@@ -31,6 +31,9 @@ type email struct {
 // transactions a write (maps, header sorting and folding per message).
 func (s *smtpSender) compose(m Message) (*email, error) {
 	if s.plainHeaders != nil {
+		if dotAtomAddress(m.To) {
+			return s.composePlain(m, m.To), nil
+		}
 		addr, err := mail.ParseAddress(m.To)
 		if err != nil {
 			return nil, fmt.Errorf("recipient %q: %v", m.To, err)
@@ -72,7 +75,37 @@ func (s *smtpSender) composePlain(m Message, addr string) *email {
 	_, _ = qp.Write([]byte(m.Body))
 	_ = qp.Close()
 	b.end()
-	return &email{m: m, id: id, from: (&mail.Address{Address: s.from.Address}).String(), to: to, data: b.Bytes()}
+	return &email{m: m, id: id, from: s.envelopeFrom, to: to, data: b.Bytes()}
+}
+
+// dotAtomAddress reports whether addr is local@domain with both parts
+// dot-atoms (RFC 5322 atext runs joined by single dots), as recipients
+// are once render has normalised them: net/mail parses such an address
+// to itself and writes it unquoted, so compose need not parse it.
+func dotAtomAddress(addr string) bool {
+	at := strings.IndexByte(addr, '@')
+	return at > 0 && dotAtom(addr[:at]) && dotAtom(addr[at+1:])
+}
+
+func dotAtom(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c != '.' && !atext(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// atext is RFC 5322's atext, ASCII only.
+func atext(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-/=?^_`{|}~", c) >= 0
 }
 
 // accountHeaders returns the Subject and From fields go-mail writes for

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/mail"
 	"regexp"
 	"strings"
 	"testing"
@@ -117,13 +118,13 @@ func TestSMTPComposeFallsBackToGoMail(t *testing.T) {
 	require.ErrorContains(t, err, `recipient "not an address"`)
 }
 
-// FuzzSMTPCompose: for any body and subject the plain-text writer and
-// go-mail agree.
+// FuzzSMTPCompose: for any body, subject and recipient the plain-text
+// writer and go-mail agree (or both refuse the recipient).
 func FuzzSMTPCompose(f *testing.F) {
-	f.Add("Hello = world\n", "Your order")
-	f.Add(".\r\n\r\n.", "Héllo wörld")
-	f.Add(strings.Repeat("ab ", 40)+"\t\n", strings.Repeat("x", 100))
-	f.Fuzz(func(t *testing.T, body, subject string) {
+	f.Add("Hello = world\n", "Your order", "li@example.com")
+	f.Add(".\r\n\r\n.", "Héllo wörld", "o'brien+x@Sub.Example.ORG")
+	f.Add(strings.Repeat("ab ", 40)+"\t\n", strings.Repeat("x", 100), "Li Lei <li@example.com>")
+	f.Fuzz(func(t *testing.T, body, subject, to string) {
 		if strings.ContainsAny(subject, "\r\n") || len(subject) > 300 || len(body) > 4096 {
 			return // the account's subject is one line
 		}
@@ -131,10 +132,38 @@ func FuzzSMTPCompose(f *testing.F) {
 		if s.plainHeaders == nil {
 			t.Skip("go-mail could not write the headers")
 		}
-		got, err := s.compose(Message{ID: "t1.0", To: "li@example.com", Body: body})
+		m := Message{ID: "t1.0", To: to, Body: body}
+		got, err := s.compose(m)
+		if _, _, buildErr := s.build(m); buildErr != nil {
+			require.Error(t, err, "go-mail refused %q: %v", to, buildErr)
+			return
+		}
 		require.NoError(t, err)
-		want := goMailEmail(t, s, Message{ID: "t1.0", To: "li@example.com", Body: body})
+		want := goMailEmail(t, s, m)
+		require.Equal(t, want.to, got.to)
 		require.True(t, bytes.Equal(dateLine.ReplaceAll(want.data, nil), dateLine.ReplaceAll(got.data, nil)),
-			"body %q subject %q:\n%q\n%q", body, subject, want.data, got.data)
+			"body %q subject %q to %q:\n%q\n%q", body, subject, to, want.data, got.data)
 	})
+}
+
+// TestSMTPDotAtomAddress: the addresses compose takes without parsing
+// are those net/mail parses to themselves, bare and unquoted.
+func TestSMTPDotAtomAddress(t *testing.T) {
+	t.Parallel()
+	for _, a := range []string{"li@example.com", "o'brien+x@sub.Example.ORG", "a.b.c@d", "x!#$%&*/=?^_`{|}~-@e.f",
+		".a@b", "a.@b", "a..b@c", "a@b..c", "a@.b", "@b", "a@", "a b@c", "Li <li@example.com>", `"a"@b`, "a@b@c",
+		"a@[1.2.3.4]", "é@example.com", "a(c)@b", ""} {
+		fast := dotAtomAddress(a)
+		if !fast {
+			continue
+		}
+		parsed, err := mail.ParseAddress(a)
+		require.NoError(t, err, a)
+		require.Equal(t, a, parsed.Address, a)
+		require.Empty(t, parsed.Name, a)
+		require.Equal(t, "<"+a+">", (&mail.Address{Address: a}).String(), a)
+	}
+	require.True(t, dotAtomAddress("o'brien+x@sub.Example.ORG"))
+	require.False(t, dotAtomAddress("a..b@c"))
+	require.False(t, dotAtomAddress("Li <li@example.com>"))
 }
