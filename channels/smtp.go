@@ -38,8 +38,8 @@ package channels
 // and a bounce leads back to its job. ProviderID is that Message-ID.
 //
 // Connections: a sender keeps up to the account's concurrency connections
-// (or "connections") open and reuses them across Send calls; a connection that failed is closed
-// and the next send dials again. An idle connection the server has closed
+// (or "connections") open and reuses them across Send calls; a connection
+// that failed is closed and the next send dials again. An idle connection the server has closed
 // is noticed at MAIL FROM, before anything was sent, and the message is
 // retried once on a fresh connection. Close (io.Closer) ends them all.
 // With a server that offers PIPELINING (RFC 2920; Postfix and Exim do

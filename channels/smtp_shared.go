@@ -161,12 +161,7 @@ func (s *smtpSender) nextGroup() []*smtpTxn {
 func (s *smtpSender) carry(conn *smtpConn, group []*smtpTxn) *smtpConn {
 	pooled := conn != nil
 	if conn == nil {
-		var err error
-		if conn, err = s.dialShared(); err != nil {
-			r := s.dialFailure(err)
-			for _, t := range group {
-				s.finish(t, r)
-			}
+		if conn = s.dialFor(group); conn == nil {
 			return nil
 		}
 	}
@@ -181,12 +176,7 @@ func (s *smtpSender) carry(conn *smtpConn, group []*smtpTxn) *smtpConn {
 	results, stale := s.transmitGroup(conn, group)
 	if stale && pooled {
 		conn.close()
-		var err error
-		if conn, err = s.dialShared(); err != nil {
-			r := s.dialFailure(err)
-			for _, t := range group {
-				s.finish(t, r)
-			}
+		if conn = s.dialFor(group); conn == nil {
 			return nil
 		}
 		results, _ = s.transmitGroup(conn, group)
@@ -201,11 +191,21 @@ func (s *smtpSender) carry(conn *smtpConn, group []*smtpTxn) *smtpConn {
 	return conn
 }
 
-// dialShared dials a shared connection, bounded by the sender's timeout.
-func (s *smtpSender) dialShared() (*smtpConn, error) {
+// dialFor dials a shared connection for group, bounded by the sender's
+// timeout. When that fails it answers every message of group with the
+// failure and returns nil.
+func (s *smtpSender) dialFor(group []*smtpTxn) *smtpConn {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	return s.dial(ctx)
+	conn, err := s.dial(ctx)
+	if err != nil {
+		r := s.dialFailure(err)
+		for _, t := range group {
+			s.finish(t, r)
+		}
+		return nil
+	}
+	return conn
 }
 
 // chunked reports whether conn's server takes pipelined BDAT transactions.

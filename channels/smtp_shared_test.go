@@ -247,3 +247,16 @@ func TestSMTPSharedConnectionsRedialStale(t *testing.T) {
 		require.EqualValues(t, 5, srv.Connections(), "%+v", cfg)
 	}
 }
+
+// TestSMTPSharedConnectionsRefused: a server that cannot be reached
+// answers every waiting message, retryable.
+func TestSMTPSharedConnectionsRefused(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, smtpMode{pipelining: true, chunking: true}, fakes.SMTPConfig{})
+	srv.Close()
+	s := smtpSenderFor(t, smtpAccount(t, srv, `,"concurrency":4,"connections":1`))
+	for i, r := range sendAll(s, 12, 6, sharedMail) {
+		require.Equal(t, contract.ClassRetryable, r.Class, "%d: %+v", i, r)
+		require.Equal(t, "network", r.Code)
+	}
+}
