@@ -18,13 +18,13 @@ import (
 // 2920 lets MAIL follow a BDAT in one group). Every transaction after a
 // group's first, and the first after a refusal, starts with RSET, so a
 // refused transaction leaves the next a clean session whatever state the
-// server kept. Servers that cap connections per client (Office 365 takes
-// 3 at a time for SMTP AUTH) still get concurrency messages in flight,
+// server kept. Servers that cap connections per client (Exchange Online
+// takes 3 at a time for SMTP AUTH) still get concurrency messages in flight,
 // and near servers cost fewer writes and reads on both ends per message.
 // A server without CHUNKING gets its transactions one at a time.
 //
 // A connection lost in a group leaves the messages whose replies had not
-// come in doubt (retryable, as a lost final reply is today), except that
+// come in doubt (retryable, as a lost final reply is), except that
 // a pooled connection which answered nothing was closed before the group
 // (the server hangs up idle clients): the group goes again at once on a
 // fresh connection.
