@@ -26,20 +26,28 @@ type email struct {
 // compose builds m's email. A plain-text message to a bare address is
 // written here, byte for byte as go-mail writes it, with the headers that
 // are the account's (Subject, From) written by go-mail once per sender
-// (plainHeaders); go-mail builds the rest. Building each message with
+// (plainHeaders), as long as its To and Message-ID fit one line as go-mail
+// folds them; go-mail builds the rest. Building each message with
 // go-mail cost about a third of the sender's CPU per email with several
 // transactions a write (maps, header sorting and folding per message).
 func (s *smtpSender) compose(m Message) (*email, error) {
 	if s.plainHeaders != nil {
-		if dotAtomAddress(m.To) {
-			return s.composePlain(m, m.To), nil
+		addr := m.To
+		if !dotAtomAddress(addr) {
+			parsed, err := mail.ParseAddress(m.To)
+			if err != nil {
+				return nil, fmt.Errorf("recipient %q: %v", m.To, err)
+			}
+			if parsed.Name != "" || strings.ContainsAny(parsed.Address, "\r\n") {
+				addr = ""
+			} else {
+				addr = parsed.Address
+			}
 		}
-		addr, err := mail.ParseAddress(m.To)
-		if err != nil {
-			return nil, fmt.Errorf("recipient %q: %v", m.To, err)
-		}
-		if addr.Name == "" && !strings.ContainsAny(addr.Address, "\r\n") {
-			return s.composePlain(m, addr.Address), nil
+		if addr != "" {
+			if e := s.composePlain(m, addr); e != nil {
+				return e, nil
+			}
 		}
 	}
 	msg, id, err := s.build(m)
@@ -56,10 +64,14 @@ func (s *smtpSender) compose(m Message) (*email, error) {
 	return e, nil
 }
 
-// composePlain writes a plain-text email to the bare address addr.
+// composePlain writes a plain-text email to the bare address addr, or
+// returns nil when go-mail would fold its To or Message-ID field.
 func (s *smtpSender) composePlain(m Message, addr string) *email {
 	id := messageID(m.ID, s.domain)
 	to := (&mail.Address{Address: addr}).String() // <addr>, as go-mail writes it
+	if !oneLineHeader("To", to) || !oneLineHeader("Message-ID", "<"+id+">") {
+		return nil
+	}
 	var b crlfBuffer
 	b.Grow(len(s.plainHeaders) + len(id) + len(to) + len(m.Body) + len(m.Body)/8 + 160)
 	b.Buffer.WriteString("Date: ")
@@ -76,6 +88,13 @@ func (s *smtpSender) composePlain(m Message, addr string) *email {
 	_ = qp.Close()
 	b.end()
 	return &email{m: m, id: id, from: s.envelopeFrom, to: to, data: b.Bytes()}
+}
+
+// oneLineHeader reports whether go-mail writes the field key: value on
+// one line: a value without spaces that leaves more than one character of
+// its line length (msgWriter.writeHeader).
+func oneLineHeader(key, value string) bool {
+	return !strings.Contains(value, " ") && gomail.MaxHeaderLength-2-len(key)-2-len(value) > 1
 }
 
 // dotAtomAddress reports whether addr is local@domain with both parts

@@ -118,13 +118,17 @@ func TestSMTPComposeFallsBackToGoMail(t *testing.T) {
 	require.ErrorContains(t, err, `recipient "not an address"`)
 }
 
-// FuzzSMTPCompose: for any body, subject and recipient the plain-text
-// writer and go-mail agree (or both refuse the recipient).
+// FuzzSMTPCompose: for any body, subject, recipient and job id the
+// plain-text writer and go-mail agree (or both refuse the recipient).
 func FuzzSMTPCompose(f *testing.F) {
-	f.Add("Hello = world\n", "Your order", "li@example.com")
-	f.Add(".\r\n\r\n.", "Héllo wörld", "o'brien+x@Sub.Example.ORG")
-	f.Add(strings.Repeat("ab ", 40)+"\t\n", strings.Repeat("x", 100), "Li Lei <li@example.com>")
-	f.Fuzz(func(t *testing.T, body, subject, to string) {
+	f.Add("Hello = world\n", "Your order", "li@example.com", "01JTASK.0")
+	f.Add(".\r\n\r\n.", "Héllo wörld", "o'brien+x@Sub.Example.ORG", "t/1 x.0")
+	f.Add(strings.Repeat("ab ", 40)+"\t\n", strings.Repeat("x", 100), "Li Lei <li@example.com>", "t1.0")
+	// go-mail folds a To of 69 characters or more (found by CI's fuzzing),
+	// and a Message-ID of 61.
+	f.Add("0", "0", strings.Repeat("0", 65)+"@0", "t1.0")
+	f.Add("0", "0", "li@example.com", strings.Repeat("7", 50))
+	f.Fuzz(func(t *testing.T, body, subject, to, id string) {
 		if strings.ContainsAny(subject, "\r\n") || len(subject) > 300 || len(body) > 4096 {
 			return // the account's subject is one line
 		}
@@ -132,7 +136,7 @@ func FuzzSMTPCompose(f *testing.F) {
 		if s.plainHeaders == nil {
 			t.Skip("go-mail could not write the headers")
 		}
-		m := Message{ID: "t1.0", To: to, Body: body}
+		m := Message{ID: id, To: to, Body: body}
 		got, err := s.compose(m)
 		if _, _, buildErr := s.build(m); buildErr != nil {
 			require.Error(t, err, "go-mail refused %q: %v", to, buildErr)
@@ -141,8 +145,9 @@ func FuzzSMTPCompose(f *testing.F) {
 		require.NoError(t, err)
 		want := goMailEmail(t, s, m)
 		require.Equal(t, want.to, got.to)
+		require.Equal(t, want.id, got.id)
 		require.True(t, bytes.Equal(dateLine.ReplaceAll(want.data, nil), dateLine.ReplaceAll(got.data, nil)),
-			"body %q subject %q to %q:\n%q\n%q", body, subject, to, want.data, got.data)
+			"body %q subject %q to %q id %q:\n%q\n%q", body, subject, to, id, want.data, got.data)
 	})
 }
 
