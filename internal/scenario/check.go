@@ -305,7 +305,11 @@ func (c *checker) task(t Task) {
 			}
 		}
 		if len(keys) > 1 {
-			c.fail(Failure{Check: CheckKeys, Task: t.ID, Detail: fmt.Sprintf("%s accepted under %d idempotency keys", to, len(keys))})
+			var at []string
+			for _, h := range hs {
+				at = append(at, fmt.Sprintf("%s@%s key %s", h.Account, c.rel(h.At), h.Key))
+			}
+			c.fail(Failure{Check: CheckKeys, Task: t.ID, Detail: fmt.Sprintf("%s accepted under %d idempotency keys (%s; events: %s)", to, len(keys), strings.Join(at, ", "), eventsOf(evs, to))})
 		}
 		if len(hs) < 2 {
 			continue

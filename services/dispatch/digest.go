@@ -378,7 +378,7 @@ func (r *accountRunner) carry(ctx context.Context, d *delivery, key string, e *d
 	} else if e.SendKey != job.ID {
 		d.log.Debug("sending a digest again as an earlier carrier sent it", "idempotency_key", e.SendKey)
 	}
-	job.Body, d.sendKey = e.SendBody, e.SendKey
+	d.sendBody, d.sendKey = e.SendBody, e.SendKey
 	d.digest = &sealedDigest{key: key, entry: e, rev: rev}
 	return false, false, nil
 }
@@ -607,17 +607,13 @@ func (r *accountRunner) handOverIfHeld(ctx context.Context, d *delivery) (done b
 }
 
 // handOverSealed hands the sealed digest d carries to its next item
-// (handOverDigest; alone as there) and restores d's own text.
+// (handOverDigest; alone as there); d sends its own text from then on.
 func (r *accountRunner) handOverSealed(ctx context.Context, d *delivery, alone bool) (done bool, err error) {
 	sd := d.digest
 	if d.digestNamed {
 		// Named by this delivery, whose call has not been made: no
 		// attempt of the digest may have reached the recipient.
 		sd.entry.SendKey, sd.entry.SendBody, d.digestNamed = "", "", false
-	}
-	body := d.job.Body
-	if i := slices.IndexFunc(sd.entry.Items, func(it contract.Job) bool { return it.ID == d.job.ID }); i >= 0 {
-		body = sd.entry.Items[i].Body
 	}
 	done, retry, err := r.handOverDigest(ctx, d, sd.key, sd.entry, sd.rev, alone, sd.entry.SendKey != "")
 	switch {
@@ -627,7 +623,7 @@ func (r *accountRunner) handOverSealed(ctx context.Context, d *delivery, alone b
 	case retry:
 		return true, shared.RetryAfter(time.Second, errors.New("digest entry changed while handing it over"))
 	}
-	d.job.Body, d.digest, d.sendKey = body, nil, ""
+	d.digest, d.sendKey, d.sendBody = nil, "", ""
 	return false, nil
 }
 

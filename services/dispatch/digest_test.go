@@ -436,6 +436,38 @@ func TestDigestCarrierHeldOnItsAccountHandsItOver(t *testing.T) {
 	require.Equal(t, "b", ev.Account, "through its pool's healthy account")
 }
 
+// TestDigestCarrierCopyKeepsItsOwnText: a carrier that sealed its digest
+// and must then leave its account (disabled, its pool naming another) is
+// published there with its own text, not the digest's. A copy carrying
+// the digest's text and later handed over (its task paused) was sent
+// alone with the other items' texts under its own key, while the next
+// carrier sent them again under its key (multi-process scenario seed
+// 585014640: accepted under 2 idempotency keys).
+func TestDigestCarrierCopyKeepsItsOwnText(t *testing.T) {
+	t.Parallel()
+	srv := topologytest.Start(t)
+	js := srv.JS
+	putAccounts(t, js, map[string]string{
+		"a": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4,"enabled":false}`,
+		"b": `{"channel":"sandbox","rate_per_sec":100,"burst":10,"concurrency":4}`,
+	})
+	carrier, item := digestJob("x", time.Second), digestJob("y", time.Second)
+	carrier.Pool, item.Pool = []string{"a", "b"}, []string{"a", "b"}
+	stageSealedDigest(t, js, &carrier, &item, nil)
+	copies, err := srv.NC.SubscribeSync(contract.JobSubject("b", contract.PriorityNormal))
+	require.NoError(t, err)
+	redeliverCarrier(t, js, &carrier, nil)
+
+	m, err := copies.NextMsg(20 * time.Second)
+	require.NoError(t, err, "the carrier moved to account b")
+	var moved contract.Job
+	require.NoError(t, json.Unmarshal(m.Data, &moved))
+	require.Equal(t, carrier.ID, moved.ID)
+	require.Equal(t, "from x", moved.Body, "the copy carries the carrier's own text")
+	natstest.Eventually(t, 20*time.Second, func() bool { return sentOf(t, js, "y") == 1 && sentOf(t, js, "x") == 1 }, "the digest sent from b")
+	require.Equal(t, "b", lastSent(t, js, "y").Account)
+}
+
 // redeliverCarrier starts the service on js, waits for its view of the run
 // states, and publishes carrier again on account "a" as the carrier copy
 // of its sealed digest (a redelivery after a crash), adjust (optional)

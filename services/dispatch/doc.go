@@ -256,7 +256,9 @@
 // Idempotency-Key, and SendBody: the text), forgotten after an answer that
 // says the call did not reach the recipient. While an attempt is named,
 // every later carrier sends that text under that key, taking no item out
-// (delivery.sendKey), a stopped carrier stays an item instead of going
+// (delivery.sendKey and sendBody; the carrier's job keeps its own text, so
+// a copy of it moved, delayed or dead-lettered carries no other item's),
+// a stopped carrier stays an item instead of going
 // alone, and a carrier that gives up hands the digest on instead of
 // releasing the items under their own keys: the recipient never gets it
 // under two keys. Items' sent events name the key's job (carried_by).

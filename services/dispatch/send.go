@@ -195,8 +195,11 @@ type delivery struct {
 	digestChecked bool
 	// sendKey, when set, is the Idempotency-Key of the call instead of
 	// the job's id: that of the digest's first carrier whose attempt may
-	// have reached the recipient (digestEntry.SendKey).
-	sendKey string
+	// have reached the recipient (digestEntry.SendKey). sendBody, when
+	// set, is the text of the call instead of the job's: the digest's.
+	// The job keeps its own text, so a copy of it (a move, a delay, a
+	// dead letter) never carries the other items' texts.
+	sendKey, sendBody string
 	// digestNamed says this delivery named the digest's attempt in its
 	// entry (SendKey) and has not made the call yet.
 	digestNamed bool
@@ -225,11 +228,14 @@ func (d *delivery) mayFollowLostAnswer() bool {
 
 // message is the job as the channel adapter sends it.
 func (d *delivery) message() channels.Message {
-	id := d.job.ID
+	id, body := d.job.ID, d.job.Body
 	if d.sendKey != "" {
 		id = d.sendKey
 	}
-	return channels.Message{ID: id, TaskID: d.job.TaskID, To: d.job.To, Body: d.job.Body,
+	if d.sendBody != "" {
+		body = d.sendBody
+	}
+	return channels.Message{ID: id, TaskID: d.job.TaskID, To: d.job.To, Body: body,
 		Account: d.acct.Name, Attempt: d.attempt, Vars: d.job.Vars}
 }
 
