@@ -279,7 +279,7 @@ func (s *smtpSender) transmitGroup(conn *smtpConn, group []*smtpTxn) (results []
 			conn.dirty = false
 			continue
 		}
-		if code := smtpReply(failed); i == 0 && !reset[i] && failed.reason == gomail.ErrSMTPMailFrom && (code == 0 || code == 421) {
+		if i == 0 && !reset[i] && staleConn(failed) {
 			return gone(failed)
 		}
 		r, keep := s.sendFailure(failed)
