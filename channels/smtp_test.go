@@ -469,11 +469,18 @@ func TestHTMLToText(t *testing.T) {
 }
 
 func FuzzSMTPNormalizeRecipient(f *testing.F) {
-	for _, s := range []string{"li@example.com", "Li <LI@Example.COM>", `"a b"@example.com`, "a@[127.0.0.1]", "a@b", "@b", "a@"} {
+	for _, s := range []string{"li@example.com", "Li <LI@Example.COM>", `"a b"@example.com`, "a@[127.0.0.1]", "a@b", "@b", "a@",
+		"Li.Wang@Example.COM", "a..b@x.y", ".a@x.y", "a@x.y.", "a@b@c", "#!$%&'*+-/=?^_`{|}~@X", "ü@x.y", strings.Repeat("a", 64) + "@" + strings.Repeat("B", 190) + ".com"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		out, err := SMTP{}.NormalizeRecipient(in)
+		// The dot-atom fast path answers as net/mail's parse does.
+		parsed, perr := parseRecipient(strings.TrimSpace(in))
+		if strings.TrimSpace(in) != "" {
+			require.Equal(t, perr == nil, err == nil, "%q: %v / %v", in, err, perr)
+			require.Equal(t, parsed, out, in)
+		}
 		if err != nil {
 			return
 		}

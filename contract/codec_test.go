@@ -38,6 +38,19 @@ func TestCodecMatchesEncodingJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(want), string(got))
 
+	b := &RenderBatch{TaskID: "t1", First: 7, Resumed: true, Recipients: []BatchRecipient{
+		{To: "li@example.com", Vars: map[string]any{"n": 1e21, "s": "<&>\xff\u2028", "l": []any{nil, false}}},
+		{To: "x y", Invalid: "not an email address"}}}
+	wantB, err := json.Marshal(b)
+	require.NoError(t, err)
+	gotB, err := EncodeRenderBatch(b)
+	require.NoError(t, err)
+	require.Equal(t, string(wantB), string(gotB))
+	var b1, b2 RenderBatch
+	require.NoError(t, json.Unmarshal(wantB, &b1))
+	require.NoError(t, DecodeRenderBatch(gotB, &b2))
+	require.Equal(t, b1, b2)
+
 	var j1, j2 Job
 	require.NoError(t, json.Unmarshal(want, &j1))
 	require.NoError(t, DecodeJob(want, &j2))
@@ -62,8 +75,9 @@ func TestCodecErrorsAreEncodingJSONs(t *testing.T) {
 	}
 }
 
-// FuzzCodecMatchesEncodingJSON: on any input, DecodeJob and DecodeEvent
-// succeed exactly when encoding/json does, with the same value.
+// FuzzCodecMatchesEncodingJSON: on any input, DecodeJob, DecodeEvent,
+// DecodeRecipient and DecodeRenderBatch succeed exactly when
+// encoding/json does, with the same value.
 func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 	sample, _ := json.Marshal(codecSampleJob())
 	f.Add(sample)
@@ -73,6 +87,8 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 	f.Add([]byte(`{"ID":"t1","Channel":"x","recipients":[]} {}`))
 	f.Add([]byte(`{"id":"t1","bogus":1}`))
 	f.Add([]byte(`{"id":"t1","recipients":[{"to":1}],"defaults":{"a":[null,true,"\u00e9"]}}`))
+	f.Add([]byte(`{"to":"li@example.com","vars":{"name":"Li","n":3,"x":{"y":[1,"\ud800"]}},"TO":"x","extra":1}`))
+	f.Add([]byte(`{"task_id":"t1","first":3,"recipients":[{"to":"a@b","vars":{"k":"v"}},{"to":"bad","invalid":"why"}],"resumed":true}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var j1, j2 Job
 		e1, e2 := json.Unmarshal(in, &j1), DecodeJob(in, &j2)
@@ -89,6 +105,22 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 		}
 		if e1 == nil && !reflect.DeepEqual(v1, v2) {
 			t.Fatalf("event %q decodes differently:\n%#v\n%#v", in, v1, v2)
+		}
+		var r1, r2 Recipient
+		e1, e2 = json.Unmarshal(in, &r1), DecodeRecipient(in, &r2)
+		if (e1 == nil) != (e2 == nil) {
+			t.Fatalf("recipient %q: encoding/json %v, DecodeRecipient %v", in, e1, e2)
+		}
+		if e1 == nil && !reflect.DeepEqual(r1, r2) {
+			t.Fatalf("recipient %q decodes differently:\n%#v\n%#v", in, r1, r2)
+		}
+		var b1, b2 RenderBatch
+		e1, e2 = json.Unmarshal(in, &b1), DecodeRenderBatch(in, &b2)
+		if (e1 == nil) != (e2 == nil) {
+			t.Fatalf("render batch %q: encoding/json %v, DecodeRenderBatch %v", in, e1, e2)
+		}
+		if e1 == nil && !reflect.DeepEqual(b1, b2) {
+			t.Fatalf("render batch %q decodes differently:\n%#v\n%#v", in, b1, b2)
 		}
 		t1, e1 := decodeTaskStd(in)
 		t2, fast := decodeTaskFast(in)

@@ -310,15 +310,14 @@ func (s *Service) putRecord(ctx context.Context, r *contract.TaskRecord) error {
 
 // publishBatches publishes render batches asynchronously and waits for every
 // ack; any failure returns an error so the whole task is retried (dedup ids
-// make the retry cheap and exact).
-// publishBatches publishes render batches; resumed says they may have been
+// make the retry cheap and exact). resumed says they may have been
 // published before (a crash, a redelivery), so render marks their jobs for
 // the ledger check.
 func (s *Service) publishBatches(ctx context.Context, bs []contract.RenderBatch, resumed bool) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(bs))
 	for _, b := range bs {
 		b.Resumed = b.Resumed || resumed
-		data, err := json.Marshal(b)
+		data, err := contract.EncodeRenderBatch(&b)
 		if err != nil {
 			return shared.Permanent(err)
 		}

@@ -3,7 +3,6 @@ package ingest
 import (
 	"bufio"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,7 +70,7 @@ func readJSONL(r io.Reader, fn func(listEntry) error) error {
 			continue
 		}
 		e := listEntry{Line: line}
-		if err := json.Unmarshal([]byte(text), &e.Recipient); err != nil {
+		if err := contract.DecodeRecipient([]byte(text), &e.Recipient); err != nil {
 			e.Invalid = fmt.Sprintf("line %d: invalid JSON: %v", line, err)
 		}
 		if err := fn(e); err != nil {

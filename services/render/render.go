@@ -2,7 +2,6 @@ package render
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	htmlpkg "html"
@@ -110,7 +109,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	var b contract.RenderBatch
-	if err := json.Unmarshal(msg.Data(), &b); err != nil {
+	if err := contract.DecodeRenderBatch(msg.Data(), &b); err != nil {
 		return shared.Permanent(fmt.Errorf("render batch: %w", err))
 	}
 	// The batch holds its recipients' share of RecipientsInFlight while
