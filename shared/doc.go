@@ -12,7 +12,9 @@
 //   - topologycheck.go: what the services require of the topology
 //     (TopologyStreams), CheckTopology, and waiting for it at start.
 //   - consume.go, outcome.go: the consume loop and the errors handlers return;
-//     workers.go: its handler goroutines, started on demand; stophold.go:
+//     workers.go: its handler goroutines, started on demand; gopool.go:
+//     goroutines kept between short-lived functions (dispatch's job group
+//     parts), so their grown stacks are reused; stophold.go:
 //     handing messages back at a stop only once the subscription ended, so
 //     a NAKed message is not delivered again to the same stopping loop.
 //   - publisher.go: publishing without waiting on the hot paths (render's

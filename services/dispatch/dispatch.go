@@ -50,6 +50,8 @@ type Service struct {
 	presence *lease.Presence    // whether a lease holder's connection is gone
 	conn     *lease.ConnWatch   // whether the connection stayed up since a lease was confirmed
 	inFlight chan struct{}      // Config.MaxInFlight slots; nil when unlimited
+	// parts runs the jobs of job groups' messages (jobgroup.go); set by Run.
+	parts    *shared.GoPool
 	accounts *shared.AccountWatcher
 	health   *shared.HealthWatcher
 	controls *shared.ControlWatcher
@@ -135,6 +137,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.inFlight = make(chan struct{}, s.cfg.MaxInFlight)
 	}
 	s.ctx = ctx
+	s.parts = shared.NewGoPool(ctx, partIdle)
 	// Every pending sent event belongs to an unacknowledged job, so the
 	// consumers' MaxAckPending bound them; a smaller cap would stall a
 	// replica with many accounts.

@@ -319,8 +319,8 @@
 //     another message of the same job (published again after the
 //     duplicate window forgot the first) waits, is checked, and finds
 //     the send.
-//   - jobgroup.go: the jobs of a job group's message, each as a part;
-//     recording the jobs of a message that came as the lane stopped as
+//   - jobgroup.go: the jobs of a job group's message, each as a part on
+//     a goroutine of the service's pool (shared.GoPool); recording the jobs of a message that came as the lane stopped as
 //     left unsent (leftAtStop).
 //   - send.go: handle and its steps, from the check for an earlier send to
 //     the outcome (mayStillSend: expiry, run state, suppression, health;

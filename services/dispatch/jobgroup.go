@@ -50,6 +50,11 @@ func groupJobsWaiting(a *contract.Account, p contract.Priority) int {
 	return max(1, int(min(held, float64(a.Burst)+max(1, a.RatePerSec*pacedHorizon.Seconds()))))
 }
 
+// partIdle is how long a goroutine that ran a job group's part waits for
+// the next before it ends (shared.GoPool): a part grows its stack to tens
+// of KB, which a goroutine per part grew and copied anew each time.
+const partIdle = 10 * time.Second
+
 // pacedHorizon is how far ahead of its pacing a lane of job groups holds
 // jobs waiting for their turns: enough that the pacer never waits for a
 // job to begin. Each job held is a goroutine the scheduler and the
@@ -107,7 +112,9 @@ func (r *accountRunner) handleGroup(ctx context.Context, sched *scheduler, lane 
 		}
 		next := make(chan struct{})
 		pm := &partMsg{Msg: msg, data: data, queued: sync.OnceFunc(func() { close(next) }), granted: sync.OnceFunc(func() { <-jobs })}
-		wg.Go(func() {
+		wg.Add(1)
+		r.svc.parts.Go(func() {
+			defer wg.Done()
 			defer pm.granted()
 			outs[i] = r.settlePart(ctx, pm, r.handlePart(ctx, sched, lane, recheckThrough, pm, &gm, claim))
 		})
