@@ -19,6 +19,17 @@ import (
 
 var errFastDecode = errors.New("go-json panicked")
 
+// decode decodes data into v with go-json, or with encoding/json (into a
+// zeroed v) when go-json refuses it or panics.
+func decode[T any](data []byte, v *T) error {
+	if decodeFast(data, v) == nil {
+		return nil
+	}
+	var zero T
+	*v = zero
+	return json.Unmarshal(data, v)
+}
+
 func decodeFast(data []byte, v any) (err error) {
 	defer func() {
 		if recover() != nil {
@@ -52,40 +63,16 @@ func decodeTaskFast(data []byte) (t *Task, ok bool) {
 }
 
 // DecodeJob decodes a job message.
-func DecodeJob(data []byte, job *Job) error {
-	if decodeFast(data, job) == nil {
-		return nil
-	}
-	*job = Job{}
-	return json.Unmarshal(data, job)
-}
+func DecodeJob(data []byte, job *Job) error { return decode(data, job) }
 
 // DecodeEvent decodes an event message.
-func DecodeEvent(data []byte, ev *Event) error {
-	if decodeFast(data, ev) == nil {
-		return nil
-	}
-	*ev = Event{}
-	return json.Unmarshal(data, ev)
-}
+func DecodeEvent(data []byte, ev *Event) error { return decode(data, ev) }
 
 // DecodeRecipient decodes one line of a JSON Lines recipient list.
-func DecodeRecipient(data []byte, r *Recipient) error {
-	if decodeFast(data, r) == nil {
-		return nil
-	}
-	*r = Recipient{}
-	return json.Unmarshal(data, r)
-}
+func DecodeRecipient(data []byte, r *Recipient) error { return decode(data, r) }
 
 // DecodeRenderBatch decodes a render batch message.
-func DecodeRenderBatch(data []byte, b *RenderBatch) error {
-	if decodeFast(data, b) == nil {
-		return nil
-	}
-	*b = RenderBatch{}
-	return json.Unmarshal(data, b)
-}
+func DecodeRenderBatch(data []byte, b *RenderBatch) error { return decode(data, b) }
 
 // EncodeRenderBatch encodes a render batch message.
 func EncodeRenderBatch(b *RenderBatch) ([]byte, error) { return encodeFast(b) }

@@ -90,38 +90,10 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 	f.Add([]byte(`{"to":"li@example.com","vars":{"name":"Li","n":3,"x":{"y":[1,"\ud800"]}},"TO":"x","extra":1}`))
 	f.Add([]byte(`{"task_id":"t1","first":3,"recipients":[{"to":"a@b","vars":{"k":"v"}},{"to":"bad","invalid":"why"}],"resumed":true}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var j1, j2 Job
-		e1, e2 := json.Unmarshal(in, &j1), DecodeJob(in, &j2)
-		if (e1 == nil) != (e2 == nil) {
-			t.Fatalf("job %q: encoding/json %v, DecodeJob %v", in, e1, e2)
-		}
-		if e1 == nil && !reflect.DeepEqual(j1, j2) {
-			t.Fatalf("job %q decodes differently:\n%#v\n%#v", in, j1, j2)
-		}
-		var v1, v2 Event
-		e1, e2 = json.Unmarshal(in, &v1), DecodeEvent(in, &v2)
-		if (e1 == nil) != (e2 == nil) {
-			t.Fatalf("event %q: encoding/json %v, DecodeEvent %v", in, e1, e2)
-		}
-		if e1 == nil && !reflect.DeepEqual(v1, v2) {
-			t.Fatalf("event %q decodes differently:\n%#v\n%#v", in, v1, v2)
-		}
-		var r1, r2 Recipient
-		e1, e2 = json.Unmarshal(in, &r1), DecodeRecipient(in, &r2)
-		if (e1 == nil) != (e2 == nil) {
-			t.Fatalf("recipient %q: encoding/json %v, DecodeRecipient %v", in, e1, e2)
-		}
-		if e1 == nil && !reflect.DeepEqual(r1, r2) {
-			t.Fatalf("recipient %q decodes differently:\n%#v\n%#v", in, r1, r2)
-		}
-		var b1, b2 RenderBatch
-		e1, e2 = json.Unmarshal(in, &b1), DecodeRenderBatch(in, &b2)
-		if (e1 == nil) != (e2 == nil) {
-			t.Fatalf("render batch %q: encoding/json %v, DecodeRenderBatch %v", in, e1, e2)
-		}
-		if e1 == nil && !reflect.DeepEqual(b1, b2) {
-			t.Fatalf("render batch %q decodes differently:\n%#v\n%#v", in, b1, b2)
-		}
+		decodesAlike(t, "job", in, DecodeJob)
+		decodesAlike(t, "event", in, DecodeEvent)
+		decodesAlike(t, "recipient", in, DecodeRecipient)
+		decodesAlike(t, "render batch", in, DecodeRenderBatch)
 		t1, e1 := decodeTaskStd(in)
 		t2, fast := decodeTaskFast(in)
 		if fast && e1 != nil {
@@ -131,6 +103,20 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 			t.Fatalf("task %q decodes differently:\n%#v\n%#v", in, t1, t2)
 		}
 	})
+}
+
+// decodesAlike fails t unless decode and encoding/json both refuse in or
+// both decode it to the same value.
+func decodesAlike[T any](t *testing.T, what string, in []byte, decode func([]byte, *T) error) {
+	t.Helper()
+	var v1, v2 T
+	e1, e2 := json.Unmarshal(in, &v1), decode(in, &v2)
+	if (e1 == nil) != (e2 == nil) {
+		t.Fatalf("%s %q: encoding/json %v, fast decoder %v", what, in, e1, e2)
+	}
+	if e1 == nil && !reflect.DeepEqual(v1, v2) {
+		t.Fatalf("%s %q decodes differently:\n%#v\n%#v", what, in, v1, v2)
+	}
 }
 
 // TestJobSetPool: a short accounts list is copied into the job; a long one
