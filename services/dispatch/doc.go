@@ -256,10 +256,10 @@
 // Idempotency-Key, and SendBody: the text), forgotten after an answer that
 // says the call did not reach the recipient. While an attempt is named,
 // every later carrier sends that text under that key, taking no item out
-// (delivery.sendKey and sendBody; the carrier's job keeps its own text, so
-// a copy of it moved, delayed or dead-lettered carries no other item's),
-// a stopped carrier stays an item instead of going
-// alone, and a carrier that gives up hands the digest on instead of
+// (delivery.sendKey and sendBody; the carrier's job keeps its own text,
+// so a copy of it moved, delayed or dead-lettered carries no other
+// item's), a stopped carrier stays an item instead of going alone, and a
+// carrier that gives up hands the digest on instead of
 // releasing the items under their own keys: the recipient never gets it
 // under two keys. Items' sent events name the key's job (carried_by).
 //
@@ -320,8 +320,9 @@
 //     duplicate window forgot the first) waits, is checked, and finds
 //     the send.
 //   - jobgroup.go: the jobs of a job group's message, each as a part on
-//     a goroutine of the service's pool (shared.GoPool); recording the jobs of a message that came as the lane stopped as
-//     left unsent (leftAtStop).
+//     a goroutine of the service's pool (shared.GoPool); recording the
+//     jobs of a message that came as the lane stopped as left unsent
+//     (leftAtStop).
 //   - send.go: handle and its steps, from the check for an earlier send to
 //     the outcome (mayStillSend: expiry, run state, suppression, health;
 //     then the policy, the account's caps, the call);
