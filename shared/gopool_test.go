@@ -25,7 +25,7 @@ func TestGoPoolReusesGoroutines(t *testing.T) {
 		done := make(chan uint64)
 		p.Go(func() { done <- goid() })
 		ids[<-done] = true
-		time.Sleep(time.Millisecond) // the goroutine is back waiting
+		require.Eventually(t, func() bool { return idlePoolGoroutines() == 1 }, 5*time.Second, 100*time.Microsecond, "the goroutine is back waiting")
 	}
 	require.Len(t, ids, 1, "run one after another, the functions shared a goroutine")
 
@@ -55,10 +55,23 @@ func TestGoPoolReusesGoroutines(t *testing.T) {
 	require.Eventually(t, func() bool { return poolGoroutines() == 0 }, time.Second, time.Millisecond, "they end with the context")
 }
 
-// poolGoroutines counts the goroutines in GoPool.run.
-func poolGoroutines() int {
+// poolGoroutines counts the goroutines in GoPool.run (or not started yet:
+// in the go statement's wrapper); idlePoolGoroutines those waiting for
+// work in its select.
+func poolGoroutines() int { return countPool(false) }
+
+func idlePoolGoroutines() int { return countPool(true) }
+
+func countPool(idle bool) int {
 	buf := make([]byte, 1<<20)
-	return bytes.Count(buf[:runtime.Stack(buf, true)], []byte("shared.(*GoPool).run("))
+	n := 0
+	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+		pool := bytes.Contains(g, []byte("shared.(*GoPool).run(")) || bytes.Contains(g, []byte("shared.(*GoPool).Go.gowrap"))
+		if pool && (!idle || bytes.Contains(g, []byte(" [select"))) {
+			n++
+		}
+	}
+	return n
 }
 
 // goid is the calling goroutine's id, from its stack trace's header.
