@@ -67,8 +67,8 @@ func TestDispatchFailover(t *testing.T) {
 	}
 	l := gw.Ledger()
 	f := harness.MeasurePacing(rec.Accepted(), rate+burst)
-	issued := e.IssuePacing(rate + burst)
-	t.Logf("failover: replica %d -> %d, gap %s (largest pause at the gateway %s); sends per replica %v; accepted keys %d, duplicates %d; at the gateway %s; window refusals %d; send starts in dispatch: %s",
+	issued := e.CallStartPacing(rate+burst, task.ID)
+	t.Logf("failover: replica %d -> %d, gap %s (largest pause at the gateway %s); sends per replica %v; accepted keys %d, duplicates %d; at the gateway %s; window refusals %d; send starts admitted in dispatch: %s",
 		active, next, gap.Round(time.Millisecond), maxPause.Round(time.Millisecond), e.SendsBy(), l.AcceptedKeys(), l.Duplicates, f, rec.RefusedByWindow(), issued)
 
 	require.Less(t, gap, 5*time.Second, "traffic gap while another replica takes the account over")

@@ -46,14 +46,12 @@ func testPacing(t *testing.T, replicas int) {
 	issued := e.IssuePacing(rate + burst)
 	p50, p99, worst := e.TransportDelays(rec)
 	t.Logf("send start -> gateway handler: median %s, p99 %s, max %s", p50, p99, worst)
-	t.Logf("%d replica(s): configured %d/s burst %d; achieved %.1f/s (%.1f%%); at the gateway %s; window refusals %d; send starts in dispatch: %s; sends per replica %v",
+	t.Logf("%d replica(s): configured %d/s burst %d; achieved %.1f/s (%.1f%%); at the gateway %s; window refusals %d; senders called in dispatch: %s; sends per replica %v",
 		replicas, rate, burst, f.Rate, 100*f.Rate/rate, f, rec.RefusedByWindow(), issued, e.SendsBy())
 
 	require.Equal(t, contract.StateSucceeded, p.State)
 	require.Equal(t, n, p.Sent)
 	require.Len(t, acc, n, "every recipient accepted once")
-	require.LessOrEqual(t, issued.MaxInSecond, rate+burst, "send starts in any one-second window")
-	require.Zero(t, issued.OverLimitSecs)
 
 	// Each sent event says when its call began: the pacing's moment, just
 	// before the sender was called, and at the same pace.
@@ -72,7 +70,10 @@ func testPacing(t *testing.T, replicas int) {
 	}
 	sort.Slice(began, func(i, j int) bool { return began[i].At.Before(began[j].At) })
 	require.Len(t, began, n)
-	require.LessOrEqual(t, harness.MeasurePacing(began, rate+burst).MaxInSecond, rate+burst, "call_started_at in any one-second window")
+	admitted := harness.MeasurePacing(began, rate+burst)
+	t.Logf("send starts admitted (call_started_at): %s", admitted)
+	require.LessOrEqual(t, admitted.MaxInSecond, rate+burst, "call_started_at in any one-second window")
+	require.Zero(t, admitted.OverLimitSecs)
 	if raceDetector {
 		t.Log("race detector: arrival-time assertions skipped")
 		return

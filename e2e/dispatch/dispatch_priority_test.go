@@ -114,10 +114,11 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 		}
 	}
 	all := e.IssuePacing(prioRate + prioBurst)
+	starts := e.CallStartPacing(prioRate+prioBurst, "bulk", high.ID, low.ID)
 	t.Logf("high task: first send %s after submission; %d sends in %s = %.1f/s (%.1f%% of %d/s); normal sends meanwhile %d, after it %d",
 		latency.Round(time.Millisecond), len(highs), last.Sub(first).Round(time.Millisecond), highRate, 100*highRate/prioRate, prioRate, normalDuring, normalAfter)
 	t.Logf("low task: %d sends while normal jobs were queued (%d normal jobs still queued at the end)", len(lows), pendingAtEnd)
-	t.Logf("all sends: %s; sends per replica %v", all, e.SendsBy())
+	t.Logf("all sends: admitted %s; senders called %s; sends per replica %v", starts, all, e.SendsBy())
 
 	require.Less(t, latency, time.Second, "a high task's first send, behind %d queued normal jobs", pendingAtSubmit)
 	require.GreaterOrEqual(t, highRate, prioRateShare()*prioRate, "the high task runs at the account's rate")
@@ -125,8 +126,8 @@ func TestDispatchPriorityOvertakes(t *testing.T) {
 	require.Greater(t, normalAfter, prioRate/2, "normal work resumes after the high task")
 	require.Positive(t, pendingAtEnd, "normal work was still queued")
 	require.Empty(t, lows, "low work yields while normal work is queued")
-	require.LessOrEqual(t, all.MaxInSecond, prioRate+prioBurst, "send starts in any one-second window")
-	require.Zero(t, all.OverLimitSecs)
+	require.LessOrEqual(t, starts.MaxInSecond, prioRate+prioBurst, "send starts in any one-second window")
+	require.Zero(t, starts.OverLimitSecs)
 }
 
 // TestDispatchPriorityLowLast sends a normal task and a low task submitted
@@ -168,12 +169,14 @@ func TestDispatchPriorityLowLast(t *testing.T) {
 		}
 	}
 	all := e.IssuePacing(prioRate + prioBurst)
-	t.Logf("last normal send at +%s, first low send at +%s (%d low sends before the last normal one); all sends: %s",
-		lastNormal.Sub(log[0].At).Round(time.Millisecond), firstLow.Sub(log[0].At).Round(time.Millisecond), lowBefore, all)
+	starts := e.CallStartPacing(prioRate+prioBurst, normal.ID, low.ID)
+	t.Logf("last normal send at +%s, first low send at +%s (%d low sends before the last normal one); all sends: admitted %s; senders called %s",
+		lastNormal.Sub(log[0].At).Round(time.Millisecond), firstLow.Sub(log[0].At).Round(time.Millisecond), lowBefore, starts, all)
 	require.Zero(t, lowBefore, "low sends before the last normal send")
 	require.Len(t, log, nNormal+nLow)
-	require.LessOrEqual(t, all.MaxInSecond, prioRate+prioBurst)
-	require.GreaterOrEqual(t, all.Rate, prioRateShare()*prioRate, "the account's rate, whatever the lane")
+	require.Equal(t, nNormal+nLow, starts.N, "a sent event for every send")
+	require.LessOrEqual(t, starts.MaxInSecond, prioRate+prioBurst, "send starts in any one-second window")
+	require.GreaterOrEqual(t, starts.Rate, prioRateShare()*prioRate, "the account's rate, whatever the lane")
 }
 
 // prioRateShare is the share of the account's rate the priority tests
