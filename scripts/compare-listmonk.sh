@@ -20,7 +20,11 @@
 # measured run; "" for none), PROFILE (0; 1: CPU profiles of nats-server
 # and the services over PROFILE_SECS (8) from each Broadcast run's submit,
 # in $WORK/prof; the profiling costs a little CPU, so keep those runs out of
-# the table), OUT.
+# the table), MONITOR (0; 1: the server's monitoring port, and each
+# Broadcast run's messages per recipient into and out of the server by
+# connection name, from /connz, in $WORK/msgs.txt), BC_BINS (paths of
+# broadcast binaries to run one after the other in each round, for an A/B
+# of two builds; default: one built from this tree), OUT.
 # Everything listens on 127.0.0.1 only. docs/performance.md has the figures.
 set -euo pipefail
 
@@ -36,6 +40,7 @@ BC_AUTH="${BC_AUTH:-1}"
 SINK_CHUNKING="${SINK_CHUNKING:-1}"
 BENCH_LOCK="${BENCH_LOCK-/tmp/bench.lock}"
 PROFILE="${PROFILE:-0}"
+MONITOR="${MONITOR:-0}"
 PROFILE_SECS="${PROFILE_SECS:-8}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -72,6 +77,7 @@ trap cleanup EXIT
 log "building broadcast, nats-server and smtpsink (GOPROXY=off)"
 export GOPROXY=off GOFLAGS="${GOFLAGS:--buildvcs=false}"
 go build -o "$WORK/broadcast" ./cmd/broadcast
+read -ra BC_BINS <<<"${BC_BINS:-$WORK/broadcast}"
 go build -o "$WORK/nats-server" github.com/nats-io/nats-server/v2
 go build -o "$WORK/smtpsink" ./internal/fakes/smtpsink
 
@@ -111,6 +117,15 @@ split_record() {
 		for b in $4; do [[ "${b%%=*}" == "$name" ]] && out+=" $name $(((${b#*=} - ${a#*=}) * 1000000 / TCK / N))"; done
 	done
 	echo "$out µs/msg" >>"$WORK/cpu-split.txt"
+}
+# msgs_record SYSTEM CONC PORT: messages per recipient into and out of the
+# server by connection name (the NATS CLI's connections are left out).
+msgs_record() {
+	curl -fsS "http://127.0.0.1:$3/connz?limit=1024" | jq -r --arg h "$1 $2:" --argjson n "$N" '
+		[.connections[] | select((.name // "") | test("^NATS CLI") | not)]
+		| group_by(.name // "?") | map({name: (.[0].name // "?"), in: (map(.in_msgs) | add), out: (map(.out_msgs) | add)})
+		| $h + " " + (map("\(.name) in \(.in / $n * 100 | round / 100) out \(.out / $n * 100 | round / 100)") | join(", "))
+		+ " (messages per recipient, from and to the server)"' >>"$WORK/msgs.txt" || log "connz: no figures"
 }
 lock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>"$BENCH_LOCK" && flock 9; fi; }
 unlock() { if [[ -n "$BENCH_LOCK" ]]; then exec 9>&-; fi; }
@@ -265,8 +280,9 @@ unset NATS_USER NATS_PASSWORD
 # svc_password NAME: its development password, from the Procfile.
 svc_password() { sed -n "s/^$1: .*NATS_PASSWORD=\([^ ]*\) .*/\1/p" Procfile; }
 
+# run_broadcast CONC BINARY NAME
 run_broadcast() {
-	local c=$1 port t0 c0 c1 c2 ld s id s0 s2 names
+	local c=$1 bin=$2 name=$3 port t0 c0 c1 c2 ld s id s0 s2 names
 	start_sink broadcast
 	rm -rf "$WORK/bc-store"
 	port=$(free_port 14522)
@@ -284,6 +300,11 @@ EOF
 		pport[nats-server]=$(free_port 16060)
 		echo "prof_port: ${pport[nats-server]}" >>"$WORK/nats.conf"
 	fi
+	local mport=""
+	if ((MONITOR)); then
+		mport=$(free_port 18222)
+		echo "http: 127.0.0.1:$mport" >>"$WORK/nats.conf"
+	fi
 	export NATS_URL="nats://127.0.0.1:$port"
 	nats_init "$WORK/natscli" 10s
 	BC_PIDS=()
@@ -291,7 +312,7 @@ EOF
 	BC_PIDS+=($!)
 	names="nats-server=$!"
 	wait_for 30 "nats-server" nats_ kv ls --names
-	NATS_USER=admin NATS_PASSWORD="$(svc_password setup)" "$WORK/broadcast" setup >>"$WORK/setup.log" 2>&1
+	NATS_USER=admin NATS_PASSWORD="$(svc_password setup)" "$bin" setup >>"$WORK/setup.log" 2>&1
 	for s in ingest render dispatch status; do
 		local prof=()
 		if ((PROFILE)); then
@@ -299,7 +320,7 @@ EOF
 			prof=(PPROF_ADDR="127.0.0.1:${pport[$s]}")
 		fi
 		env NATS_USER=$s NATS_PASSWORD="$(svc_password "$s")" DASHBOARD_ADDR=off LOG_FORMAT=json LOG_LEVEL=warn "${prof[@]}" \
-			"$WORK/broadcast" "$s" >>"$WORK/$s.log" 2>&1 &
+			"$bin" "$s" >>"$WORK/$s.log" 2>&1 &
 		BC_PIDS+=($!)
 		names+=" $s=$!"
 	done
@@ -324,7 +345,7 @@ EOF
 	if ((PROFILE)); then
 		mkdir -p "$WORK/prof"
 		for s in "${!pport[@]}"; do
-			curl -fsS -o "$WORK/prof/bc$c-r$r-$s.pprof" "http://127.0.0.1:${pport[$s]}/debug/pprof/profile?seconds=$PROFILE_SECS" 2>>"$WORK/prof/curl.log" &
+			curl -fsS -o "$WORK/prof/$name-$c-r$r-$s.pprof" "http://127.0.0.1:${pport[$s]}/debug/pprof/profile?seconds=$PROFILE_SECS" 2>>"$WORK/prof/curl.log" &
 			pjobs+=($!)
 		done
 	fi
@@ -340,9 +361,10 @@ EOF
 	s2=$(cpu_split $names)
 	for s in "${pjobs[@]}"; do wait "$s" || true; done
 	unlock
-	split_record "$BC_NAME" "$c" "$s0" "$s2"
+	split_record "$name" "$c" "$s0" "$s2"
+	if ((MONITOR)); then msgs_record "$name" "$c" "$mport"; fi
 	[[ "$STATE" == succeeded ]] || log "task $id is '$STATE', not succeeded"
-	record "$BC_NAME" "$c" "$t0" "$c0" "$c1" "$c2" "$ld"
+	record "$name" "$c" "$t0" "$c0" "$c1" "$c2" "$ld"
 	for s in "${BC_PIDS[@]}"; do kill -KILL "$s" 2>/dev/null || true; done
 	for s in "${BC_PIDS[@]}"; do wait "$s" 2>/dev/null || true; done
 	BC_PIDS=()
@@ -355,10 +377,18 @@ read -ra BCC <<<"$BC_CONCURRENCY"
 for ((r = 1; r <= ROUNDS; r++)); do
 	for ((i = 0; i < ${#LMC[@]} || i < ${#BCC[@]}; i++)); do
 		if ((i < ${#LMC[@]})); then log "round $r: listmonk, concurrency ${LMC[i]}"; run_listmonk "${LMC[i]}"; fi
-		if ((i < ${#BCC[@]})); then log "round $r: Broadcast, concurrency ${BCC[i]}"; run_broadcast "${BCC[i]}"; fi
+		if ((i < ${#BCC[@]})); then
+			for ((b = 0; b < ${#BC_BINS[@]}; b++)); do
+				name=$BC_NAME
+				((${#BC_BINS[@]} > 1)) && name+="-$(basename "${BC_BINS[b]}")"
+				log "round $r: Broadcast ($name), concurrency ${BCC[i]}"
+				run_broadcast "${BCC[i]}" "${BC_BINS[b]}" "$name"
+			done
+		fi
 	done
 done
 log "results: $OUT"
 column -t -s $'\t' "$OUT"
 log "CPU by process, to the final state:"
 cat "$WORK/cpu-split.txt"
+if ((MONITOR)); then log "messages by connection:" && cat "$WORK/msgs.txt"; fi
