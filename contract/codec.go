@@ -82,7 +82,7 @@ func EncodeJob(job *Job) ([]byte, error) { return encodeFast(job) }
 
 // EncodeEvent encodes an event message.
 func EncodeEvent(ev *Event) ([]byte, error) {
-	if b, ok := appendEvent(make([]byte, 0, 384), ev); ok {
+	if b, ok := appendEvent(make([]byte, 0, eventSizeHint(ev)), ev); ok {
 		return b, nil
 	}
 	return encodeFast(ev)
