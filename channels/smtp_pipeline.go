@@ -108,6 +108,7 @@ func envelope(msg *gomail.Msg) (from, rcpt string, err error) {
 // line ended, with the parameters conn's server announced.
 func mailCommands(conn *smtpConn, from, rcpt string) string {
 	var cmds strings.Builder
+	cmds.Grow(len("MAIL FROM: BODY=8BITMIME SMTPUTF8\r\nRCPT TO:\r\n") + len(from) + len(rcpt))
 	cmds.WriteString("MAIL FROM:")
 	cmds.WriteString(from)
 	if ok, _ := conn.Extension("8BITMIME"); ok {

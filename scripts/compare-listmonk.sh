@@ -19,7 +19,7 @@
 # DATA as listmonk does), BENCH_LOCK (/tmp/bench.lock, taken around each
 # measured run; "" for none), PROFILE (0; 1: CPU profiles of nats-server
 # and the services over PROFILE_SECS (8) from each Broadcast run's submit,
-# in $WORK/prof; the profiling costs a little CPU, so keep those runs out of
+# with their allocations over the same time (*.allocs.pprof), in $WORK/prof; the profiling costs a little CPU, so keep those runs out of
 # the table), MONITOR (0; 1: the server's monitoring port, and each
 # Broadcast run's messages per recipient into and out of the server by
 # connection name, from /connz, in $WORK/msgs.txt), BC_BINS (paths of
@@ -346,6 +346,8 @@ EOF
 		mkdir -p "$WORK/prof"
 		for s in "${!pport[@]}"; do
 			curl -fsS -o "$WORK/prof/$name-$c-r$r-$s.pprof" "http://127.0.0.1:${pport[$s]}/debug/pprof/profile?seconds=$PROFILE_SECS" 2>>"$WORK/prof/curl.log" &
+			pjobs+=($!)
+			curl -fsS -o "$WORK/prof/$name-$c-r$r-$s.allocs.pprof" "http://127.0.0.1:${pport[$s]}/debug/pprof/allocs?seconds=$PROFILE_SECS" 2>>"$WORK/prof/curl.log" &
 			pjobs+=($!)
 		done
 	fi
