@@ -202,8 +202,10 @@ var slowSeeds = []uint64{605087273, 715504403, 194139588}
 // disabled account carried the digest's text in its copy, was then
 // handed over as its task paused, and sent that text alone under its own
 // key while the next carrier sent the items again (the job keeps its own
-// text now: delivery.sendBody).
-var fixedMultiSeeds = []uint64{1, 2, 3, 15166146, 21322347, 47462567, 77967254, 181892684, 323429555, 365855586, 403378376, 482999897, 502688736, 583131964, 585014640, 595946141, 596343942, 596367550, 696936081, 712366452, 840142194, 860129467, 916710390}
+// text now: delivery.sendBody); seed 13250440 a bound too tight: it left
+// out an account added during the run, whose provider took 4/s, though
+// render had given it its share (scenario.Bound counts it now).
+var fixedMultiSeeds = []uint64{1, 2, 3, 13250440, 15166146, 21322347, 47462567, 77967254, 181892684, 323429555, 365855586, 403378376, 482999897, 502688736, 583131964, 585014640, 595946141, 596343942, 596367550, 696936081, 712366452, 840142194, 860129467, 916710390}
 
 // knownFailing are seeds that fail for a known cause not yet fixed
 // (scenario.Known*), run with -scenario.known=false to tolerate it; the

@@ -50,3 +50,27 @@ func TestBoundCoversTheSlowestAccount(t *testing.T) {
 	sc.Pools[0].Accounts[0].Faults = Faults{CapacityPerSec: 0.5}
 	require.Equal(t, MaxFloorBound, Bound(sc, sc.Tasks[0]))
 }
+
+// TestBoundCountsAccountsAddedLater: an account added during the run gets
+// its share of what render renders after and of the work moved off
+// others, so a slow one sets the bound (seed 13250440: added at 0.95 s,
+// its provider taking 4/s, 41 jobs still queued on it at a bound of 57 s
+// while the pool's 97/s account had none).
+func TestBoundCountsAccountsAddedLater(t *testing.T) {
+	t.Parallel()
+	sc := &Scenario{Seed: 13250440,
+		Pools: []Pool{{Channel: "webhook", Accounts: []Account{
+			{Name: "hook-a", RatePerSec: 97, Burst: 7, Concurrency: 5},
+			{Name: "hook-c", RatePerSec: 6, Burst: 8, Concurrency: 14, AddedLater: true, Faults: Faults{CapacityPerSec: 4}},
+		}}},
+		Tasks:   []Task{{ID: "t0", Channel: "webhook", Recipients: make([]int, 298)}},
+		Actions: []Action{{At: 950 * time.Millisecond, Kind: ActAdd, Account: "hook-c"}},
+	}
+	need := 149 * time.Second / 4 // hook-c's half at 4/s
+	require.Greater(t, Bound(sc, sc.Tasks[0]), 2*need, "half of 298 sends at 4/s take %s", need)
+
+	// Added later and answering 401: no pace of its own, the bound is
+	// hook-a's.
+	sc.Pools[0].Accounts[1].Faults = Faults{Unauthorized: true}
+	require.Less(t, Bound(sc, sc.Tasks[0]), 30*time.Second)
+}

@@ -467,18 +467,27 @@ func (r *runner) taskJSON(ctx context.Context, t Task) ([]byte, error) {
 func Bound(sc *Scenario, t Task) time.Duration {
 	p := sc.Pool(t.Channel)
 	var rates []float64
+	allAlong := 0
 	for _, a := range p.Accounts {
 		if a.Faults.Unauthorized || (len(t.Accounts) > 0 && !slices.Contains(t.Accounts, a.Name)) {
 			continue
 		}
 		// An account disabled or removed during the run hands its queue to
 		// the others for good (moved work does not come back when it is
-		// enabled again), and one added later starts late: count only the
-		// accounts there all along.
-		if a.AddedLater || slices.ContainsFunc(sc.Actions, func(x Action) bool {
+		// enabled again): its pace does not count.
+		if slices.ContainsFunc(sc.Actions, func(x Action) bool {
 			return x.Account == a.Name && (x.Kind == ActRemove || x.Enabled != nil && !*x.Enabled)
 		}) {
 			continue
+		}
+		// One added later starts late, but render gives it its share of
+		// what it renders after, and moves give it work too: a slow one
+		// sets the pace as one there all along does (seed 13250440: an
+		// account added at 0.95 s, its provider taking 4/s, held 41 jobs
+		// at the bound while the pool's 97/s account had none). Only the
+		// accounts there all along give the floor below.
+		if !a.AddedLater {
+			allAlong++
 		}
 		// The slowest rate the account has during the run (an edit may
 		// lower it: seed 328788424); calls carry several recipients only
@@ -503,8 +512,8 @@ func Bound(sc *Scenario, t Task) time.Duration {
 	// Without an account that can send for the whole run (all 401, or
 	// all disabled at some point) the task's pace is not the pool's: no
 	// floor then.
-	floor := len(rates) > 0
-	if !floor {
+	floor := allAlong > 0
+	if len(rates) == 0 {
 		rates = []float64{1}
 	}
 	// The pool's other tasks share its rate (and a higher priority goes
