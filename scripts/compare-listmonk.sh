@@ -19,7 +19,8 @@
 # DATA as listmonk does), BENCH_LOCK (/tmp/bench.lock, taken around each
 # measured run; "" for none), PROFILE (0; 1: CPU profiles of nats-server
 # and the services over PROFILE_SECS (8) from each Broadcast run's submit,
-# with their allocations over the same time (*.allocs.pprof), in $WORK/prof; the profiling costs a little CPU, so keep those runs out of
+# with their allocations over the same time (*.allocs.pprof), in
+# $WORK/prof; the profiling costs a little CPU, so keep those runs out of
 # the table), MONITOR (0; 1: the server's monitoring port, and each
 # Broadcast run's messages per recipient into and out of the server by
 # connection name, from /connz, in $WORK/msgs.txt), BC_BINS (paths of
@@ -77,9 +78,9 @@ trap cleanup EXIT
 log "building broadcast, nats-server and smtpsink (GOPROXY=off)"
 export GOPROXY=off GOFLAGS="${GOFLAGS:--buildvcs=false}"
 go build -o "$WORK/broadcast" ./cmd/broadcast
-read -ra BC_BINS <<<"${BC_BINS:-$WORK/broadcast}"
 go build -o "$WORK/nats-server" github.com/nats-io/nats-server/v2
 go build -o "$WORK/smtpsink" ./internal/fakes/smtpsink
+read -ra BC_BINS <<<"${BC_BINS:-$WORK/broadcast}"
 
 # ---------------------------------------------------------------- measuring
 TCK=$(getconf CLK_TCK)
