@@ -75,41 +75,97 @@ func TestFoldReplaysAPreviousHoldersEventsInStreamOrder(t *testing.T) {
 }
 
 // TestProgressLostAfterItsCheckpointIsWrittenAgain: the last progress
-// write of a finished task is lost after its checkpoint was stored (a
-// nats-server killed before its write cache reached the file) and every
-// event is acknowledged. The next holder of the fold finds progress
-// behind the checkpoint and writes it again; before, nothing marked the
-// task dirty and progress stayed behind for good (scenario seed
-// 840142194).
+// write of a task is lost after its checkpoint was stored (a nats-server
+// killed before its write cache reached the file, or the status process
+// killed between the two writes) and every event is acknowledged, so the
+// stored progress is the one written before. The next holder of the fold
+// finds the checkpoint saved after it and writes progress again; before,
+// nothing marked the task dirty and progress stayed behind for good
+// (scenario seed 840142194, twice: a task left unfinished at 88 sent of
+// 90, and a task reopened by retry-dead left finished with the recipient
+// it then sent counted failed).
 func TestProgressLostAfterItsCheckpointIsWrittenAgain(t *testing.T) {
 	t.Parallel()
-	ts := pipelinetest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	const task = "lostwrite"
-	for _, ev := range []contract.Event{
-		{Kind: contract.EventAccepted, Index: -1, Total: 2, State: contract.StateProcessing},
-		{JobID: task + ".0", Kind: contract.EventSent, Index: 0, Attempt: 1},
-		{JobID: task + ".1", Kind: contract.EventFailed, Index: 1, Attempt: 1, Class: contract.ClassPermanent},
-	} {
-		publishEvent(ctx, t, ts, task, ev)
-	}
-	final := func(p *contract.Progress) bool {
-		return p != nil && p.State == contract.StatePartial && p.Sent == 1 && p.Failed == 1 && p.FinishedAt != nil
-	}
-	runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool { return final(ts.Progress(t, task)) })
+	for _, tc := range []struct {
+		name        string
+		before, add []contract.Event
+		final       func(p *contract.Progress) bool
+	}{{
+		name: "unfinished",
+		before: []contract.Event{
+			{Kind: contract.EventAccepted, Index: -1, Total: 2, State: contract.StateProcessing},
+			{JobID: ".0", Kind: contract.EventSent, Index: 0, Attempt: 1},
+		},
+		add: []contract.Event{
+			{JobID: ".1", Kind: contract.EventFailed, Index: 1, Attempt: 1, Class: contract.ClassPermanent},
+		},
+		final: func(p *contract.Progress) bool {
+			return p.State == contract.StatePartial && p.Sent == 1 && p.Failed == 1 && p.FinishedAt != nil
+		},
+	}, {
+		name: "reopened by retry-dead",
+		before: []contract.Event{
+			{Kind: contract.EventAccepted, Index: -1, Total: 2, State: contract.StateProcessing},
+			{JobID: ".0", Kind: contract.EventSent, Index: 0, Attempt: 1},
+			{JobID: ".1", Kind: contract.EventFailed, Index: 1, Attempt: 1, Class: contract.ClassPermanent},
+		},
+		add: []contract.Event{
+			{JobID: ".1", Kind: contract.EventRetrying, Index: 1, Attempt: 1, Requeued: true},
+			{JobID: ".1", Kind: contract.EventSent, Index: 1, Attempt: 2},
+		},
+		final: func(p *contract.Progress) bool {
+			return p.State == contract.StateSucceeded && p.Sent == 2 && p.Failed == 0 && p.FinishedAt != nil
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ts := pipelinetest.Start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const task = "lostwrite"
+			publish := func(evs []contract.Event) {
+				for _, ev := range evs {
+					if ev.JobID != "" {
+						ev.JobID = task + ev.JobID
+					}
+					publishEvent(ctx, t, ts, task, ev)
+				}
+			}
+			publish(tc.before)
+			n := len(tc.before) - 1
+			runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool {
+				p := ts.Progress(t, task)
+				return p != nil && p.Done() == n
+			})
+			before := *ts.Progress(t, task)
+			publish(tc.add)
+			runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool {
+				p := ts.Progress(t, task)
+				return p != nil && tc.final(p)
+			})
 
-	// The lost write: progress as it was before the last event.
-	stale := *ts.Progress(t, task)
-	stale.State, stale.Failed, stale.Retrying, stale.FinishedAt = contract.StateProcessing, 0, 1, nil
-	data, err := json.Marshal(stale)
-	require.NoError(t, err)
-	kv, err := ts.JS.KeyValue(ctx, contract.BucketProgress)
-	require.NoError(t, err)
-	_, err = kv.Put(ctx, task, data)
-	require.NoError(t, err)
+			// What a lost write leaves: the progress written before it, and
+			// the checkpoint saved after that (a KV stream's messages cannot
+			// be deleted, so both are written again in that order).
+			checkpoints, err := ts.JS.ObjectStore(ctx, contract.BucketStatus)
+			require.NoError(t, err)
+			saved, err := checkpoints.GetBytes(ctx, task)
+			require.NoError(t, err)
+			data, err := json.Marshal(before)
+			require.NoError(t, err)
+			kv, err := ts.JS.KeyValue(ctx, contract.BucketProgress)
+			require.NoError(t, err)
+			_, err = kv.Put(ctx, task, data)
+			require.NoError(t, err)
+			_, err = checkpoints.PutBytes(ctx, task, saved)
+			require.NoError(t, err)
 
-	runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool { return final(ts.Progress(t, task)) })
+			runStatusUntil(t, ts, status.Config{Logger: logtest.Logger()}, func() bool {
+				p := ts.Progress(t, task)
+				return p != nil && tc.final(p)
+			})
+		})
+	}
 }
 
 // publishEvent publishes ev as task's, stamped now, as dispatch would
