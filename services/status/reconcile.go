@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -21,32 +22,38 @@ import (
 // another run a task reopened by retry-dead, whose re-queued recipient
 // was then sent, kept a finished progress with 89 sent of 90).
 //
-// A flush saves a task's checkpoint before it writes the task's progress,
-// so a checkpoint stored after the task's progress value is the trace of
-// such a loss. Whenever this process begins to hold a partition's fold,
-// and whenever its connection comes back, it compares the two stores'
-// times (server times: a checkpoint's modification, a value's creation)
-// and writes again, from the newer state, every task of the partition
-// whose checkpoint is the newer or whose progress is missing. Comparing
-// times rather than counts never writes progress back, and holds for a
-// finished task reopened by retry-dead, whose counts go down and up.
+// A flush saves a task's checkpoint, with the updated_at of the progress
+// it is about to write in the checkpoint's metadata, and then writes that
+// progress. So a checkpoint naming a later updated_at than the stored
+// progress's is the trace of such a loss; one naming the same or an earlier
+// one is not (later flushes write progress alone). Whenever this process
+// begins to hold a partition's fold, and whenever its connection comes
+// back, it compares the two and writes again, from the checkpoint's
+// state, every task of the partition whose last write was lost or whose
+// progress is missing. Comparing times rather than counts never writes
+// progress back, and holds for a finished task reopened by retry-dead,
+// whose counts go down and up. Both times are taken by status at its
+// flushes, in one process or across a take-over seconds apart, so clocks
+// a few milliseconds apart do not turn every task into one behind (the
+// servers' times of two streams could). A checkpoint saved
+// by an earlier version, without the metadata, is compared by the
+// server's times instead (its modification against the value's creation).
 
-// reconcile marks dirty, in p's folds, every task of p whose checkpoint was
-// saved after its progress value was written, so the next flush writes it.
-// It runs in p's fold loop; an error says it could not look at every task
-// (try again later).
+// reconcile marks dirty, in p's folds, every task of p whose last progress
+// write was lost, so the next flush writes it. It runs in p's fold loop;
+// an error says it could not look at every task (try again later).
 func (s *Service) reconcile(ctx context.Context, p *partition) error {
 	// The two reads are passes of one watcher each, over streams of tens of
 	// thousands of entries after a month of tasks; they run side by side,
 	// as the check holds up the fold.
-	var written map[string]time.Time
+	var written map[string]progressMark
 	var writtenErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		written, writtenErr = s.progressTimes(ctx, p)
+		written, writtenErr = s.progressMarks(ctx, p)
 	}()
-	saved, err := s.checkpointTimes(ctx, p)
+	saved, err := s.checkpointMarks(ctx, p)
 	<-done
 	if err != nil {
 		return err
@@ -54,8 +61,8 @@ func (s *Service) reconcile(ctx context.Context, p *partition) error {
 	if writtenErr != nil {
 		return writtenErr
 	}
-	for id, at := range saved {
-		if w, ok := written[id]; ok && !at.After(w) {
+	for id, cp := range saved {
+		if w, ok := written[id]; ok && !cp.lostWrite(w) {
 			continue
 		}
 		if err := s.reconcileTask(ctx, p, id); err != nil {
@@ -65,16 +72,36 @@ func (s *Service) reconcile(ctx context.Context, p *partition) error {
 	return nil
 }
 
-// checkpointTimes returns when each of p's tasks' checkpoints was last
-// saved, from one pass over the checkpoints' descriptions (not their
-// contents).
-func (s *Service) checkpointTimes(ctx context.Context, p *partition) (map[string]time.Time, error) {
+// checkpointMark is what a checkpoint's description says of it.
+type checkpointMark struct {
+	progressAt time.Time // the updated_at it was saved with; zero if not noted
+	saved      time.Time // when the server stored it
+}
+
+// progressMark is what reconcile reads of a stored progress value.
+type progressMark struct {
+	updatedAt time.Time // its updated_at
+	written   time.Time // when the server stored it
+}
+
+// lostWrite reports whether the progress written after checkpoint c is
+// missing: w is older.
+func (c checkpointMark) lostWrite(w progressMark) bool {
+	if !c.progressAt.IsZero() {
+		return c.progressAt.After(w.updatedAt)
+	}
+	return c.saved.After(w.written)
+}
+
+// checkpointMarks reads the descriptions of p's tasks' checkpoints (not
+// their contents) in one pass.
+func (s *Service) checkpointMarks(ctx context.Context, p *partition) (map[string]checkpointMark, error) {
 	w, err := s.checkpoints.Watch(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = w.Stop() }()
-	saved := map[string]time.Time{}
+	saved := map[string]checkpointMark{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -86,22 +113,26 @@ func (s *Service) checkpointTimes(ctx context.Context, p *partition) (map[string
 			if info == nil {
 				return saved, nil // every checkpoint stored when the watch began was seen
 			}
-			if !info.Deleted && contract.ValidID(info.Name) && p.owns(info.Name) {
-				saved[info.Name] = info.ModTime
+			if info.Deleted || !contract.ValidID(info.Name) || !p.owns(info.Name) {
+				continue
 			}
+			m := checkpointMark{saved: info.ModTime}
+			if at, err := time.Parse(time.RFC3339Nano, info.Metadata[checkpointProgressAt]); err == nil {
+				m.progressAt = at
+			}
+			saved[info.Name] = m
 		}
 	}
 }
 
-// progressTimes returns when each of p's tasks' progress value was last
-// written.
-func (s *Service) progressTimes(ctx context.Context, p *partition) (map[string]time.Time, error) {
-	w, err := s.progress.WatchAll(ctx, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+// progressMarks reads p's tasks' stored progress values in one pass.
+func (s *Service) progressMarks(ctx context.Context, p *partition) (map[string]progressMark, error) {
+	w, err := s.progress.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = w.Stop() }()
-	written := map[string]time.Time{}
+	written := map[string]progressMark{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -113,9 +144,14 @@ func (s *Service) progressTimes(ctx context.Context, p *partition) (map[string]t
 			if e == nil {
 				return written, nil // every value stored when the watch began was seen
 			}
-			if p.owns(e.Key()) {
-				written[e.Key()] = e.Created()
+			if !p.owns(e.Key()) {
+				continue
 			}
+			var stored struct {
+				UpdatedAt time.Time `json:"updated_at"`
+			}
+			_ = json.Unmarshal(e.Value(), &stored) // unreadable: zero, so behind any checkpoint
+			written[e.Key()] = progressMark{updatedAt: stored.UpdatedAt, written: e.Created()}
 		}
 	}
 }

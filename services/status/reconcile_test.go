@@ -1,6 +1,8 @@
 package status
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,9 +18,11 @@ import (
 
 // reconcileFixture stores progress for n tasks, as a process that takes
 // over a partition finds them after a month of tasks, most finished with a
-// checkpoint saved before their progress. The first behind of them lost
-// their last progress write, their checkpoint saved after it (sent 5
-// against the stored 3); as many unfinished are up to date. Among those
+// checkpoint saved with the progress stored (every tenth by an earlier
+// version: no metadata, stored before the progress). The first behind of
+// them lost their last progress write, their checkpoint a second newer
+// (sent 5 against the stored 3); as many unfinished are up to date, their
+// progress written alone a second after the checkpoint. Among those
 // behind, every fourth was finished and reopened by retry-dead (stored
 // finished with 9 sent and 1 failed, checkpoint unfinished with 9 sent and
 // 1 retrying: its counts went down), and every fourth, offset by one, has
@@ -38,28 +42,43 @@ func reconcileFixture(tb testing.TB, n, behind int) *Service {
 		_, err = progress.Put(ctx, p.TaskID, data)
 		require.NoError(tb, err)
 	}
+	at := time.Now().UTC()
 	for i := range n {
 		id := fmt.Sprintf("task-%06d", i)
-		p := contract.Progress{TaskID: id, State: contract.StateSucceeded, Total: 10, Sent: 10, UpdatedAt: time.Now()}
+		p := contract.Progress{TaskID: id, State: contract.StateSucceeded, Total: 10, Sent: 10, UpdatedAt: at}
 		f := newFold(id)
 		f.P = p
 		switch {
 		case i < behind && i%4 == 0:
 			p.State, p.Sent, p.Failed = contract.StatePartial, 9, 1
 			f.P.State, f.P.Sent, f.P.Retrying = contract.StateProcessing, 9, 1
-			put(p)
+			f.P.UpdatedAt = at.Add(time.Second)
 			require.NoError(tb, s.saveCheckpoint(ctx, f))
+			put(p)
 		case i < behind && i%4 == 1:
 			require.NoError(tb, s.saveCheckpoint(ctx, f))
 		case i < behind:
 			p.State, p.Sent = contract.StateProcessing, 3
 			f.P.State, f.P.Sent = contract.StateProcessing, 5
-			put(p)
+			f.P.UpdatedAt = at.Add(time.Second)
 			require.NoError(tb, s.saveCheckpoint(ctx, f))
+			put(p)
 		case i < 2*behind:
 			p.State, p.Sent = contract.StateProcessing, 3
 			f.P = p
 			require.NoError(tb, s.saveCheckpoint(ctx, f))
+			p.UpdatedAt = at.Add(time.Second)
+			put(p)
+		case i%10 == 0:
+			data, err := json.Marshal(f)
+			require.NoError(tb, err)
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			_, err = zw.Write(data)
+			require.NoError(tb, err)
+			require.NoError(tb, zw.Close())
+			_, err = checkpoints.PutBytes(ctx, id, gz.Bytes())
+			require.NoError(tb, err)
 			put(p)
 		default:
 			require.NoError(tb, s.saveCheckpoint(ctx, f))
@@ -102,6 +121,29 @@ func TestReconcileMarksOnlyTasksBehind(t *testing.T) {
 		}
 	}
 	require.Equal(t, behind, marked, "tasks marked dirty over the 4 partitions")
+}
+
+// TestLostWrite checks the comparison of a checkpoint's description with
+// a stored progress value: by the progress's updated_at when the
+// checkpoint notes it, else by the server's times.
+func TestLostWrite(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	later := t0.Add(time.Millisecond)
+	for _, tc := range []struct {
+		name string
+		cp   checkpointMark
+		w    progressMark
+		lost bool
+	}{
+		{"written with its checkpoint", checkpointMark{progressAt: t0, saved: later}, progressMark{updatedAt: t0, written: t0}, false},
+		{"written alone later", checkpointMark{progressAt: t0, saved: t0}, progressMark{updatedAt: later, written: later}, false},
+		{"lost", checkpointMark{progressAt: later, saved: later}, progressMark{updatedAt: t0, written: later.Add(time.Hour)}, true},
+		{"old checkpoint, stored before the progress", checkpointMark{saved: t0}, progressMark{updatedAt: t0, written: later}, false},
+		{"old checkpoint, stored after the progress", checkpointMark{saved: later}, progressMark{updatedAt: later, written: t0}, true},
+	} {
+		require.Equal(t, tc.lost, tc.cp.lostWrite(tc.w), tc.name)
+	}
 }
 
 // BenchmarkReconcile is one partition's check after its fold was taken
