@@ -102,27 +102,17 @@ func (s *Service) checkpointMarks(ctx context.Context, p *partition) (map[string
 	}
 	defer func() { _ = w.Stop() }()
 	saved := map[string]checkpointMark{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case info, ok := <-w.Updates():
-			if !ok {
-				return nil, errWatchEnded
-			}
-			if info == nil {
-				return saved, nil // every checkpoint stored when the watch began was seen
-			}
-			if info.Deleted || !contract.ValidID(info.Name) || !p.owns(info.Name) {
-				continue
-			}
-			m := checkpointMark{saved: info.ModTime}
-			if at, err := time.Parse(time.RFC3339Nano, info.Metadata[checkpointProgressAt]); err == nil {
-				m.progressAt = at
-			}
-			saved[info.Name] = m
+	err = readStored(ctx, w.Updates(), func(info *jetstream.ObjectInfo) {
+		if info.Deleted || !contract.ValidID(info.Name) || !p.owns(info.Name) {
+			return
 		}
-	}
+		m := checkpointMark{saved: info.ModTime}
+		if at, err := time.Parse(time.RFC3339Nano, info.Metadata[checkpointProgressAt]); err == nil {
+			m.progressAt = at
+		}
+		saved[info.Name] = m
+	})
+	return saved, err
 }
 
 // progressMarks reads p's tasks' stored progress values in one pass.
@@ -133,25 +123,35 @@ func (s *Service) progressMarks(ctx context.Context, p *partition) (map[string]p
 	}
 	defer func() { _ = w.Stop() }()
 	written := map[string]progressMark{}
+	err = readStored(ctx, w.Updates(), func(e jetstream.KeyValueEntry) {
+		if !p.owns(e.Key()) {
+			return
+		}
+		var stored struct {
+			UpdatedAt time.Time `json:"updated_at"`
+		}
+		_ = json.Unmarshal(e.Value(), &stored) // unreadable: zero, so behind any checkpoint
+		written[e.Key()] = progressMark{updatedAt: stored.UpdatedAt, written: e.Created()}
+	})
+	return written, err
+}
+
+// readStored hands each of a watcher's updates to each until the nil that
+// follows the values stored when the watch began.
+func readStored[T comparable](ctx context.Context, updates <-chan T, each func(T)) error {
+	var end T
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
+			return ctx.Err()
+		case u, ok := <-updates:
 			if !ok {
-				return nil, errWatchEnded
+				return errWatchEnded
 			}
-			if e == nil {
-				return written, nil // every value stored when the watch began was seen
+			if u == end {
+				return nil
 			}
-			if !p.owns(e.Key()) {
-				continue
-			}
-			var stored struct {
-				UpdatedAt time.Time `json:"updated_at"`
-			}
-			_ = json.Unmarshal(e.Value(), &stored) // unreadable: zero, so behind any checkpoint
-			written[e.Key()] = progressMark{updatedAt: stored.UpdatedAt, written: e.Created()}
+			each(u)
 		}
 	}
 }
