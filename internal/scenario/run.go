@@ -164,6 +164,9 @@ func Run(ctx context.Context, sc *Scenario, o RunOptions) (*Observation, error) 
 	if sc.SessionIdle > 0 {
 		env["DISPATCH_SESSION_IDLE"] = sc.SessionIdle.String()
 	}
+	if sc.KeptConsumers != 0 {
+		env["DISPATCH_KEPT_CONSUMERS"] = strconv.Itoa(sc.KeptConsumers)
+	}
 	if sc.Replicas > 1 {
 		env[ReplicasEnv] = strconv.Itoa(sc.Replicas)
 	}

@@ -52,6 +52,10 @@ type Scenario struct {
 	// (DISPATCH_SESSION_IDLE; unset: dispatch's 10 s), so accounts sleep
 	// between and during the tasks and wake again.
 	SessionIdle time.Duration `json:"session_idle,omitempty"`
+	// KeptConsumers, when set, is how many sleeping accounts keep their
+	// normal lane's consumer per dispatch replica
+	// (DISPATCH_KEPT_CONSUMERS; -1: none, unset: dispatch's 1,000).
+	KeptConsumers int `json:"kept_consumers,omitempty"`
 	// Shrunk notes what shrinking removed, when it did.
 	Shrunk string `json:"shrunk,omitempty"`
 }
@@ -321,10 +325,18 @@ func Generate(seed uint64, o Options) *Scenario {
 		s.JobsPerMessage = o.JobsPerMessage
 	}
 	// And sleeping accounts: in a third of the scenarios an account
-	// without jobs for 300 ms to 1.5 s sleeps (its lease released, its
-	// consumer deleted, the asleep mark left) and the next job wakes it.
+	// without jobs for 300 ms to 1.5 s sleeps (its lease released, the
+	// asleep mark left) and the next job wakes it. Of those, a third
+	// delete every sleeping account's consumer, a third keep one per
+	// replica, the rest keep them all.
 	if ir := rand.New(rand.NewPCG(seed^0xc2b2ae35, seed+41)); ir.IntN(3) == 0 {
 		s.SessionIdle = time.Duration(300+ir.IntN(1201)) * time.Millisecond
+		switch kr := rand.New(rand.NewPCG(seed^0x9e3779b9, seed+53)); kr.IntN(3) {
+		case 0:
+			s.KeptConsumers = -1
+		case 1:
+			s.KeptConsumers = 1
+		}
 	}
 	// And half the SMTP accounts with a concurrency above one share fewer
 	// connections than it (several transactions a write).

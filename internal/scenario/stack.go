@@ -106,11 +106,13 @@ func StartInProcess(ctx context.Context, env map[string]string) (Stack, error) {
 		return os.Getenv(name)
 	}
 	sessionIdle, _ := time.ParseDuration(getenv("DISPATCH_SESSION_IDLE")) // 0 without: dispatch's default
+	keptConsumers, _ := strconv.Atoi(getenv("DISPATCH_KEPT_CONSUMERS"))
 	dcfg := dispatch.Config{
 		BackoffBase:   50 * time.Millisecond,
 		BackoffMax:    500 * time.Millisecond,
 		NoHealthyWait: 2 * time.Second,
 		SessionIdle:   sessionIdle,
+		KeptConsumers: keptConsumers,
 		Getenv:        getenv,
 		Logger:        log,
 	}

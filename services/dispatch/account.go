@@ -172,6 +172,7 @@ func (r *accountRunner) capTracker(ctx context.Context) (*capTracker, error) {
 // holds it and has work, and sleeps again.
 func (r *accountRunner) run() {
 	defer close(r.stopped)
+	defer r.forgetSlept()
 	ctx := r.ctx
 	select {
 	case <-r.svc.ready:

@@ -39,8 +39,14 @@ type Config struct {
 	HealthInterval time.Duration
 	// SessionIdle is how long an account's session stays without a job
 	// before it ends and the account sleeps: no lease, no pull request, no
-	// consumer (idle.go). Defaults to 10 seconds.
+	// timer (idle.go). Defaults to 10 seconds.
 	SessionIdle time.Duration
+	// KeptConsumers is how many of this replica's sleeping accounts keep
+	// their normal lane's consumer on JOBS, so that waking them costs the
+	// server no consumer; the others' is deleted (idle.go: each consumer
+	// costs every acknowledgement of JOBS). Defaults to 1,000; a negative
+	// count keeps none.
+	KeptConsumers int
 	// ReapInterval is how often the runners of deleted accounts are
 	// checked and stopped once nothing of theirs is left to move. Defaults
 	// to 30 seconds.
@@ -87,7 +93,9 @@ type Config struct {
 }
 
 // ConfigFromEnv reads DISPATCH_BACKOFF_BASE, DISPATCH_BACKOFF_MAX,
-// DISPATCH_LONG_WAIT and DISPATCH_REAP_INTERVAL (Go durations), DISPATCH_MAX_IN_FLIGHT (a count),
+// DISPATCH_LONG_WAIT, DISPATCH_REAP_INTERVAL, DISPATCH_DIGEST_WINDOW and
+// DISPATCH_SESSION_IDLE (Go durations), DISPATCH_MAX_IN_FLIGHT and
+// DISPATCH_KEPT_CONSUMERS (counts),
 // DISPATCH_SECRET_ENVS (comma-separated names), DISPATCH_DENY_PRIVATE and
 // DISPATCH_ALLOW_LOOPBACK (1 or true).
 func ConfigFromEnv() (Config, error) {
@@ -128,6 +136,13 @@ func ConfigFromEnv() (Config, error) {
 			return c, fmt.Errorf("DISPATCH_MAX_IN_FLIGHT: %q is not a count like 64", v)
 		}
 		c.MaxInFlight = n
+	}
+	if v := os.Getenv("DISPATCH_KEPT_CONSUMERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return c, fmt.Errorf("DISPATCH_KEPT_CONSUMERS: %q is not a count like 1000 (-1 keeps none)", v)
+		}
+		c.KeptConsumers = n
 	}
 	return c, c.validate()
 }
@@ -184,6 +199,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.SessionIdle == 0 {
 		c.SessionIdle = 10 * time.Second
+	}
+	if c.KeptConsumers == 0 {
+		c.KeptConsumers = 1000
 	}
 	if c.Channels == nil {
 		c.Channels = channels.BuiltinWith(channels.NetPolicy{DenyPrivate: c.DenyPrivate, AllowLoopback: c.AllowLoopback})

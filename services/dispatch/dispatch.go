@@ -44,12 +44,15 @@ type Service struct {
 	// subjects (lanes.go).
 	laneJobs [numLanes]atomic.Pointer[laneLook]
 	leases   jetstream.KeyValue // which process sends for each account (lease.go)
-	asleepKV jetstream.KeyValue // sleeping accounts whose lanes were deleted (idle.go)
-	leaseTTL time.Duration      // the leases bucket's TTL
-	share    *lease.FairShare   // how many accounts this replica takes
-	presence *lease.Presence    // whether a lease holder's connection is gone
-	conn     *lease.ConnWatch   // whether the connection stayed up since a lease was confirmed
-	inFlight chan struct{}      // Config.MaxInFlight slots; nil when unlimited
+	asleepKV jetstream.KeyValue // sleeping accounts' asleep marks (idle.go)
+	// keptConsumers counts this replica's sleeping accounts that kept
+	// their normal lane's consumer (idle.go, Config.KeptConsumers).
+	keptConsumers atomic.Int64
+	leaseTTL      time.Duration    // the leases bucket's TTL
+	share         *lease.FairShare // how many accounts this replica takes
+	presence      *lease.Presence  // whether a lease holder's connection is gone
+	conn          *lease.ConnWatch // whether the connection stayed up since a lease was confirmed
+	inFlight      chan struct{}    // Config.MaxInFlight slots; nil when unlimited
 	// parts runs the jobs of job groups' messages (jobgroup.go); set by Run.
 	parts    *shared.GoPool
 	accounts *shared.AccountWatcher

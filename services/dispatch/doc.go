@@ -8,9 +8,12 @@
 // normal lane's exists while the account has work and this replica holds
 // its lease (idle.go: an account without work for Config.SessionIdle,
 // DISPATCH_SESSION_IDLE, 10 s by default, sleeps, with no lease, no
-// pull request and no consumer, leaving a mark in KV broadcast_lanes that
+// pull request and no timer, leaving a mark in KV broadcast_lanes that
 // names the last JOBS sequence, so the jobs after it that wake it count as
-// fresh); the high and low lanes' only while they hold jobs (lanes.go:
+// fresh; up to Config.KeptConsumers, DISPATCH_KEPT_CONSUMERS, 1,000 by
+// default, of a replica's sleeping accounts keep the normal lane's
+// consumer, so that waking them asks the server for none, and the others'
+// is deleted); the high and low lanes' only while they hold jobs (lanes.go:
 // every consumer of JOBS costs the server on every acknowledgement; a
 // closed lane leaves a mark in the normal consumer's metadata so its next
 // jobs count as fresh). Each lane's
@@ -302,10 +305,12 @@
 //   - lanes.go: opening the high and low lanes when jobs appear, closing
 //     them when idle, their closed marks, the lane finder.
 //   - lease.go: waiting for the account's lease and keeping it while sending.
-//   - idle.go: sleeping accounts without work (no lease, no pull, no
-//     consumer: the asleep mark), waking them when the lane finder shows
-//     jobs (with as few requests as the runner's note of its own mark
-//     allows), ending idle sessions.
+//   - idle.go: sleeping accounts without work (no lease, no pull: the
+//     asleep mark; the normal lane's consumer kept within
+//     Config.KeptConsumers, else deleted), waking them when the lane
+//     finder shows jobs (with as few requests as the runner's note of its
+//     own mark allows: none about consumers when it kept one), ending
+//     idle sessions.
 //   - inflight.go: the replica's in-flight budget (the share of the
 //     accounts over replicas is lease.FairShare).
 //   - sched.go: priority and the in-flight cap.

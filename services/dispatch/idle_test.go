@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"maps"
 	"runtime"
 	"strconv"
 	"strings"
@@ -51,20 +52,26 @@ const testSessionIdle = 2 * time.Second
 
 // sleepyAccount runs a service with one account and waits until its first
 // session (which creates the normal lane's consumer) has idled out: no
-// lease, no consumer on JOBS, the asleep mark left.
-func sleepyAccount(t *testing.T) (jetstream.JetStream, *Service, *accountRunner) {
+// lease, the asleep mark left, and no consumer on JOBS (deleted) or the
+// normal lane's (kept, with Config.KeptConsumers above zero).
+func sleepyAccount(t *testing.T, keptConsumers int) (jetstream.JetStream, *Service, *accountRunner) {
 	t.Helper()
 	js := topologytest.Start(t).JS
 	putAccounts(t, js, map[string]string{"sleepy": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4}`})
-	svc := runService(t, js, Config{SessionIdle: testSessionIdle})
+	svc := runService(t, js, Config{SessionIdle: testSessionIdle, KeptConsumers: keptConsumers})
 	require.Eventually(t, func() bool { return laneExists(t, js, "sleepy", contract.PriorityNormal) }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") }, 3*testSessionIdle+5*time.Second, 50*time.Millisecond,
 		"the idle session ends and releases the lease")
-	deleted := func() bool {
-		return !laneExists(t, js, "sleepy", contract.PriorityNormal) && asleepMarked(t, js, "sleepy")
+	require.Eventually(t, func() bool { return asleepMarked(t, js, "sleepy") }, 5*time.Second, 20*time.Millisecond, "the asleep mark left")
+	if keptConsumers > 0 {
+		require.True(t, laneExists(t, js, "sleepy", contract.PriorityNormal), "the normal lane's consumer kept")
+		require.Equal(t, 1, consumersOnJobs(t, js), "only the normal lane's")
+		require.EqualValues(t, 1, svc.keptConsumers.Load())
+	} else {
+		require.Eventually(t, func() bool { return !laneExists(t, js, "sleepy", contract.PriorityNormal) }, 5*time.Second, 20*time.Millisecond,
+			"the normal lane's consumer deleted")
+		require.Zero(t, consumersOnJobs(t, js), "no consumer of JOBS costs the server")
 	}
-	require.Eventually(t, deleted, 5*time.Second, 20*time.Millisecond, "the normal lane's consumer deleted, the asleep mark left")
-	require.Zero(t, consumersOnJobs(t, js), "no consumer of JOBS costs the server")
 	svc.mu.Lock()
 	r := svc.runners["sleepy"]
 	svc.mu.Unlock()
@@ -103,7 +110,7 @@ func consumersOnJobs(t *testing.T, js jetstream.JetStream) int {
 // without checking for earlier sends (the mark says they were never
 // delivered), and sleeps again.
 func TestIdleAccountSleeps(t *testing.T) {
-	js, svc, r := sleepyAccount(t)
+	js, svc, r := sleepyAccount(t, -1)
 
 	const n = 30
 	start := time.Now()
@@ -130,7 +137,7 @@ func TestIdleAccountSleeps(t *testing.T) {
 // (deleted by hand, say) takes the jobs that wake it as possibly delivered:
 // each is checked for an earlier send, and sent once.
 func TestAsleepWithoutMarkRechecks(t *testing.T) {
-	js, svc, r := sleepyAccount(t)
+	js, svc, r := sleepyAccount(t, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, contract.BucketLanes)
@@ -153,7 +160,7 @@ func TestAsleepWithoutMarkRechecks(t *testing.T) {
 // brings back) are checked for an earlier send; only later ones are
 // fresh.
 func TestAsleepMarkBoundsFreshJobs(t *testing.T) {
-	js, svc, _ := sleepyAccount(t)
+	js, svc, _ := sleepyAccount(t, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, contract.StreamJobs)
@@ -182,29 +189,17 @@ func TestAsleepMarkBoundsFreshJobs(t *testing.T) {
 // mark down by the revision it left (no read), and looks up no lane
 // consumer: it deleted them before it slept.
 func TestWakingAccountAsksLittle(t *testing.T) {
-	js, svc, _ := sleepyAccount(t)
-	var mu sync.Mutex
-	asked := map[string]int{}
-	sub, err := js.Conn().Subscribe("$JS.API.>", func(m *nats.Msg) {
-		mu.Lock()
-		asked[m.Subject]++
-		mu.Unlock()
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, js.Conn().Flush())
+	js, svc, _ := sleepyAccount(t, -1)
+	asked := countAPIRequests(t, js)
 
 	const n = 5
 	queueJobs(t, js, "woken", "sleepy", n)
 	require.Eventually(t, func() bool { return sentEvents(t, js, "woken") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
 	require.NotNil(t, openLaneState(svc, "sleepy", laneNormal))
-	require.NoError(t, js.Conn().Flush())
 
-	mu.Lock()
-	defer mu.Unlock()
 	leases, lanes := "KV_"+contract.BucketLeases, "KV_"+contract.BucketLanes
 	created := 0
-	for subj, count := range asked {
+	for subj, count := range asked() {
 		switch {
 		case strings.HasPrefix(subj, "$JS.API.CONSUMER.CREATE."+leases+"."), strings.HasPrefix(subj, "$JS.API.CONSUMER.DELETE."+leases+"."):
 			t.Errorf("%s asked %d times: the free lease is taken without a watch", subj, count)
@@ -216,7 +211,174 @@ func TestWakingAccountAsksLittle(t *testing.T) {
 			created += count
 		}
 	}
-	require.Equal(t, 1, created, "the normal lane's consumer is made once: %v", asked)
+	require.Equal(t, 1, created, "the normal lane's consumer is made once")
+}
+
+// countAPIRequests counts the JetStream API requests made from now on, by
+// subject; the function it returns reads the counts so far.
+func countAPIRequests(t *testing.T, js jetstream.JetStream) func() map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	asked := map[string]int{}
+	sub, err := js.Conn().Subscribe("$JS.API.>", func(m *nats.Msg) {
+		mu.Lock()
+		asked[m.Subject]++
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, js.Conn().Flush())
+	return func() map[string]int {
+		require.NoError(t, js.Conn().Flush())
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(asked)
+	}
+}
+
+// jobsConsumerRequests is how many of asked's requests make, look up,
+// update or delete a consumer of JOBS.
+func jobsConsumerRequests(asked map[string]int) int {
+	n := 0
+	for subj, count := range asked {
+		for _, op := range []string{"CREATE", "DURABLE.CREATE", "INFO", "DELETE"} {
+			if strings.HasPrefix(subj, "$JS.API.CONSUMER."+op+"."+contract.StreamJobs+".") {
+				n += count
+			}
+		}
+	}
+	return n
+}
+
+// TestSleepingAccountKeepsItsConsumer: with room among the kept consumers
+// (Config.KeptConsumers) a sleeping account keeps its normal lane's
+// consumer. The jobs that wake it are sent once, as fresh, and it sleeps
+// again with the consumer still there.
+func TestSleepingAccountKeepsItsConsumer(t *testing.T) {
+	js, svc, r := sleepyAccount(t, 1)
+
+	const n = 30
+	queueJobs(t, js, "wake", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "wake") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
+	require.False(t, r.asleep(), "a session runs")
+	require.False(t, asleepMarked(t, js, "sleepy"), "the mark is down while the lane is consumed")
+	require.Zero(t, svc.keptConsumers.Load(), "an awake account holds no place among the kept")
+	ol := openLaneState(svc, "sleepy", laneNormal)
+	require.NotNil(t, ol)
+	require.Zero(t, ol.recheckThrough, "jobs queued after the mark are fresh")
+
+	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") && r.asleep() }, 3*testSessionIdle+5*time.Second, 50*time.Millisecond,
+		"asleep again after the work")
+	require.Eventually(t, func() bool { return asleepMarked(t, js, "sleepy") && svc.keptConsumers.Load() == 1 }, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, consumersOnJobs(t, js), "the consumer kept again")
+	require.EqualValues(t, n, sentEvents(t, js, "wake"), "each job sent once")
+}
+
+// TestWakingKeptAccountAsksNoConsumer: the runner that kept its account's
+// consumer wakes without making, looking up or updating any consumer of
+// JOBS, and without reading its mark: taking the mark down by the revision
+// it left proves nobody used the consumer since.
+func TestWakingKeptAccountAsksNoConsumer(t *testing.T) {
+	js, svc, _ := sleepyAccount(t, 1)
+	asked := countAPIRequests(t, js)
+
+	const n = 5
+	queueJobs(t, js, "woken", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "woken") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
+	require.NotNil(t, openLaneState(svc, "sleepy", laneNormal))
+	got := asked()
+	require.Zero(t, jobsConsumerRequests(got), "no consumer of JOBS asked about: %v", got)
+	for subj := range got {
+		require.False(t, strings.HasPrefix(subj, "$JS.API.DIRECT.GET.KV_"+contract.BucketLanes), "%s: the runner knows the mark it left", subj)
+		require.False(t, strings.HasPrefix(subj, "$JS.API.CONSUMER.CREATE.KV_"+contract.BucketLeases+"."), "%s: the free lease is taken without a watch", subj)
+	}
+	require.Positive(t, got["$JS.API.CONSUMER.MSG.NEXT."+contract.StreamJobs+"."+contract.DispatchConsumer("sleepy", contract.PriorityNormal)],
+		"the kept consumer is pulled from")
+}
+
+// TestKeptConsumerAfterAnotherSession: when the asleep mark was taken down
+// since the runner left it (another replica's session ran), the runner
+// does not trust what it kept: it looks the consumer up like any session,
+// and each job is sent once.
+func TestKeptConsumerAfterAnotherSession(t *testing.T) {
+	js, svc, _ := sleepyAccount(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, contract.BucketLanes)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, "sleepy"))
+	asked := countAPIRequests(t, js)
+
+	const n = 10
+	queueJobs(t, js, "other", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "other") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
+	require.NotNil(t, openLaneState(svc, "sleepy", laneNormal))
+	require.Positive(t, jobsConsumerRequests(asked()), "the consumer is looked up")
+	require.Zero(t, svc.keptConsumers.Load())
+	time.Sleep(300 * time.Millisecond)
+	require.EqualValues(t, n, sentEvents(t, js, "other"), "each job sent once")
+}
+
+// TestKeptConsumerLostIsMadeAgain: a kept consumer the server no longer
+// has (its state is in memory: a restart loses it) ends the session that
+// finds it gone; the next session makes it anew, checks the jobs queued
+// before for earlier sends, and sends each once.
+func TestKeptConsumerLostIsMadeAgain(t *testing.T) {
+	js, svc, _ := sleepyAccount(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, js.DeleteConsumer(ctx, contract.StreamJobs, contract.DispatchConsumer("sleepy", contract.PriorityNormal)))
+
+	const n = 10
+	queueJobs(t, js, "lost", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "lost") >= n }, 15*time.Second, 10*time.Millisecond, "the jobs are sent")
+	ol := openLaneState(svc, "sleepy", laneNormal)
+	require.NotNil(t, ol)
+	require.NotZero(t, ol.recheckThrough, "the consumer made anew checks the jobs queued before it")
+	require.True(t, laneExists(t, js, "sleepy", contract.PriorityNormal))
+	time.Sleep(300 * time.Millisecond)
+	require.EqualValues(t, n, sentEvents(t, js, "lost"), "each job sent once")
+}
+
+// TestKeptConsumerFollowsAnEdit: an account whose concurrency changed
+// while it slept gets its kept consumer updated when it wakes (the edit
+// starts a new runner, which knows nothing kept), and the place among the
+// kept consumers is given back meanwhile.
+func TestKeptConsumerFollowsAnEdit(t *testing.T) {
+	js, svc, _ := sleepyAccount(t, 1)
+	putAccounts(t, js, map[string]string{"sleepy": `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":7}`})
+	require.Eventually(t, func() bool { return svc.keptConsumers.Load() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the old runner gave its place back")
+
+	const n = 5
+	queueJobs(t, js, "edited", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "edited") >= n }, 10*time.Second, 10*time.Millisecond, "the jobs are sent")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, contract.StreamJobs, contract.DispatchConsumer("sleepy", contract.PriorityNormal))
+	require.NoError(t, err)
+	require.Equal(t, 7, c.CachedInfo().Config.MaxAckPending, "the consumer follows the new concurrency")
+}
+
+// TestKeptConsumersHaveABudget: beyond Config.KeptConsumers, sleeping
+// accounts delete their normal lane's consumer.
+func TestKeptConsumersHaveABudget(t *testing.T) {
+	js := topologytest.Start(t).JS
+	accounts := map[string]string{}
+	for _, name := range []string{"a1", "a2", "a3"} {
+		accounts[name] = `{"channel":"sandbox","rate_per_sec":1000,"burst":50,"concurrency":4}`
+	}
+	putAccounts(t, js, accounts)
+	svc := runService(t, js, Config{SessionIdle: testSessionIdle, KeptConsumers: 2})
+	require.Eventually(t, func() bool {
+		for name := range accounts {
+			if leaseHeld(t, js, name) || !asleepMarked(t, js, name) {
+				return false
+			}
+		}
+		return consumersOnJobs(t, js) == 2
+	}, 3*testSessionIdle+10*time.Second, 50*time.Millisecond, "all asleep, two consumers kept")
+	require.EqualValues(t, 2, svc.keptConsumers.Load())
 }
 
 // TestSessionIdleFromEnv: DISPATCH_SESSION_IDLE sets Config.SessionIdle;
@@ -235,4 +397,26 @@ func TestSessionIdleFromEnv(t *testing.T) {
 	c = Config{}
 	c.withDefaults()
 	require.Equal(t, 10*time.Second, c.SessionIdle, "the default")
+}
+
+// TestKeptConsumersFromEnv: DISPATCH_KEPT_CONSUMERS sets
+// Config.KeptConsumers, a negative count keeps none, and a bad value names
+// the variable.
+func TestKeptConsumersFromEnv(t *testing.T) {
+	t.Setenv("DISPATCH_KEPT_CONSUMERS", "250")
+	c, err := ConfigFromEnv()
+	require.NoError(t, err)
+	c.withDefaults()
+	require.Equal(t, 250, c.KeptConsumers)
+	t.Setenv("DISPATCH_KEPT_CONSUMERS", "-1")
+	c, err = ConfigFromEnv()
+	require.NoError(t, err)
+	c.withDefaults()
+	require.Equal(t, -1, c.KeptConsumers, "none kept")
+	t.Setenv("DISPATCH_KEPT_CONSUMERS", "many")
+	_, err = ConfigFromEnv()
+	require.EqualError(t, err, `DISPATCH_KEPT_CONSUMERS: "many" is not a count like 1000 (-1 keeps none)`)
+	c = Config{}
+	c.withDefaults()
+	require.Equal(t, 1000, c.KeptConsumers, "the default")
 }

@@ -109,14 +109,18 @@ func (sl *sessionLanes) start() bool {
 	// Or the asleep mark (idle.go), taken down first: the account slept
 	// with no consumer, so the jobs queued after the sequence it names are
 	// fresh on every lane.
-	asleepThrough, asleep, noConsumer, err := r.takeAsleepMark(sl.ctx)
+	mark, err := r.takeAsleepMark(sl.ctx)
 	if err != nil {
 		sl.end(fmt.Errorf("taking down the asleep mark: %w", err))
 		return false
 	}
+	asleepThrough, asleep := mark.through, mark.marked
+	if sl.resumeKept(mark) {
+		return sl.ctx.Err() == nil
+	}
 	normalIdle := false
 	var c jetstream.Consumer
-	if noConsumer {
+	if mark.noConsumer {
 		err = jetstream.ErrConsumerNotFound
 	} else {
 		c, err = r.svc.js.Consumer(sl.ctx, contract.StreamJobs, contract.DispatchConsumer(sl.a.Name, contract.PriorityNormal))
@@ -179,6 +183,38 @@ func (sl *sessionLanes) start() bool {
 		sl.openLane(lane, existed[lane])
 	}
 	return sl.ctx.Err() == nil
+}
+
+// resumeKept consumes the normal lane's consumer the runner kept when it
+// last slept (idle.go), reporting whether it did. No session ran since
+// (the runner took its own mark down), so the consumer is as the runner
+// left it: nothing pending, the high and low lanes without a consumer, the
+// jobs after the mark's sequence never delivered. Its metadata stays as
+// it is (the normal lane's idle mark too, until the session next writes
+// the marks: that mark only spares checks of jobs queued before the
+// consumer was made, and it delivered them all before it slept). It is
+// not used when the account's edits since change its configuration; a
+// server that lost it ends the session (run), and the next one makes it
+// anew.
+func (sl *sessionLanes) resumeKept(mark asleepMark) bool {
+	c := mark.kept
+	if c == nil {
+		return false
+	}
+	info, want := c.CachedInfo().Config, consumerConfig(sl.a, contract.PriorityNormal)
+	if info.MaxAckPending != want.MaxAckPending || info.AckWait != want.AckWait || info.FilterSubject != want.FilterSubject {
+		return false
+	}
+	sl.marked[contract.PriorityHigh], sl.marked[contract.PriorityLow] = true, true
+	sl.freshThrough = mark.through
+	sl.normalMark = info.Metadata[recheckMark]
+	recheckThrough := mark.through
+	if m, err := strconv.ParseUint(sl.normalMark, 10, 64); err == nil {
+		recheckThrough = min(recheckThrough, m)
+	}
+	sl.run(laneNormal, c, recheckThrough)
+	sl.r.log.Debug("lane resumed", "priority", contract.PriorityNormal, "recheck_through", recheckThrough)
+	return true
 }
 
 // marks is the normal lane's metadata for the lanes marked closed.
