@@ -106,12 +106,13 @@ func ingestUser() User {
 func renderUser() User {
 	return User{
 		Name:         "render",
-		About:        "render: reads RENDER, publishes jobs and skipped events, records how it grouped each batch's jobs.",
+		About:        "render: reads RENDER, publishes jobs and skipped events, records how it grouped each batch's jobs, names their accounts ahead (wake notices).",
 		PasswordHash: "$2a$06$jZT9SWW1GRtiKSemj2n5Ae732Z7g9FI/1itk7ELOxC3ptf4..QvHq",
 		Publish: Rules{
 			Allow: []Grant{
 				checkTopology(),
 				grant("its own subjects", subjects(contract.SubjectJobsPrefix+">", contract.SubjectEventsPrefix+">")),
+				grant("naming the accounts of a batch's jobs before storing them, so dispatch wakes them", subjects(contract.SubjectWake)),
 				grant("batches it gives up on, kept for inspection", subjects(contract.SubjectDeadPrefix+">")),
 				grant("the buckets it reads", each([]string{contract.BucketTasks, contract.BucketAccounts, contract.BucketHealth,
 					contract.BucketSuppressions, contract.BucketGroupings}, kvRead)),
@@ -168,7 +169,7 @@ func dispatchUser() User {
 			Deny: []Grant{grant("what only others publish", subjects(contract.SubjectTasks, contract.SubjectRenderPrefix+">",
 				contract.SubjectControlPrefix+">", contract.SubjectStartPrefix+">"))},
 		},
-		Subscribe:      inbox(contract.SubjectRequeuePrefix+"*", contract.AliveSubject("dispatch", "*")),
+		Subscribe:      inbox(contract.SubjectRequeuePrefix+"*", contract.AliveSubject("dispatch", "*"), contract.SubjectWake),
 		AllowResponses: true,
 	}
 }
@@ -281,7 +282,8 @@ func operatorUser() User {
 				grant("what only the services publish", subjects(contract.SubjectJobsPrefix+">", contract.SubjectEventsPrefix+">",
 					contract.SubjectDeadPrefix+">", contract.SubjectRenderPrefix+">", contract.SubjectDelayPrefix+">",
 					contract.SubjectParkedPrefix+">", contract.SubjectStartPrefix+">", contract.SubjectRequeuePrefix+">",
-					contract.SubjectAlivePrefix+">", contract.SubjectReceiptsPrefix+">", contract.SubjectLookupPrefix+">")),
+					contract.SubjectAlivePrefix+">", contract.SubjectReceiptsPrefix+">", contract.SubjectLookupPrefix+">",
+					contract.SubjectWake)),
 				grant("the services' durable consumers on the streams it may read: no deleting or "+
 					"reconfiguring them, no pulling or acknowledging their messages", protect),
 			},

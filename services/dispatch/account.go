@@ -66,6 +66,10 @@ type accountRunner struct {
 	lanes     atomic.Pointer[sessionLanes]
 	inSession atomic.Bool
 	wake      chan struct{}
+	// expectedUntil is the deadline (Unix nanoseconds) of the last wake
+	// notice that named the account: until then its runner wants the
+	// lease even before the lane finder shows its jobs (idle.go).
+	expectedUntil atomic.Int64
 	// healthNote is the health value this runner last wrote (health.go).
 	healthNote healthNote
 	// slept is what this runner knows of the asleep mark it left (nil

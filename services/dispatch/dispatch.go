@@ -175,6 +175,13 @@ func (s *Service) Run(ctx context.Context) error {
 	go shared.Supervise(ctx, s.log, "held-job waker", s.runWaker)
 	go shared.Supervise(ctx, s.log, "deleted-account reaper", s.runReaper)
 	go shared.Supervise(ctx, s.log, "lane finder", s.findLanes)
+	// Render's wake notices (idle.go) wake sleeping accounts ahead of the
+	// finder.
+	notices, err := s.js.Conn().Subscribe(contract.SubjectWake, s.onWakeNotice)
+	if err != nil {
+		return fmt.Errorf("dispatch: wake notices: %w", err)
+	}
+	defer func() { _ = notices.Unsubscribe() }()
 	// Re-queueing parked jobs and dead letters (requeue.go): ingest asks.
 	stopRequeue, err := s.startRequeue(ctx)
 	if err != nil {

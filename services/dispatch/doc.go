@@ -13,7 +13,9 @@
 // fresh; up to Config.KeptConsumers, DISPATCH_KEPT_CONSUMERS, 1,000 by
 // default, of a replica's sleeping accounts keep the normal lane's
 // consumer, so that waking them asks the server for none, and the others'
-// is deleted); the high and low lanes' only while they hold jobs (lanes.go:
+// is deleted; a wake notice from render on broadcast.wake, core NATS,
+// naming a sleeping account starts its session before its jobs are
+// stored); the high and low lanes' only while they hold jobs (lanes.go:
 // every consumer of JOBS costs the server on every acknowledgement; a
 // closed lane leaves a mark in the normal consumer's metadata so its next
 // jobs count as fresh). Each lane's

@@ -420,3 +420,38 @@ func TestKeptConsumersFromEnv(t *testing.T) {
 	c.withDefaults()
 	require.Equal(t, 1000, c.KeptConsumers, "the default")
 }
+
+// TestWakeNoticeWakesAheadOfJobs: a wake notice naming a sleeping account
+// starts its session before any of its jobs is stored (the lane finder
+// waits for them); the jobs that follow are sent once, and with no more
+// work the account sleeps again. Names of accounts it does not know
+// change nothing.
+func TestWakeNoticeWakesAheadOfJobs(t *testing.T) {
+	js, svc, r := sleepyAccount(t, 1)
+	start := time.Now()
+	require.NoError(t, js.Conn().Publish(contract.SubjectWake, []byte("nobody\nsleepy")))
+	require.Eventually(t, func() bool { return openLaneState(svc, "sleepy", laneNormal) != nil }, 2*time.Second, 5*time.Millisecond,
+		"the notice starts a session, no job stored")
+	woke := time.Since(start)
+	require.True(t, leaseHeld(t, js, "sleepy"))
+	require.False(t, asleepMarked(t, js, "sleepy"), "the mark is down while the lane is consumed")
+	t.Logf("the session consumed its lane %s after the notice", woke.Round(time.Millisecond))
+
+	const n = 5
+	queueJobs(t, js, "announced", "sleepy", n)
+	require.Eventually(t, func() bool { return sentEvents(t, js, "announced") >= n }, 5*time.Second, 10*time.Millisecond, "the jobs are sent")
+	require.Eventually(t, func() bool { return !leaseHeld(t, js, "sleepy") && r.asleep() }, 3*testSessionIdle+5*time.Second, 50*time.Millisecond,
+		"asleep again after the work")
+	require.EqualValues(t, n, sentEvents(t, js, "announced"), "each job sent once")
+}
+
+// TestWakeNoticeWithoutJobsIdlesOut: a notice whose jobs never come costs
+// one session, which idles out like any other.
+func TestWakeNoticeWithoutJobsIdlesOut(t *testing.T) {
+	js, svc, r := sleepyAccount(t, 1)
+	require.NoError(t, js.Conn().Publish(contract.SubjectWake, []byte("sleepy")))
+	require.Eventually(t, func() bool { return !r.asleep() }, 2*time.Second, 5*time.Millisecond, "the notice starts a session")
+	require.Eventually(t, func() bool { return r.asleep() && !leaseHeld(t, js, "sleepy") && asleepMarked(t, js, "sleepy") },
+		3*testSessionIdle+wakeNoticeFor+5*time.Second, 50*time.Millisecond, "asleep again")
+	require.EqualValues(t, 1, svc.keptConsumers.Load(), "the consumer kept again")
+}

@@ -26,6 +26,9 @@
 //     rendered before (redelivered, or marked Resumed by ingest after a
 //     crash) carry Recheck, so dispatch checks its ledger before sending
 //     them, beyond that window too;
+//   - broadcast.wake (core NATS, contract.SubjectWake): the accounts of a
+//     batch's jobs, each once, before they are stored, so dispatch wakes
+//     its sleeping ones ahead of them (announce in render.go);
 //   - broadcast.events.<task>.skipped for recipients that cannot be sent: a
 //     recipient on the suppression list for the task's channel (or all)
 //     and category (code suppressed; the error names the entry's scope and

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -139,6 +140,63 @@ func TestBatchRenderedAgainKeepsItsGrouping(t *testing.T) {
 	require.Len(t, got, n, "each job once")
 	for _, j := range got {
 		require.NotEqual(t, "c", j.Account, "job %s stays where it was grouped", j.ID)
+	}
+}
+
+// TestRenderAnnouncesAccountsAhead: before it stores a batch's jobs,
+// render names their accounts on the wake subject, each once, in one
+// notice that a subscriber of both subjects sees before the first job.
+func TestRenderAnnouncesAccountsAhead(t *testing.T) {
+	js := topologytest.Start(t).JS
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)
+	require.NoError(t, err)
+	for _, name := range []string{"a", "b", "c"} {
+		_, err = accounts.Put(ctx, name, []byte(`{"channel":"sandbox"}`))
+		require.NoError(t, err)
+	}
+	_, err = accounts.Put(ctx, "other", []byte(`{"channel":"smtp","smtp":{"host":"127.0.0.1"}}`))
+	require.NoError(t, err)
+	tasks, err := js.KeyValue(ctx, contract.BucketTasks)
+	require.NoError(t, err)
+	const task, n = "announced", 90
+	rec, _ := json.Marshal(contract.TaskRecord{Task: contract.Task{ID: task, Channel: "sandbox", Template: "hi", MaxAttempts: 3, Priority: contract.PriorityNormal}})
+	_, err = tasks.Put(ctx, task, rec)
+	require.NoError(t, err)
+
+	// One subscription keeps the server's order of the two subjects.
+	seen := make(chan *nats.Msg, 1000)
+	sub, err := js.Conn().ChanSubscribe("broadcast.>", seen)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	runService(t, js, Config{JobsPerMessage: 8})
+
+	batch := contract.RenderBatch{TaskID: task}
+	for i := range n {
+		batch.Recipients = append(batch.Recipients, contract.BatchRecipient{To: fmt.Sprintf("user-%d", i)})
+	}
+	data, _ := json.Marshal(batch)
+	_, err = js.Publish(ctx, contract.RenderSubject(task), data)
+	require.NoError(t, err)
+
+	var notices [][]string
+	for {
+		select {
+		case m := <-seen:
+			switch {
+			case m.Subject == contract.SubjectWake:
+				var names []string
+				contract.WakeNoticeAccounts(m.Data, func(a string) { names = append(names, a) })
+				notices = append(notices, names)
+			case strings.HasPrefix(m.Subject, contract.SubjectJobsPrefix):
+				require.Len(t, notices, 1, "one notice, before the first job")
+				require.ElementsMatch(t, []string{"a", "b", "c"}, notices[0], "the batch's accounts, each once")
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no job stored")
+		}
 	}
 }
 

@@ -161,6 +161,8 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 	picker := shared.NewPicker(accounts, s.health).Balance(len(b.Recipients), s.cfg.AccountSlack)
 	futures := make([]*shared.Publication, 0, len(b.Recipients))
 	rendered, skipped := 0, map[string]int{}
+	var jobAccounts []string // the accounts of the batch's jobs, each once
+	hasJob := map[string]bool{}
 	category := t.Category
 	if category == "" {
 		category = contract.CategoryMarketing
@@ -221,6 +223,10 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 			}
 			job.SetPool(t.Accounts)
 			setDigest(&job, t)
+			if !hasJob[accountName] {
+				hasJob[accountName] = true
+				jobAccounts = append(jobAccounts, accountName)
+			}
 			if grouped {
 				var data []byte
 				if data, perr = s.encodeJob(&job); perr == nil {
@@ -239,6 +245,7 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 			return fmt.Errorf("publish: %w", perr)
 		}
 	}
+	s.announce(jobAccounts)
 	if grouped {
 		if err := s.publishGrouped(ctx, groupingKey, grouping, pending, t.ID, b.First, b.Test, &futures); err != nil {
 			return fmt.Errorf("publish: %w", err)
@@ -254,6 +261,20 @@ func (s *Service) handle(ctx context.Context, msg jetstream.Msg) error {
 		s.cfg.metrics.Skipped(code, n)
 	}
 	return nil
+}
+
+// announce tells dispatch which accounts the batch's jobs go to, before
+// they are stored (grouped jobs) or while they are (jobs alone), so it
+// wakes the sleeping ones ahead of the jobs (contract.SubjectWake). A
+// notice that cannot be sent is only logged: dispatch's lane finder sees
+// the jobs anyway.
+func (s *Service) announce(accounts []string) {
+	for _, notice := range contract.WakeNotices(accounts) {
+		if err := s.js.Conn().Publish(contract.SubjectWake, notice); err != nil {
+			s.log.Debug("wake notice not sent", "err", err)
+			return
+		}
+	}
 }
 
 // renderBody fills the task's template for r, with the variables
