@@ -85,18 +85,8 @@ func TestBatchRenderedAgainKeepsItsGrouping(t *testing.T) {
 	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)
-	require.NoError(t, err)
-	for _, name := range []string{"a", "b"} {
-		_, err = accounts.Put(ctx, name, []byte(`{"channel":"sandbox"}`))
-		require.NoError(t, err)
-	}
-	tasks, err := js.KeyValue(ctx, contract.BucketTasks)
-	require.NoError(t, err)
 	const task, n = "regroup", 200
-	rec, _ := json.Marshal(contract.TaskRecord{Task: contract.Task{ID: task, Channel: "sandbox", Template: "hi {{.name}}", MaxAttempts: 3, Priority: contract.PriorityNormal}})
-	_, err = tasks.Put(ctx, task, rec)
-	require.NoError(t, err)
+	accounts := putSandboxTask(ctx, t, js, task, "hi {{.name}}", "a", "b")
 
 	svc := runService(t, js, Config{JobsPerMessage: 8})
 
@@ -150,19 +140,9 @@ func TestRenderAnnouncesAccountsAhead(t *testing.T) {
 	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	accounts, err := js.KeyValue(ctx, contract.BucketAccounts)
-	require.NoError(t, err)
-	for _, name := range []string{"a", "b", "c"} {
-		_, err = accounts.Put(ctx, name, []byte(`{"channel":"sandbox"}`))
-		require.NoError(t, err)
-	}
-	_, err = accounts.Put(ctx, "other", []byte(`{"channel":"smtp","smtp":{"host":"127.0.0.1"}}`))
-	require.NoError(t, err)
-	tasks, err := js.KeyValue(ctx, contract.BucketTasks)
-	require.NoError(t, err)
 	const task, n = "announced", 90
-	rec, _ := json.Marshal(contract.TaskRecord{Task: contract.Task{ID: task, Channel: "sandbox", Template: "hi", MaxAttempts: 3, Priority: contract.PriorityNormal}})
-	_, err = tasks.Put(ctx, task, rec)
+	accounts := putSandboxTask(ctx, t, js, task, "hi", "a", "b", "c")
+	_, err := accounts.Put(ctx, "other", []byte(`{"channel":"smtp","smtp":{"host":"127.0.0.1"}}`))
 	require.NoError(t, err)
 
 	// One subscription keeps the server's order of the two subjects.
@@ -198,6 +178,24 @@ func TestRenderAnnouncesAccountsAhead(t *testing.T) {
 			t.Fatal("no job stored")
 		}
 	}
+}
+
+// putSandboxTask puts sandbox accounts and the record of a sandbox task
+// with template tmpl, returning the accounts bucket.
+func putSandboxTask(ctx context.Context, t *testing.T, js jetstream.JetStream, task, tmpl string, accounts ...string) jetstream.KeyValue {
+	t.Helper()
+	kv, err := js.KeyValue(ctx, contract.BucketAccounts)
+	require.NoError(t, err)
+	for _, name := range accounts {
+		_, err = kv.Put(ctx, name, []byte(`{"channel":"sandbox"}`))
+		require.NoError(t, err)
+	}
+	tasks, err := js.KeyValue(ctx, contract.BucketTasks)
+	require.NoError(t, err)
+	rec, _ := json.Marshal(contract.TaskRecord{Task: contract.Task{ID: task, Channel: "sandbox", Template: tmpl, MaxAttempts: 3, Priority: contract.PriorityNormal}})
+	_, err = tasks.Put(ctx, task, rec)
+	require.NoError(t, err)
+	return kv
 }
 
 // readJobs decodes every job queued in JOBS.
