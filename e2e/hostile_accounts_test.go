@@ -129,14 +129,16 @@ func TestAccountCannotReadDispatchSecrets(t *testing.T) {
 func TestEndpointTokenNeverLeaks(t *testing.T) {
 	t.Parallel()
 	const token = "TOKEN-IN-QUERY-4242"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	closed := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	// The echo server first: made after the closed port was freed, it
+	// could be given that very port.
 	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot handle "+r.URL.String(), http.StatusBadGateway)
 	}))
 	t.Cleanup(echo.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := ln.Addr().String()
+	require.NoError(t, ln.Close())
 	ts := pipelinetest.Start(t)
 	ts.PutAccount(t, "closed", fmt.Sprintf(`{"channel":"webhook","endpoint":"http://%s/send?token=%s","rate_per_sec":100}`, closed, token))
 	ts.PutAccount(t, "echo", fmt.Sprintf(`{"channel":"webhook","endpoint":"%s/send?token=%s","rate_per_sec":100}`, echo.URL, token))
