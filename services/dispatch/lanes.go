@@ -192,19 +192,16 @@ func (sl *sessionLanes) start() bool {
 // jobs after the mark's sequence never delivered. Its metadata stays as
 // it is (the normal lane's idle mark too, until the session next writes
 // the marks: that mark only spares checks of jobs queued before the
-// consumer was made, and it delivered them all before it slept). It is
-// not used when the account's edits since change its configuration; a
-// server that lost it ends the session (run), and the next one makes it
-// anew.
+// consumer was made, and it delivered them all before it slept). Its
+// configuration is the account's: an edit that would change it
+// (canUpdateInPlace) starts a new runner, which has no note. A server
+// that lost it ends the session (run), and the next one makes it anew.
 func (sl *sessionLanes) resumeKept(mark asleepMark) bool {
 	c := mark.kept
 	if c == nil {
 		return false
 	}
-	info, want := c.CachedInfo().Config, consumerConfig(sl.a, contract.PriorityNormal)
-	if info.MaxAckPending != want.MaxAckPending || info.AckWait != want.AckWait || info.FilterSubject != want.FilterSubject {
-		return false
-	}
+	info := c.CachedInfo().Config
 	sl.marked[contract.PriorityHigh], sl.marked[contract.PriorityLow] = true, true
 	sl.freshThrough = mark.through
 	sl.normalMark = info.Metadata[recheckMark]
