@@ -30,9 +30,10 @@ const (
 	BucketSends      = "broadcast_sends"
 	BucketLeases     = "broadcast_leases"
 	// BucketLanes holds the mark a dispatch session leaves as its account
-	// goes to sleep (internal): it deleted the account's lane consumers
-	// while their subjects held no job, so the jobs queued after the JOBS
-	// sequence the mark names were never delivered.
+	// goes to sleep (internal): the account's lanes held no job through
+	// the JOBS sequence the mark names, so the jobs queued after it were
+	// never delivered, whether the session kept its normal lane's consumer
+	// (within DISPATCH_KEPT_CONSUMERS) or deleted it.
 	BucketLanes = "broadcast_lanes"
 	// BucketGroupings holds how render laid each batch's jobs out in
 	// messages (internal, Grouping), written before it publishes them, so

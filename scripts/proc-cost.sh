@@ -7,7 +7,8 @@
 #   bash scripts/proc-cost.sh
 # For each round, each rate in RATES and each N in NS: a fresh server and
 # services; once dispatch holds the account and its first session has
-# idled out (the account asleep: no lease, no consumer on JOBS), the idle
+# idled out (the account asleep: no lease, its asleep mark in KV
+# broadcast_lanes, its consumer kept or deleted), the idle
 # CPU of each process over IDLE seconds; then one task of N recipients (a
 # JSONL list in the object store) at the account's rate, and each
 # process's CPU (utime+stime from /proc/<pid>/stat) from the submit to the
@@ -143,13 +144,13 @@ put_accounts() {
 # no_account_leases: no account's lease is held (every account asleep);
 # the bucket's other keys are the services' replicas and status's fold.
 no_account_leases() { ! nats_ kv ls broadcast_leases 2>/dev/null | grep -q '^sbx'; }
-# no_account_consumers: no account's lane has a consumer on JOBS
-# (dispatch-, dispatch_high- or dispatch_low-<account>: a sleeping account
-# deletes its consumers after it lets its lease go).
-no_account_consumers() {
+# all_accounts_asleep N: N accounts have their asleep mark in KV
+# broadcast_lanes, left as each session idled out (their consumers kept
+# within DISPATCH_KEPT_CONSUMERS, deleted beyond it).
+all_accounts_asleep() {
 	local names
-	names=$(nats_ consumer ls JOBS --names 2>/dev/null) || return 1
-	! grep -Eq '^dispatch(_high|_low)?-sbx' <<<"$names"
+	names=$(nats_ kv ls broadcast_lanes 2>/dev/null) || return 1
+	(($(grep -c '^sbx' <<<"$names") == $1))
 }
 # lease_counts PORT: dispatch's session ends by cause and lease refreshes
 # (all, over 0.5 s, over 1 s) so far, from its metrics on PORT, a
@@ -238,7 +239,7 @@ EOF
 	wait_for 120 "dispatch to take the accounts" has_consumer JOBS "dispatch-${accts[-1]}"
 	# The accounts' first sessions idle out after 10 s; then they sleep.
 	wait_for 120 "the accounts to sleep" no_account_leases
-	wait_for 120 "the sleeping accounts' consumers to go" no_account_consumers
+	wait_for 120 "the accounts' asleep marks" all_accounts_asleep "${#accts[@]}"
 	id="pc-$round-$n-$rate-$(date +%s%N)"
 	jq -cn --arg id "$id" --argjson pool "$(printf '%s\n' "${accts[@]}" | jq -R . | jq -cs .)" \
 		'{id: $id, channel: "sandbox", recipients_object: "lists/proc-cost.jsonl",

@@ -198,7 +198,7 @@ func Buckets(c TopologyConfig) []jetstream.KeyValueConfig {
 		{Bucket: contract.BucketLeases, Description: "Which dispatch process sends for each account (short-lived leases).", History: 1, TTL: LeaseTTL, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		// Each key is a sleeping account; its value the JOBS sequence after
 		// which its jobs were never delivered (contract.BucketLanes).
-		{Bucket: contract.BucketLanes, Description: "Sleeping accounts whose dispatch lanes were deleted with no job queued.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: contract.BucketLanes, Description: "Asleep marks of sleeping accounts: the JOBS sequence through which their lanes held no job.", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		// Each key is a hash of a sent message's provider id (or of an email
 		// recipient); feedback writes them from the sent events and matches
 		// receipts by them for as long as providers report (ReceiptRetention).
