@@ -15,11 +15,11 @@ import (
 )
 
 // An account without work holds no session: no lease to refresh, no pull
-// request, no timers, and no consumer on JOBS. Its runner sleeps until the
-// lane finder (findLanes, one request per lane for every account of the
-// replica) shows jobs on one of its subjects, then takes the lease and
-// sends; a session with nothing to do for Config.SessionIdle ends and
-// releases the lease.
+// request, no timers, and at most its normal lane's consumer on JOBS, kept
+// within a budget (below). Its runner sleeps until the lane finder
+// (findLanes, one request per lane for every account of the replica) shows
+// jobs on one of its subjects, then takes the lease and sends; a session
+// with nothing to do for Config.SessionIdle ends and releases the lease.
 //
 // The ending session marks the normal lane idle (closedMark(normal)), and
 // once its loops have stopped, with nothing pending on the consumer, no
