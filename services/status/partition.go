@@ -128,6 +128,9 @@ func (s *Service) openConsumer(ctx context.Context, p *partition) (jetstream.Con
 		info := c.CachedInfo()
 		cc := p.consumerConfig(0)
 		cc.DeliverPolicy, cc.OptStartSeq = info.Config.DeliverPolicy, info.Config.OptStartSeq
+		if info.Config.AckPolicy != cc.AckPolicy {
+			return remakeWithAckPolicy(ctx, stream, info, cc)
+		}
 		return stream.CreateOrUpdateConsumer(ctx, cc)
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, err
@@ -137,6 +140,29 @@ func (s *Service) openConsumer(ctx context.Context, p *partition) (jetstream.Con
 		return nil, err
 	}
 	return stream.CreateOrUpdateConsumer(ctx, p.consumerConfig(start))
+}
+
+// remakeWithAckPolicy replaces a fold consumer made with another ack
+// policy (before status acknowledged once per flush), which the server
+// cannot change in place, by one with cc's that starts after the old
+// one's acknowledgement floor: everything up to it is in the checkpoints,
+// and what follows is folded again, idempotently.
+func remakeWithAckPolicy(ctx context.Context, stream jetstream.Stream, old *jetstream.ConsumerInfo, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if floor := old.AckFloor.Stream; floor > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, max(floor+1, old.Config.OptStartSeq)
+	}
+	if err := stream.DeleteConsumer(ctx, old.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, err
+	}
+	c, err := stream.CreateOrUpdateConsumer(ctx, cc)
+	if err != nil {
+		// Another status process starting beside this one remade it first
+		// (its start may differ, which an update cannot change).
+		if again, aerr := stream.Consumer(ctx, old.Name); aerr == nil && again.CachedInfo().Config.AckPolicy == cc.AckPolicy {
+			return again, nil
+		}
+	}
+	return c, err
 }
 
 // remakeIfRemoved makes p's consumer again when a failed pull was

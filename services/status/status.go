@@ -24,13 +24,13 @@ func consumerConfig() jetstream.ConsumerConfig {
 		Durable:       contract.ConsumerStatus,
 		Description:   "status: folds events into progress",
 		FilterSubject: contract.SubjectEventsPrefix + ">",
-		// Each event is acknowledged after the flush that wrote its effect.
-		// Not AckAll: after a crash, a new instance's ack of a later event
-		// would also acknowledge the events the dead one had folded but not
-		// flushed, before they are redelivered, and they would be lost; so
-		// would a delivery lost in transit (a reconnect, a consumer leader
-		// moving), which comes back only after the ack wait.
-		AckPolicy:     jetstream.AckExplicitPolicy,
+		// One acknowledgement per flush, of its last event, acknowledges
+		// every event before it (AckAll): the fold takes events in stream
+		// order with no gap in their delivery sequence (rewind in
+		// status.go), and a new holder resets the consumer to its
+		// acknowledgement floor first, so nothing below an acknowledged
+		// event is left unfolded.
+		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       10 * time.Second,
 		MaxDeliver:    -1,
 		MaxAckPending: 200_000,
@@ -198,15 +198,34 @@ func (s *Service) runPartition(ctx context.Context, p *partition, cons jetstream
 // the recipient's new outcome turned it back to retrying for good (scenario
 // seed 595946141, status killed during a retry-dead). After the reset
 // everything unacknowledged comes again in stream order, before anything
-// newer; what was acknowledged beyond the floor is folded again,
-// idempotently.
-func (s *Service) replayUnacknowledged(ctx context.Context, p *partition) {
+// newer, its delivery sequence starting again at 1; what was acknowledged
+// beyond the floor is folded again, idempotently. It reports whether the
+// reset went through.
+func (s *Service) replayUnacknowledged(ctx context.Context, p *partition) bool {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := s.js.ResetConsumer(rctx, contract.StreamEvents, p.consumer); err != nil && ctx.Err() == nil {
-		s.log.Warn("could not reset the fold consumer to its acknowledgement floor; events the previous holder left unacknowledged come back after its ack wait, possibly after newer ones",
-			"consumer", p.consumer, "err", err)
+	if _, err := s.js.ResetConsumer(rctx, contract.StreamEvents, p.consumer); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("could not reset the fold consumer to its acknowledgement floor; not folding until it is",
+				"consumer", p.consumer, "err", err)
+		}
+		return false
 	}
+	return true
+}
+
+// inSequence reports whether m is the delivery right after the one
+// numbered last (0: none since the consumer was reset). A delivery lost
+// in transit (a pull that timed out while its events were on the way, a
+// reconnect, another client pulling from the consumer) leaves a gap; as
+// the fold acknowledges every event up to the last it flushed, folding
+// past a gap would acknowledge the lost one unfolded.
+func inSequence(m jetstream.Msg, last uint64) (uint64, bool) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return last, false
+	}
+	return meta.Sequence.Consumer, meta.Sequence.Consumer == last+1
 }
 
 // foldWhileHeld folds events while this process holds the fold lease: it
@@ -231,17 +250,36 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 		shareCheckC = t.C
 	}
 
-	s.replayUnacknowledged(sctx, p)
 	msgs := make(chan jetstream.Msg, 4096)
-	rctx, stopReceiving := context.WithCancel(sctx)
-	received := make(chan struct{})
-	go func() {
-		defer close(received)
-		s.receive(rctx, p, cons, msgs)
-	}()
+	// delivered is the delivery sequence of the last event taken in, 0
+	// right after the consumer was reset.
+	var delivered uint64
+	stopReceiving, received := context.CancelFunc(func() {}), make(chan struct{})
+	close(received)
+	// start resets the consumer to its acknowledgement floor (retrying a
+	// second apart until the reset goes through) and starts the pulls.
+	start := func() {
+		for !s.replayUnacknowledged(sctx, p) {
+			select {
+			case <-sctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		delivered = 0
+		var rctx context.Context
+		rctx, stopReceiving = context.WithCancel(sctx)
+		done := make(chan struct{})
+		received = done
+		go func() {
+			defer close(done)
+			s.receive(rctx, p, cons, msgs)
+		}()
+	}
 	// Stops the pulls and waits for them, so nothing more is handed over.
 	stop := func() { stopReceiving(); <-received }
-	defer stop()
+	defer func() { stop() }()
+	start()
 
 	ticker := time.NewTicker(s.cfg.FlushInterval)
 	defer ticker.Stop()
@@ -261,13 +299,31 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 			s.log.Warn("flush failed; events stay unacknowledged and will be folded again", "err", err)
 			return
 		}
-		for _, m := range folded {
-			if err := m.Ack(); err != nil {
-				s.log.Warn("ack failed; the event will be redelivered and folded idempotently", "err", err)
-				break
+		if len(folded) > 0 {
+			// Acknowledges every event up to the last (AckAll).
+			if err := folded[len(folded)-1].Ack(); err != nil {
+				s.log.Warn("ack failed; the events will be redelivered and folded idempotently", "err", err)
 			}
 		}
 		folded = folded[:0]
+	}
+	// rewind flushes and acknowledges what was folded, drops what waits,
+	// and pulls again from the acknowledgement floor after pause: for an
+	// event taken in out of sequence, or one that could not be folded now.
+	// What was folded and could not be flushed is not acknowledged after
+	// the reset (its delivery numbers are the old ones): it comes again and
+	// is folded again, idempotently.
+	rewind := func(pause time.Duration) {
+		stop()
+		flush(ctx)
+		folded = folded[:0]
+		drain(msgs)
+		select {
+		case <-sctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		start()
 	}
 	// leave flushes, acknowledges and releases the lease, for a stop or a
 	// hand-back; what it could not flush is handed back unacknowledged.
@@ -297,13 +353,22 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 				return lease.ErrGiveBack
 			}
 		case m := <-msgs:
-			if err := s.fold(ctx, p, m); err != nil {
-				// Only a checkpoint read can fail here; without its state the
-				// event cannot be folded exactly, so stop and retry later.
-				s.log.Warn("cannot fold event; will retry", "err", err)
-				_ = m.NakWithDelay(time.Second)
+			seq, ok := inSequence(m, delivered)
+			if !ok {
+				s.log.Warn("an event's delivery was lost on its way; folding again from the acknowledgement floor",
+					"consumer", p.consumer, "expected", delivered+1, "got", seq)
+				rewind(0)
 				continue
 			}
+			if err := s.fold(ctx, p, m); err != nil {
+				// Only a checkpoint read can fail here; without its state the
+				// event cannot be folded exactly, and the ones after it must
+				// wait for it, so stop and retry from it later.
+				s.log.Warn("cannot fold event; will retry", "err", err)
+				rewind(time.Second)
+				continue
+			}
+			delivered = seq
 			folded = append(folded, m)
 			if len(folded) >= s.cfg.MaxUnflushed {
 				flush(ctx)
