@@ -6,23 +6,23 @@
 // that wrote their effect: one acknowledgement per flush, of its last
 // event, which acknowledges every event before it (AckAll). So the fold
 // never passes a gap: each event must be the delivery right after the
-// last one taken in (its consumer sequence); a delivery lost in transit (a
-// pull that expired with events on the way, a client reconnect, a
-// consumer leader moving to another node, another client pulling) or an
-// event that cannot be folded now makes it flush, drop what waits, reset
-// the consumer to its acknowledgement floor and pull again from there
-// (status.go, rewind), instead of acknowledging the lost event unfolded (a
-// three-node failover test lost 3 of 1,000 outcomes to AckAll without the
-// check) or waiting the ack wait for it. A consumer made with another ack
-// policy by an earlier version is made again, starting after its
-// acknowledgement floor (partition.go). One acknowledgement per event cost
-// the server a message and a permission check each, about 8 of its 74 µs
-// per message of a whole send (docs/performance.md). It pulls in paced
-// batches (status.go, receive): at
-// rest one long pull waits for the next event; while events come, one
-// pull every 50 ms takes what gathered (at once after a failed attempt,
-// for the circuit breaker), so a busy fold costs a read per pull, not
-// per event.
+// last one taken in (its consumer sequence) and later in the stream. A
+// delivery lost in transit (a pull that expired with events on the way, a
+// client reconnect, a consumer leader moving to another node, another
+// client pulling), a redelivery after the ack wait (behind newer events)
+// or an event that cannot be folded now makes it flush, drop what waits,
+// reset the consumer to its acknowledgement floor and pull again from
+// there (status.go, rewind), instead of acknowledging the lost event
+// unfolded (a three-node failover test lost 3 of 1,000 outcomes to AckAll
+// without the check) or waiting the ack wait for it. A consumer made with
+// another ack policy by an earlier version is made again, starting after
+// its acknowledgement floor (partition.go). One acknowledgement per event
+// cost the server a message and a permission check each, about 8 of its
+// 74 µs per message of a whole send (docs/performance.md). It pulls in
+// paced batches (status.go, receive): at rest one long pull waits for the
+// next event; while events come, one pull every 50 ms takes what gathered
+// (at once after a failed attempt, for the circuit breaker), so a busy
+// fold costs a read per pull, not per event.
 //
 // One folder per partition: any number of status processes may run, but
 // only the holder of a partition's lease in KV broadcast_leases
@@ -114,7 +114,8 @@
 //
 // Where to edit what: status.go (the consume and flush loop, the replay
 // in stream order at a take-over, the acknowledgement per flush and the
-// rewind past a gap; replay_test.go, acknowledge_test.go), reconcile.go
+// rewind past a gap; replay_test.go, acknowledge_test.go,
+// sequence_test.go), reconcile.go
 // (progress written again where a lost write left it behind its
 // checkpoint; reconcile_test.go), partition.go (the partitions: names,
 // which tasks, where a new consumer starts, making a removed one or one of

@@ -214,18 +214,22 @@ func (s *Service) replayUnacknowledged(ctx context.Context, p *partition) bool {
 	return true
 }
 
-// inSequence reports whether m is the delivery right after the one
-// numbered last (0: none since the consumer was reset). A delivery lost
-// in transit (a pull that timed out while its events were on the way, a
-// reconnect, another client pulling from the consumer) leaves a gap; as
-// the fold acknowledges every event up to the last it flushed, folding
-// past a gap would acknowledge the lost one unfolded.
-func inSequence(m jetstream.Msg, last uint64) (uint64, bool) {
+// inSequence reports whether m is the delivery right after last (zero:
+// none since the consumer was reset) and comes after it in the stream,
+// and returns m's sequences. A delivery lost in transit (a pull that
+// timed out while its events were on the way, a reconnect, another client
+// pulling from the consumer) leaves a gap in the delivery sequence; as the
+// fold acknowledges every event up to the last it flushed, folding past a
+// gap would acknowledge the lost one unfolded. An event redelivered after
+// the ack wait (a flush that took that long) comes after newer ones, and
+// the fold is not indifferent to order.
+func inSequence(m jetstream.Msg, last jetstream.SequencePair) (jetstream.SequencePair, bool) {
 	meta, err := m.Metadata()
 	if err != nil {
 		return last, false
 	}
-	return meta.Sequence.Consumer, meta.Sequence.Consumer == last+1
+	seq := meta.Sequence
+	return seq, seq.Consumer == last.Consumer+1 && seq.Stream > last.Stream
 }
 
 // foldWhileHeld folds events while this process holds the fold lease: it
@@ -251,9 +255,9 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 	}
 
 	msgs := make(chan jetstream.Msg, 4096)
-	// delivered is the delivery sequence of the last event taken in, 0
-	// right after the consumer was reset.
-	var delivered uint64
+	// delivered is the sequences of the last event taken in, zero right
+	// after the consumer was reset.
+	var delivered jetstream.SequencePair
 	stopReceiving, received := context.CancelFunc(func() {}), make(chan struct{})
 	close(received)
 	// start resets the consumer to its acknowledgement floor (retrying a
@@ -266,7 +270,7 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 			case <-time.After(time.Second):
 			}
 		}
-		delivered = 0
+		delivered = jetstream.SequencePair{}
 		var rctx context.Context
 		rctx, stopReceiving = context.WithCancel(sctx)
 		done := make(chan struct{})
@@ -355,8 +359,9 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 		case m := <-msgs:
 			seq, ok := inSequence(m, delivered)
 			if !ok {
-				s.log.Warn("an event's delivery was lost on its way; folding again from the acknowledgement floor",
-					"consumer", p.consumer, "expected", delivered+1, "got", seq)
+				s.log.Warn("an event came out of sequence (a delivery lost on its way, or a redelivery); folding again from the acknowledgement floor",
+					"consumer", p.consumer, "after_delivery", delivered.Consumer, "after_stream_seq", delivered.Stream,
+					"delivery", seq.Consumer, "stream_seq", seq.Stream)
 				rewind(0)
 				continue
 			}
