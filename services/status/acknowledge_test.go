@@ -34,12 +34,7 @@ func TestFoldRewindsPastADeliveryLostOnItsWay(t *testing.T) {
 	const task, total = "lostonitsway", 60
 	publishEvent(ctx, t, ts, task, contract.Event{Kind: contract.EventAccepted, Index: -1, Total: total, State: contract.StateProcessing})
 
-	svc, err := status.New(ts.JS, status.Config{Logger: logtest.Logger(), FlushInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	sctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(sctx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
+	defer runStatus(t, ts, status.Config{Logger: logtest.Logger(), FlushInterval: 50 * time.Millisecond})()
 	natstest.Eventually(t, 10*time.Second, func() bool { return ts.Progress(t, task) != nil })
 
 	cons, err := ts.JS.Consumer(ctx, contract.StreamEvents, contract.ConsumerStatus)

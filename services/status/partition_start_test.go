@@ -188,12 +188,22 @@ func TestOtherCountsFoldConsumersRemoved(t *testing.T) {
 // and checks it stopped without an error.
 func runStatusUntil(t *testing.T, ts *pipelinetest.Server, cfg status.Config, until func() bool) {
 	t.Helper()
-	svc, err := status.New(ts.JS, cfg)
-	require.NoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	stop := runStatus(t, ts, cfg)
 	natstest.Eventually(t, 20*time.Second, until)
 	stop()
-	require.NoError(t, <-done)
+}
+
+// runStatus starts a status with cfg; the returned stop ends it and
+// checks it stopped without an error.
+func runStatus(t *testing.T, ts *pipelinetest.Server, cfg status.Config) (stop func()) {
+	t.Helper()
+	svc, err := status.New(ts.JS, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	return func() {
+		cancel()
+		require.NoError(t, <-done)
+	}
 }
