@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,22 @@ type Dispatch struct {
 	batchSize   *prometheus.HistogramVec
 	sessions    *prometheus.CounterVec
 	refresh     prometheus.Histogram
+
+	// accounts holds each account's series of the per-send metrics
+	// (accountSeries), found without the vectors' locks: with hundreds
+	// of accounts sending, their first sends queued thousands of
+	// goroutines behind a vector's lock while it made each account's
+	// series.
+	accounts sync.Map
+}
+
+// accountSeries is one account's series of the metrics recorded per send.
+type accountSeries struct {
+	sent        prometheus.Counter // outcome sent, class none
+	rateLimited prometheus.Counter
+	latency     prometheus.Observer
+	batchSize   prometheus.Observer
+	rate        prometheus.Gauge
 }
 
 // latencyBuckets spans a sandbox's microseconds to a slow gateway's tens of
@@ -82,6 +99,31 @@ func NewDispatch(reg *prometheus.Registry) *Dispatch {
 	}
 }
 
+// Account makes account's series of the per-send metrics, if not made yet,
+// so its sends look them up without the vectors' locks; dispatch calls it
+// when an account is configured, so an account that has sent nothing yet
+// shows zeros.
+func (m *Dispatch) Account(account string) {
+	if m == nil {
+		return
+	}
+	m.series(account)
+}
+
+func (m *Dispatch) series(account string) *accountSeries {
+	if a, ok := m.accounts.Load(account); ok {
+		return a.(*accountSeries)
+	}
+	a, _ := m.accounts.LoadOrStore(account, &accountSeries{
+		sent:        m.sends.WithLabelValues(account, string(contract.EventSent), classLabel("")),
+		rateLimited: m.rateLimited.WithLabelValues(account),
+		latency:     m.latency.WithLabelValues(account),
+		batchSize:   m.batchSize.WithLabelValues(account),
+		rate:        m.rate.WithLabelValues(account),
+	})
+	return a.(*accountSeries)
+}
+
 // SessionEnded records the end of an account's sending session and why.
 func (m *Dispatch) SessionEnded(cause string) {
 	if m == nil {
@@ -103,6 +145,14 @@ func (m *Dispatch) Outcome(ev *contract.Event) {
 	if m == nil {
 		return
 	}
+	a := m.series(ev.Account)
+	if ev.RatePerSec > 0 {
+		a.rate.Set(ev.RatePerSec)
+	}
+	if ev.Kind == contract.EventSent && ev.Class == "" {
+		a.sent.Inc()
+		return
+	}
 	outcome := string(ev.Kind)
 	switch ev.Kind {
 	case contract.EventSent, contract.EventRetrying, contract.EventFailed, contract.EventExpired, contract.EventCancelled,
@@ -117,10 +167,7 @@ func (m *Dispatch) Outcome(ev *contract.Event) {
 	}
 	if ev.Class == contract.ClassRateLimited && !ev.CallShared {
 		// A batch call rate limited as a whole is one answer.
-		m.rateLimited.WithLabelValues(ev.Account).Inc()
-	}
-	if ev.RatePerSec > 0 {
-		m.rate.WithLabelValues(ev.Account).Set(ev.RatePerSec)
+		a.rateLimited.Inc()
 	}
 }
 
@@ -129,7 +176,7 @@ func (m *Dispatch) Latency(account string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.latency.WithLabelValues(account).Observe(d.Seconds())
+	m.series(account).latency.Observe(d.Seconds())
 }
 
 // BatchSize records how many recipients one call of a batch account carried.
@@ -137,7 +184,7 @@ func (m *Dispatch) BatchSize(account string, n int) {
 	if m == nil {
 		return
 	}
-	m.batchSize.WithLabelValues(account).Observe(float64(n))
+	m.series(account).batchSize.Observe(float64(n))
 }
 
 // classLabel bounds the class label to the known error classes.

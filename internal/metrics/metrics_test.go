@@ -69,7 +69,15 @@ func TestDispatchOutcomes(t *testing.T) {
 	require.NoError(t, d.batchSize.WithLabelValues("a").(prometheus.Metric).Write(&b))
 	require.Equal(t, uint64(2), b.GetHistogram().GetSampleCount())
 	require.InDelta(t, 2003, b.GetHistogram().GetSampleSum(), 1e-9)
-	require.Equal(t, 5, series(d.sends))
+	// Each account's sent series exists from its first outcome on, 0 for b
+	// (counted before WithLabelValues, which would make it).
+	require.Equal(t, 6, series(d.sends))
+	require.Equal(t, 0.0, value(t, d.sends.WithLabelValues("b", "sent", "none")))
+	// A configured account shows its series before it sends.
+	d.Account("c")
+	require.Equal(t, 7, series(d.sends))
+	require.Equal(t, 0.0, value(t, d.sends.WithLabelValues("c", "sent", "none")))
+	require.Equal(t, 0.0, value(t, d.rateLimited.WithLabelValues("c")))
 }
 
 func TestOneRegistryManyServices(t *testing.T) {
