@@ -110,25 +110,17 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 	settler.Go(func() {
 		for d := range settleLater {
 			Settle(hctx, d.m, safeWait(hctx, d.wait), &cfg)
-			running.release(d.slot)
 		}
 	})
 	pool := newWorkers(cfg.Concurrency, func(m jetstream.Msg, slot *inFlightSlot) {
 		running.start(slot, m)
 		err := safeHandle(hctx, m, h)
+		running.end(slot)
 		var l *later
 		if errors.As(err, &l) {
-			// Its progress reports go on until it is settled: the events
-			// it waits for can take longer than the ack wait's rest to be
-			// stored on a loaded server, and a redelivery meanwhile costs
-			// a check for an earlier send (a third of the jobs of 1,000
-			// accounts at 15/s each, across processes).
-			waiting := running.hold(slot)
-			running.end(slot)
-			settleLater <- deferred{m: m, wait: l.wait, slot: waiting}
+			settleLater <- deferred{m: m, wait: l.wait}
 			return
 		}
-		running.end(slot)
 		Settle(hctx, m, err, &cfg)
 	}, running)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -226,7 +218,7 @@ func waitStopOrGone(ctx context.Context, cons jetstream.Consumer, maybeGone <-ch
 // cost: 2% of the benchmark's CPU.
 type inFlight struct {
 	mu    sync.Mutex
-	slots map[*inFlightSlot]bool // one per running worker, one per message awaiting its outcome (hold)
+	slots map[*inFlightSlot]bool // one per running worker
 	// busy counts the slots in use; wake tells keepAlive, idle while busy
 	// is zero (a consumer with nothing to do costs no wakeups), that one is.
 	busy atomic.Int32
@@ -275,27 +267,6 @@ func (f *inFlight) end(s *inFlightSlot) {
 	s.m = nil
 	s.mu.Unlock()
 	f.busy.Add(-1)
-}
-
-// hold is a slot of its own for the message of worker slot s, which its
-// handler left waiting for its outcome (Later), with s's progress schedule;
-// release it once the message is settled.
-func (f *inFlight) hold(s *inFlightSlot) *inFlightSlot {
-	s.mu.Lock()
-	m, since := s.m, s.since
-	s.mu.Unlock()
-	h := f.add()
-	f.start(h, m)
-	h.mu.Lock()
-	h.since = since
-	h.mu.Unlock()
-	return h
-}
-
-// release ends and removes a slot made by hold.
-func (f *inFlight) release(s *inFlightSlot) {
-	f.end(s)
-	f.remove(s)
 }
 
 // keepAlive reports progress on every message handled for longer than
@@ -375,7 +346,6 @@ func (l *later) Error() string { return "settled after the handler returned" }
 type deferred struct {
 	m    jetstream.Msg
 	wait func(context.Context) error
-	slot *inFlightSlot // its progress reports until settled (inFlight.hold)
 }
 
 // safeWait turns a panic of a Later wait into a retry.

@@ -149,53 +149,6 @@ func TestConsumeSettlesLater(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// TestConsumeKeepsLaterWaitsAlive: a message whose handler returned Later
-// is reported in progress until its wait returns, as while its handler
-// ran: a wait of 2.5 ack waits (events slow to be stored on a loaded
-// server) brings no redelivery, and the message is acknowledged once.
-func TestConsumeKeepsLaterWaitsAlive(t *testing.T) {
-	ts := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	const ackWait = 2 * time.Second
-	_, err := ts.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "WAIT", Subjects: []string{"wait.>"}})
-	require.NoError(t, err)
-	cons, err := ts.JS.CreateOrUpdateConsumer(ctx, "WAIT", jetstream.ConsumerConfig{
-		Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: -1})
-	require.NoError(t, err)
-
-	var deliveries, waited atomic.Int32
-	done := make(chan error, 1)
-	go func() {
-		done <- shared.Consume(ctx, cons, func(_ context.Context, m jetstream.Msg) error {
-			deliveries.Add(1)
-			return shared.Later(func(ctx context.Context) error {
-				select {
-				case <-time.After(5 * ackWait / 2):
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				waited.Add(1)
-				return nil
-			})
-		}, shared.ConsumeConfig{Concurrency: 2, AckWait: ackWait})
-	}()
-	_, err = ts.JS.Publish(ctx, "wait.a", nil)
-	require.NoError(t, err)
-	natstest.Eventually(t, time.Minute, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && waited.Load() == 1 && info.NumAckPending == 0 && info.AckFloor.Stream == 1
-	}, "acknowledged after its wait")
-	// Past the wait's end plus an ack wait: nothing comes back.
-	time.Sleep(ackWait + 200*time.Millisecond)
-	require.EqualValues(t, 1, deliveries.Load(), "delivered once")
-	info, err := cons.Info(ctx)
-	require.NoError(t, err)
-	require.Zero(t, info.NumRedelivered)
-	cancel()
-	require.NoError(t, <-done)
-}
-
 // TestConsumeStartsHandlersOnDemand: with room for 1,000 handlers and
 // three messages, the three are handled at once by three goroutines, not
 // a thousand waiting ones.
