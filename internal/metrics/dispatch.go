@@ -33,7 +33,6 @@ type accountSeries struct {
 	sent        prometheus.Counter // outcome sent, class none
 	rateLimited prometheus.Counter
 	latency     prometheus.Observer
-	batchSize   prometheus.Observer
 	rate        prometheus.Gauge
 }
 
@@ -80,7 +79,7 @@ func NewDispatch(reg *prometheus.Registry) *Dispatch {
 		}, []string{"account"})),
 		rate: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "account_rate_per_sec",
-			Help: "Effective (adaptive) send rate of an account as of its last outcome.",
+			Help: "Effective (adaptive) send rate of an account as of its last outcome; its configured rate before any.",
 		}, []string{"account"})),
 		batchSize: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "batch_size",
@@ -102,12 +101,15 @@ func NewDispatch(reg *prometheus.Registry) *Dispatch {
 // Account makes account's series of the per-send metrics, if not made yet,
 // so its sends look them up without the vectors' locks; dispatch calls it
 // when an account is configured, so an account that has sent nothing yet
-// shows zeros.
-func (m *Dispatch) Account(account string) {
+// shows zeros, and its configured rate until its first outcome.
+func (m *Dispatch) Account(account string, ratePerSec float64) {
 	if m == nil {
 		return
 	}
-	m.series(account)
+	if _, made := m.accounts.Load(account); made {
+		return
+	}
+	m.series(account).rate.Set(ratePerSec)
 }
 
 func (m *Dispatch) series(account string) *accountSeries {
@@ -118,7 +120,6 @@ func (m *Dispatch) series(account string) *accountSeries {
 		sent:        m.sends.WithLabelValues(account, string(contract.EventSent), classLabel("")),
 		rateLimited: m.rateLimited.WithLabelValues(account),
 		latency:     m.latency.WithLabelValues(account),
-		batchSize:   m.batchSize.WithLabelValues(account),
 		rate:        m.rate.WithLabelValues(account),
 	})
 	return a.(*accountSeries)
@@ -184,7 +185,7 @@ func (m *Dispatch) BatchSize(account string, n int) {
 	if m == nil {
 		return
 	}
-	m.series(account).batchSize.Observe(float64(n))
+	m.batchSize.WithLabelValues(account).Observe(float64(n))
 }
 
 // classLabel bounds the class label to the known error classes.

@@ -30,6 +30,7 @@ func TestNilSetsRecordNothing(t *testing.T) {
 	var d *Dispatch
 	d.Outcome(&contract.Event{Kind: contract.EventSent})
 	d.Latency("a", time.Second)
+	d.Account("a", 1)
 	var s *Status
 	s.Folded(contract.EventSent)
 	s.SetAccounts([]AccountGauges{{Name: "a"}})
@@ -73,11 +74,17 @@ func TestDispatchOutcomes(t *testing.T) {
 	// (counted before WithLabelValues, which would make it).
 	require.Equal(t, 6, series(d.sends))
 	require.Equal(t, 0.0, value(t, d.sends.WithLabelValues("b", "sent", "none")))
-	// A configured account shows its series before it sends.
-	d.Account("c")
+	// A configured account shows its series before it sends, its rate the
+	// configured one; a batch size only once it has made a batch call.
+	d.Account("c", 15)
 	require.Equal(t, 7, series(d.sends))
+	require.Equal(t, 1, series(d.batchSize))
 	require.Equal(t, 0.0, value(t, d.sends.WithLabelValues("c", "sent", "none")))
 	require.Equal(t, 0.0, value(t, d.rateLimited.WithLabelValues("c")))
+	require.Equal(t, 15.0, value(t, d.rate.WithLabelValues("c")))
+	// Configured again (an edit), its rate as of its last outcome stays.
+	d.Account("a", 99)
+	require.Equal(t, 20.0, value(t, d.rate.WithLabelValues("a")))
 }
 
 func TestOneRegistryManyServices(t *testing.T) {

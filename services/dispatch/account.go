@@ -111,7 +111,7 @@ func newAccountRunner(parent context.Context, s *Service, a *contract.Account, s
 		wake:    make(chan struct{}, 1),
 	}
 	r.configurePacer(a)
-	s.cfg.metrics.Account(a.Name)
+	s.cfg.metrics.Account(a.Name, a.RatePerSec)
 	return r
 }
 
