@@ -197,7 +197,11 @@ var slowSeeds = []uint64{605087273, 715504403, 194139588}
 // jobs lost: an original redelivered after the restart published its
 // delay copy, delivered already, again, which replaced the schedule of
 // the job's next copy on the same subject (sentBefore publishes a claimed
-// copy no more); seed 585014640 (one run in about five) a recipient
+// copy no more), and later (one run in about thirty) recipients sent by
+// two replicas: the old holder's frequency reservation, made after the
+// grant, waited out the restart and its call followed 2 ms after the
+// reconnect, the standby holding the lease by then (dispatch checks the
+// lease again right before the call: scheduler.stillValid); seed 585014640 (one run in about five) a recipient
 // accepted under two idempotency keys: a digest's carrier moved off a
 // disabled account carried the digest's text in its copy, was then
 // handed over as its task paused, and sent that text alone under its own

@@ -321,7 +321,7 @@ func (c *checker) task(t Task) {
 		for _, h := range hs {
 			at = append(at, fmt.Sprintf("%s@%s attempt %d", h.Account, c.rel(h.At), h.Attempt))
 		}
-		c.fail(Failure{Check: CheckDuplicate, Task: t.ID, Detail: fmt.Sprintf("%s accepted %d times (%s) without a timeout or kill", to, len(hs), strings.Join(at, ", "))})
+		c.fail(Failure{Check: CheckDuplicate, Task: t.ID, Detail: fmt.Sprintf("%s accepted %d times (%s) without a timeout or kill; events: %s", to, len(hs), strings.Join(at, ", "), eventsOf(evs, to))})
 	}
 
 	// Final within the bound, or waiting with the reason in error.

@@ -48,7 +48,11 @@
 // equal shares (lease.FairShare); a standby at its share asks the same
 // question of the replicas it counts before it refuses, so a killed
 // replica stops counting at once and its accounts are taken then too. A holder whose connection drops
-// starts no send until it confirmed its lease after reconnecting. The
+// starts no send until it confirmed its lease after reconnecting: the
+// lease is checked at a job's grant and again right before its call, since
+// a step between them (the frequency reservation, a KV write) can wait out
+// the loss and succeed after the reconnect, when a standby that heard the
+// holder gone may hold the lease (scheduler.stillValid). The
 // lanes' ack wait is 2 s, with progress acks every second for slow sends
 // and waiting jobs, so the jobs a killed holder took come back about 2 s
 // after the kill. A progress ack that comes late (a loaded machine) lets

@@ -2,14 +2,17 @@ package dispatch
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
 	"github.com/broadcastd/broadcast/internal/lease"
+	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/topologytest"
 )
 
@@ -58,4 +61,61 @@ func TestRefreshPhaseSpreads(t *testing.T) {
 	if hi-lo < lease.Refresh/2 {
 		t.Fatalf("1,000 phases span only %v..%v; want them spread over the period", lo, hi)
 	}
+}
+
+// TestNoSendAfterTheConnectionDroppedSinceTheGrant: a step between a
+// job's grant and its call (the frequency reservation, a KV write) that
+// outlasts the connection is answered after the reconnect, when a standby
+// that heard the holder gone may hold the lease already. The holder must
+// then not make the call: the job waits for the lease. (Multi-process
+// scenario seed 15166146, one run in about thirty: a recipient sent by
+// two replicas after a nats-server restart, the old holder's send made
+// 2 ms after it reconnected.)
+func TestNoSendAfterTheConnectionDroppedSinceTheGrant(t *testing.T) {
+	srv := topologytest.Start(t)
+	js := srv.JS
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leases, err := js.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+
+	svc, err := New(js, Config{})
+	require.NoError(t, err)
+	var hooked atomic.Bool
+	standbyHolds := make(chan struct{})
+	testHookGranted = func(jobID string) {
+		if !hooked.CompareAndSwap(false, true) {
+			return
+		}
+		// The connection drops and comes back while the step runs, and
+		// meanwhile another process takes the account.
+		// (assert: this is the job's goroutine, not the test's.)
+		defer close(standbyHolds)
+		_, lost := svc.conn.State()
+		assert.NoError(t, svc.js.Conn().ForceReconnect())
+		assert.Eventually(t, func() bool { up, n := svc.conn.State(); return up && n > lost }, 10*time.Second, 5*time.Millisecond)
+		_, err := leases.Put(ctx, "acct", []byte("standby"))
+		assert.NoError(t, err)
+	}
+	t.Cleanup(func() { testHookGranted = nil })
+
+	putAccounts(t, js, map[string]string{"acct": `{"channel":"sandbox","rate_per_sec":100,"burst":5,"concurrency":4}`})
+	queueJobs(t, js, "regrant", "acct", 1)
+	natstest.RunUntilCleanup(t, svc.Run)
+
+	select {
+	case <-standbyHolds:
+	case <-ctx.Done():
+		t.Fatal("the job was never granted")
+	}
+	// The standby holds the lease for 2 s (refreshing it), then lets go.
+	for range 4 {
+		time.Sleep(500 * time.Millisecond)
+		require.Zero(t, sentEvents(t, js, "regrant"), "sent while another process held the account")
+		_, err := leases.Put(ctx, "acct", []byte("standby"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, leases.Delete(ctx, "acct"))
+	require.Eventually(t, func() bool { return sentEvents(t, js, "regrant") == 1 }, 10*time.Second, 50*time.Millisecond,
+		"sent once the account is this process's again")
 }

@@ -386,6 +386,19 @@ func (s *scheduler) pick() int {
 	return -1
 }
 
+// stillValid reports whether a granted send may still start: the
+// session's lease is still valid (run's valid). A step between the grant
+// and the call (the frequency reservation, a KV write; a pause in
+// pacer.admit) can outlast the connection: a JetStream request made while
+// it is down waits for the reconnect and succeeds then, when a standby
+// that heard the holder gone may hold the lease already.
+func (s *scheduler) stillValid() bool {
+	s.mu.Lock()
+	valid := s.valid
+	s.mu.Unlock()
+	return valid != nil && valid()
+}
+
 // run hands out tokens until the session ends. valid is checked after each
 // token, before the grant: when it fails (the lease could not be confirmed)
 // run ends the session and returns lease.ErrLost, and no further send starts.

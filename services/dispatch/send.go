@@ -473,6 +473,9 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	if done, err := r.awaitTurn(ctx, turn, d); done {
 		return nil, err
 	}
+	if testHookGranted != nil {
+		testHookGranted(d.job.ID)
+	}
 	// A pause or cancel that came while this job waited for a token wins:
 	// no new send starts after it (a carrier hands its digest on first).
 	if done, err := r.handOverIfStopped(ctx, d); done {
@@ -499,6 +502,13 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	if err != nil {
 		return nil, shared.RetryAfter(0, err)
 	}
+	// The last gate: the steps since the grant may have waited out a lost
+	// connection (scheduler.stillValid). The job goes back at once for
+	// whichever process holds the lease now, which checks it for an
+	// earlier send like any redelivery.
+	if !turn.s.stillValid() {
+		return nil, shared.RetryAfter(0, lease.ErrLost)
+	}
 	d.called = true
 	res := d.sender.Send(ctx, []channels.Message{d.message()})[0]
 	latency := time.Since(start)
@@ -507,6 +517,10 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 	r.svc.cfg.metrics.Latency(d.acct.Name, latency)
 	return &sendOutcome{res: res, latency: latency, started: start}, nil
 }
+
+// testHookGranted, set by tests only, runs in sendDirect after a job's
+// grant, standing for a slow step before its call.
+var testHookGranted func(jobID string)
 
 // awaitTurn waits for the job's turn (sched.go), checking every turnCheck
 // that it may still be sent. done reports that the job was handled
