@@ -28,7 +28,10 @@
 // only the holder of a partition's lease in KV broadcast_leases
 // (contract.StatusFoldLease with one partition, status.fold.<k>-of-<n>
 // with more) consumes and writes its tasks (foldlease.go); the others stand
-// by and serve the dashboard. Config.Partitions (STATUS_PARTITIONS, default
+// by and serve the dashboard. A flush asks the lease before each task's
+// write and again between its checkpoint and its progress: a write that
+// waited out a lost connection succeeds after the reconnect, when a
+// standby may hold the partition (foldlease_test.go). Config.Partitions (STATUS_PARTITIONS, default
 // 1) splits the fold by task id (partition.go): each partition has its own
 // consumer, delivered every event, and folds only its tasks, and the
 // processes take the partitions in equal shares (lease.FairShare, under

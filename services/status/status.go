@@ -608,6 +608,10 @@ func (s *Service) pauseTask(taskID, reason string) {
 	}
 }
 
+// testHookCheckpointSaved, set by tests only, runs in flush after a
+// task's checkpoint was saved, standing for a slow write.
+var testHookCheckpointSaved func(taskID string)
+
 // keepReceiving is how long a finished task's fold stays in memory after
 // its last receipt.
 const keepReceiving = time.Minute
@@ -666,6 +670,17 @@ func (s *Service) flush(ctx context.Context, p *partition) error {
 			s.mu.Lock()
 			s.Checkpoints++
 			s.mu.Unlock()
+			if testHookCheckpointSaved != nil {
+				testHookCheckpointSaved(w.f.P.TaskID)
+			}
+			// Asked again: the checkpoint's write can wait out a lost
+			// connection and succeed after the reconnect, when another
+			// replica that heard this one gone may hold the partition and
+			// have written newer progress (the lease's Valid counts a
+			// reconnect as unconfirmed).
+			if !p.mayWrite() {
+				return errNotConfirmed
+			}
 		}
 		if _, err := s.progress.Put(ctx, w.f.P.TaskID, w.prog); err != nil {
 			return fmt.Errorf("progress %s: %w", w.f.P.TaskID, err)

@@ -1,0 +1,97 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/logtest"
+	"github.com/broadcastd/broadcast/internal/natstest"
+	"github.com/broadcastd/broadcast/internal/topologytest"
+)
+
+// TestNoProgressWriteAfterTheConnectionDroppedDuringACheckpoint: a
+// checkpoint's write that outlasts the connection succeeds after the
+// reconnect, when another replica that heard this one gone may hold the
+// partition and have written newer progress. The progress write after it
+// must not go out then: the lease is asked again. (dispatch's send had
+// the same gap: TestNoSendAfterTheConnectionDroppedSinceTheGrant.)
+func TestNoProgressWriteAfterTheConnectionDroppedDuringACheckpoint(t *testing.T) {
+	ts := topologytest.Start(t)
+	js := ts.JS
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leases, err := js.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	progress, err := js.KeyValue(ctx, contract.BucketProgress)
+	require.NoError(t, err)
+
+	const task, n = "fenced", 20
+	for i := range n {
+		data, err := contract.EncodeEvent(&contract.Event{TaskID: task, JobID: fmt.Sprintf("%s.%d", task, i), To: "+15550000000",
+			Account: "a", Kind: contract.EventSent, Index: i, Attempt: 1, At: time.Now().UTC()})
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, contract.EventSubject(task, contract.EventSent), data)
+		require.NoError(t, err)
+	}
+
+	svc, err := New(js, Config{Logger: logtest.Logger()})
+	require.NoError(t, err)
+	// What the replica that took the partition wrote meanwhile.
+	theirs, err := json.Marshal(contract.Progress{TaskID: task, State: contract.StateProcessing, Total: 1000, Sent: 999})
+	require.NoError(t, err)
+	var hooked atomic.Bool
+	tookOver := make(chan struct{})
+	testHookCheckpointSaved = func(taskID string) {
+		if taskID != task || !hooked.CompareAndSwap(false, true) {
+			return
+		}
+		// (assert: this is the flush's goroutine, not the test's.)
+		defer close(tookOver)
+		conn := svc.js.Conn()
+		before := conn.Stats().Reconnects
+		assert.NoError(t, conn.ForceReconnect())
+		assert.Eventually(t, func() bool { return conn.IsConnected() && conn.Stats().Reconnects > before }, 10*time.Second, 5*time.Millisecond)
+		_, err := leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
+		assert.NoError(t, err)
+		_, err = progress.Put(ctx, task, theirs)
+		assert.NoError(t, err)
+	}
+	t.Cleanup(func() { testHookCheckpointSaved = nil })
+	stopped := make(chan error, 1)
+	runCtx, stop := context.WithCancel(context.Background())
+	go func() { stopped <- svc.Run(runCtx) }()
+	t.Cleanup(func() { stop(); require.NoError(t, <-stopped) })
+
+	select {
+	case <-tookOver:
+	case <-ctx.Done():
+		t.Fatal("no checkpoint was saved")
+	}
+	// The other replica holds the partition for 2 s (refreshing its
+	// lease); its progress stands.
+	for range 4 {
+		time.Sleep(500 * time.Millisecond)
+		e, err := progress.Get(ctx, task)
+		require.NoError(t, err)
+		require.JSONEq(t, string(theirs), string(e.Value()), "progress written by a replica that no longer held the partition")
+		_, err = leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, leases.Delete(ctx, FoldLeaseKey(0, 1)))
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		e, err := progress.Get(ctx, task)
+		if err != nil {
+			return false
+		}
+		var p contract.Progress
+		return json.Unmarshal(e.Value(), &p) == nil && p.Sent == n
+	}, "the partition's next holder writes the folded progress")
+}
