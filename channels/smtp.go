@@ -476,9 +476,9 @@ func (s *smtpSender) unlessCancelled(ctx context.Context, conn *smtpConn) *smtpC
 	return nil
 }
 
-// transmit runs one mail transaction, pipelined when the server offers
-// it (smtp_pipeline.go), with BDAT when it offers CHUNKING too
-// (smtp_chunking.go); cancelling ctx closes the connection so a stuck
+// transmit runs one mail transaction, a command at a time or pipelined
+// when the server offers it (smtp_pipeline.go), with BDAT when it offers
+// CHUNKING too (smtp_chunking.go); cancelling ctx closes the connection so a stuck
 // server cannot hold the send past its deadline.
 func (s *smtpSender) transmit(ctx context.Context, conn *smtpConn, e *email) error {
 	stop := context.AfterFunc(ctx, conn.close)
@@ -489,11 +489,7 @@ func (s *smtpSender) transmit(ctx context.Context, conn *smtpConn, e *email) err
 		}
 		return s.transmitPipelined(conn, e)
 	}
-	msg, _, err := s.build(e.m)
-	if err != nil {
-		return &smtpStepError{reason: gomail.ErrWriteContent, err: err}
-	}
-	return s.client.SendWithSMTPClient(conn.Client, msg)
+	return s.transmitSerial(conn, e)
 }
 
 func (s *smtpSender) build(m Message) (*gomail.Msg, string, error) {

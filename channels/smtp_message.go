@@ -14,10 +14,8 @@ import (
 
 // email is a message ready for its transaction: the envelope, and the
 // content as the server stores it (CRLF line ends, the last line ended).
-// m is kept for a server without PIPELINING, whose transaction go-mail
-// runs from its own message (transmit).
+// Every transaction (serial, pipelined, BDAT) sends these bytes.
 type email struct {
-	m        Message
 	id       string // Message-ID, without brackets
 	from, to string // envelope addresses
 	data     []byte
@@ -54,7 +52,7 @@ func (s *smtpSender) compose(m Message) (*email, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &email{m: m, id: id}
+	e := &email{id: id}
 	if e.from, e.to, err = envelope(msg); err != nil {
 		return nil, err
 	}
@@ -87,7 +85,7 @@ func (s *smtpSender) composePlain(m Message, addr string) *email {
 	_, _ = qp.Write([]byte(m.Body))
 	_ = qp.Close()
 	b.end()
-	return &email{m: m, id: id, from: s.envelopeFrom, to: to, data: b.Bytes()}
+	return &email{id: id, from: s.envelopeFrom, to: to, data: b.Bytes()}
 }
 
 // oneLineHeader reports whether go-mail writes the field key: value on

@@ -36,7 +36,7 @@ func goMailEmail(t testing.TB, s *smtpSender, m Message) *email {
 	t.Helper()
 	msg, id, err := s.build(m)
 	require.NoError(t, err)
-	e := &email{m: m, id: id}
+	e := &email{id: id}
 	e.from, e.to, err = envelope(msg)
 	require.NoError(t, err)
 	e.data, err = chunk(msg)

@@ -12,12 +12,12 @@ import (
 // (RFC 2920), for servers that announce PIPELINING: MAIL, RCPT and DATA
 // leave in one write and their replies are read in order, then the
 // message and its final dot. That is two round trips per message where
-// go-mail's transaction takes four, which halves the time a connection
+// the serial transaction takes four (transmitSerial), which halves the time a connection
 // spends per message on a distant server and the system calls on both
 // ends on a near one.
 //
 // Errors carry the step that failed in go-mail's terms (smtpStepError),
-// so staleConn and sendFailure classify both paths alike. A refused MAIL
+// so staleConn and sendFailure classify every path alike. A refused MAIL
 // or RCPT leaves the session as it found it: the replies to the commands
 // after it are read, a DATA the server went ahead with anyway gets an
 // empty message's end (RFC 2920, 3.1) and the transaction is reset.
@@ -41,8 +41,14 @@ func (s *smtpSender) transmitPipelined(conn *smtpConn, e *email) error {
 		}
 		return failed
 	}
+	return writeData(t, e.data)
+}
+
+// writeData writes a message after the server's 354 to DATA, then its
+// final dot, and reads the reply to it.
+func writeData(t *textproto.Conn, data []byte) error {
 	dw := t.DotWriter()
-	if _, err := dw.Write(e.data); err != nil {
+	if _, err := dw.Write(data); err != nil {
 		return &smtpStepError{reason: gomail.ErrWriteContent, err: err, broken: true}
 	}
 	if err := dw.Close(); err != nil {
@@ -52,6 +58,44 @@ func (s *smtpSender) transmitPipelined(conn *smtpConn, e *email) error {
 		return &smtpStepError{reason: gomail.ErrSMTPDataClose, err: err}
 	}
 	return nil
+}
+
+// transmitSerial runs one mail transaction a command at a time, for
+// servers without PIPELINING: MAIL, RCPT and DATA each wait for their
+// reply, then the message and its final dot. It sends the email compose
+// wrote, as the other transactions do (go-mail's own transaction would
+// build the message again from its parts). A refused MAIL or RCPT is
+// followed by RSET, so the session stays usable.
+func (s *smtpSender) transmitSerial(conn *smtpConn, e *email) error {
+	if err := conn.UpdateDeadline(s.timeout); err != nil {
+		return &smtpStepError{reason: gomail.ErrConnCheck, err: err}
+	}
+	t := conn.Text
+	cmds := mailCommands(conn, e.from, e.to)
+	rcpt := strings.Index(cmds, "RCPT TO:")
+	for _, c := range []struct {
+		cmd  string
+		step replyStep
+	}{
+		{cmds[:rcpt], replyStep{250, gomail.ErrSMTPMailFrom}},
+		{cmds[rcpt:], replyStep{25, gomail.ErrSMTPRcptTo}},
+		{"DATA\r\n", replyStep{354, gomail.ErrSMTPData}},
+	} {
+		if _, err := t.W.WriteString(c.cmd); err != nil {
+			return &smtpStepError{reason: c.step.reason, err: err, broken: true}
+		}
+		if err := t.W.Flush(); err != nil {
+			return &smtpStepError{reason: c.step.reason, err: err, broken: true}
+		}
+		if _, _, err := t.ReadResponse(c.step.expect); err != nil {
+			failed := &smtpStepError{reason: c.step.reason, err: err, broken: !isReply(err)}
+			if !failed.broken && failed.reason != gomail.ErrSMTPData {
+				failed.broken = !abandonTransaction(t, false)
+			}
+			return failed
+		}
+	}
+	return writeData(t, e.data)
 }
 
 // replyStep is a reply a pipelined group of commands expects and the step

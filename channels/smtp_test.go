@@ -51,8 +51,8 @@ func firstOnly[T any](reply string) func(T) string {
 // client's transaction.
 type smtpMode struct{ pipelining, chunking bool }
 
-// eachTransaction runs test against a server without PIPELINING (go-mail's
-// transaction, a round trip per command), one with it (pipelined) and one
+// eachTransaction runs test against a server without PIPELINING (a round
+// trip per command), one with it (pipelined) and one
 // with CHUNKING as well (the message as BDAT in the same write).
 func eachTransaction(t *testing.T, test func(t *testing.T, mode smtpMode)) {
 	for _, m := range []struct {
@@ -267,6 +267,7 @@ func testSMTPConnectionReuse(t *testing.T, mode smtpMode) {
 		require.Zero(t, srv.Counts().Pipelined, "one command at a time")
 	}
 	require.Zero(t, srv.Counts().Resets, "a finished transaction needs no RSET")
+	require.Zero(t, srv.Counts().Noops, "no NOOP before a transaction: a dead connection shows at MAIL")
 
 	require.NoError(t, s.(io.Closer).Close())
 	require.Eventually(t, func() bool { return srv.Counts().Quits == 1 }, 5*time.Second, 10*time.Millisecond, "Close says QUIT")

@@ -70,7 +70,9 @@ type SMTPCounts struct {
 	// Chunks are BDAT commands.
 	Chunks int
 	Resets int
-	Quits  int
+	// Noops are NOOP commands (a client checking its connection first).
+	Noops int
+	Quits int
 }
 
 // Mail is one message an SMTP fake received.
@@ -318,6 +320,7 @@ func (s *SMTP) serve(c net.Conn) {
 			m, inMail = Mail{}, false
 			reply("250 2.0.0 Ok")
 		case "NOOP":
+			s.count(func(c *SMTPCounts) *int { return &c.Noops })
 			reply("250 2.0.0 Ok")
 		case "RCPT":
 			if !inMail {
