@@ -8,8 +8,9 @@
 //   - registry.go: which channels exist.
 //   - webhook.go, sandbox.go, whatsapp.go, wxpusher.go, smtp.go: one file
 //     per adapter, holding only its provider's protocol; smtp.go's
-//     transactions are in smtp_pipeline.go (serial, and PIPELINING), smtp_chunking.go
-//     (BDAT) and smtp_shared.go (fewer connections than concurrency).
+//     transactions are in smtp_pipeline.go (serial, and PIPELINING),
+//     smtp_chunking.go (BDAT) and smtp_shared.go (fewer connections than
+//     concurrency).
 //   - adapter.go: what every adapter shares: reading the account
 //     (options, secret_env, endpoint, timeout), the one HTTP client (no
 //     redirects, proxy from the environment, NetPolicy's address checks)

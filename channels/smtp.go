@@ -478,8 +478,8 @@ func (s *smtpSender) unlessCancelled(ctx context.Context, conn *smtpConn) *smtpC
 
 // transmit runs one mail transaction, a command at a time or pipelined
 // when the server offers it (smtp_pipeline.go), with BDAT when it offers
-// CHUNKING too (smtp_chunking.go); cancelling ctx closes the connection so a stuck
-// server cannot hold the send past its deadline.
+// CHUNKING too (smtp_chunking.go); cancelling ctx closes the connection
+// so a stuck server cannot hold the send past its deadline.
 func (s *smtpSender) transmit(ctx context.Context, conn *smtpConn, e *email) error {
 	stop := context.AfterFunc(ctx, conn.close)
 	defer stop()

@@ -12,9 +12,9 @@ import (
 // (RFC 2920), for servers that announce PIPELINING: MAIL, RCPT and DATA
 // leave in one write and their replies are read in order, then the
 // message and its final dot. That is two round trips per message where
-// the serial transaction takes four (transmitSerial), which halves the time a connection
-// spends per message on a distant server and the system calls on both
-// ends on a near one.
+// the serial transaction takes four (transmitSerial), which halves the
+// time a connection spends per message on a distant server and the
+// system calls on both ends on a near one.
 //
 // Errors carry the step that failed in go-mail's terms (smtpStepError),
 // so staleConn and sendFailure classify every path alike. A refused MAIL

@@ -52,8 +52,8 @@ func firstOnly[T any](reply string) func(T) string {
 type smtpMode struct{ pipelining, chunking bool }
 
 // eachTransaction runs test against a server without PIPELINING (a round
-// trip per command), one with it (pipelined) and one
-// with CHUNKING as well (the message as BDAT in the same write).
+// trip per command), one with it (pipelined) and one with CHUNKING as
+// well (the message as BDAT in the same write).
 func eachTransaction(t *testing.T, test func(t *testing.T, mode smtpMode)) {
 	for _, m := range []struct {
 		name string

@@ -201,8 +201,9 @@ var slowSeeds = []uint64{605087273, 715504403, 194139588}
 // two replicas: the old holder's frequency reservation, made after the
 // grant, waited out the restart and its call followed 2 ms after the
 // reconnect, the standby holding the lease by then (dispatch checks the
-// lease again right before the call: scheduler.stillValid); seed 585014640 (one run in about five) a recipient
-// accepted under two idempotency keys: a digest's carrier moved off a
+// lease again right before the call: scheduler.stillValid); seed
+// 585014640 (one run in about five) a recipient accepted under two
+// idempotency keys: a digest's carrier moved off a
 // disabled account carried the digest's text in its copy, was then
 // handed over as its task paused, and sent that text alone under its own
 // key while the next carrier sent the items again (the job keeps its own
