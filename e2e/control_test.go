@@ -162,6 +162,51 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	require.Zero(t, g.Ledger().Duplicates)
 }
 
+// TestRetryDeadLiftsAPauseTheTaskOutran: a pause that came just before a
+// task's last outcomes leaves the finished task's run state paused, and a
+// resume is refused for a final task. A retry-dead then re-queues its dead
+// letters for a new run that the old pause must not hold: they are sent
+// and the task finishes (multi-process scenario seed 959139463 left them
+// parked and the task paused for good).
+func TestRetryDeadLiftsAPauseTheTaskOutran(t *testing.T) {
+	t.Parallel()
+	ts := pipelinetest.Start(t)
+	g, err := gateway.New(harness.GatewayOK())
+	require.NoError(t, err)
+	var fixed atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !fixed.Load() && strings.HasSuffix(r.Header.Get("Idempotency-Key"), ".1") {
+			http.Error(w, "not yet", http.StatusBadRequest)
+			return
+		}
+		g.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
+	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
+
+	harness.Submit(t, ts, contract.Task{ID: "rdp", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("d", 5)})
+	first := ts.WaitFinal(t, "rdp", 20*time.Second)
+	require.Equal(t, contract.StatePartial, first.State)
+	require.Equal(t, 1, first.Failed)
+	// The pause the task outran.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	control, err := ts.JS.KeyValue(ctx, contract.BucketControl)
+	require.NoError(t, err)
+	require.NoError(t, shared.PutControl(ctx, control, "rdp", contract.Control{State: contract.StatePaused}))
+	_, err = client.Control(ctx, ts.NC, "rdp", contract.ActionResume)
+	require.ErrorContains(t, err, "already partial")
+
+	fixed.Store(true)
+	reply := harness.Control(t, ts, "rdp", contract.ActionRetryDead)
+	require.Equal(t, 1, reply.Requeued)
+	final := ts.WaitProgress(t, "rdp", 20*time.Second, func(p *contract.Progress) bool { return p.State == contract.StateSucceeded })
+	require.Equal(t, 5, final.Sent)
+	require.Equal(t, 5, g.Ledger().AcceptedKeys())
+	require.Zero(t, g.Ledger().Duplicates)
+}
+
 // TestCircuitBreakerPausesAFailingTask sends into a gateway that fails
 // everything; the task pauses itself with the reason.
 func TestCircuitBreakerPausesAFailingTask(t *testing.T) {

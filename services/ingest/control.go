@@ -45,7 +45,7 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) cont
 	}
 	if req.Action != contract.ActionRetryDead {
 		// Pause, resume and cancel of one task apply in the order they came;
-		// retry-dead changes no run state and may run beside them.
+		// retry-dead may run beside them (liftOutrunPause takes the lock).
 		unlock := s.taskLocks.Lock(taskID)
 		defer unlock()
 	}
@@ -131,14 +131,39 @@ func (s *Service) control1(ctx context.Context, taskID string, body []byte) cont
 		if len(req.Seqs) > contract.MaxRetrySelection {
 			return fail("seqs: at most %d dead letters at once, got %d", contract.MaxRetrySelection, len(req.Seqs))
 		}
+		outran := false
+		if final && ctl.State == contract.StatePaused {
+			if outran, err = s.liftOutrunPause(ctx, taskID); err != nil {
+				return fail("%v", err)
+			}
+		}
 		n, err := s.askRetryDead(ctx, rec.Task.ID, req.Seqs)
 		if err != nil {
 			return fail("%v", err)
 		}
-		log.Info("dead letters re-queued", "count", n)
+		if outran {
+			go s.askUnpark(taskID) // any parked by a view of the pause not yet lifted
+		}
+		log.Info("dead letters re-queued", "count", n, "pause_lifted", outran)
 		return contract.ControlReply{OK: true, State: contract.StateProcessing, Requeued: n}
 	}
 	return fail("action: must be pause, resume, cancel or retry-dead, got %q", req.Action)
+}
+
+// liftOutrunPause sets a final task's run state from paused back to
+// processing, under the task's lock, for a retry-dead: a pause that came
+// just before the task's last outcomes held a run that has ended, and the
+// re-queued recipients are not held by it (they would wait parked, the
+// task paused again, while a resume is refused for a final task;
+// multi-process scenario seed 959139463). It reports whether it lifted one.
+func (s *Service) liftOutrunPause(ctx context.Context, taskID string) (bool, error) {
+	unlock := s.taskLocks.Lock(taskID)
+	defer unlock()
+	ctl, err := s.controls.Read(ctx, taskID)
+	if err != nil || ctl.State != contract.StatePaused {
+		return false, err
+	}
+	return true, shared.PutControl(ctx, s.control, taskID, contract.Control{State: contract.StateProcessing})
 }
 
 func (s *Service) isFinal(ctx context.Context, taskID string) (bool, contract.TaskState) {

@@ -40,8 +40,9 @@
 // Where to edit what: ingest.go (the consumer and the handler's steps),
 // validate.go (checks that need configuration: channel, accounts),
 // expand.go (recipient dedup, batch size and batching), start.go (scheduled starts and
-// releases), control.go (pause, resume, cancel, approval; served
-// concurrently, one task's state changes in order), retrydead.go (asking
+// releases), control.go (pause, resume, cancel, approval, retry-dead,
+// which lifts a pause a finished task outran; served concurrently, one
+// task's state changes in order), retrydead.go (asking
 // dispatch to re-queue dead letters and parked jobs), recipients.go
 // (reading JSONL and CSV lists, their limits), stream.go (expanding a list
 // from the object store in two passes, pinned by its digest), keepalive.go
