@@ -27,6 +27,8 @@
 //     subscriptions), per-key ordering (KeyedMutex) and periodic
 //     housekeeping loops (Every).
 //   - recover.go: keeping a panicking goroutine from killing the service.
+//   - setup.go: a service's start steps tried again while a server
+//     restart makes them time out (SetUp).
 //   - controlwatch.go: the live view of task run states and writing one.
 //   - accountwatch.go, healthwatch.go, route.go: live views of accounts and
 //     their health, and choosing an account for a recipient;

@@ -214,8 +214,11 @@ var slowSeeds = []uint64{605087273, 715504403, 194139588}
 // task left paused for good: it finished while paused, a resume was
 // refused as it was final, and a retry-dead then parked the re-queued
 // dead letters behind the old pause (ingest's liftOutrunPause;
-// TestRetryDeadLiftsAPauseTheTaskOutran).
-var fixedMultiSeeds = []uint64{1, 2, 3, 13250440, 15166146, 21322347, 47462567, 77967254, 181892684, 323429555, 365855586, 403378376, 482999897, 502688736, 583131964, 585014640, 595946141, 596343942, 596367550, 696936081, 712366452, 840142194, 860129467, 916710390, 959139463}
+// TestRetryDeadLiftsAPauseTheTaskOutran); seed 956785183 (two runs in
+// three) nothing sent: render, started again after a kill a moment
+// before a nats-server restart, exited when a start step's request timed
+// out (each step is tried again now: shared.SetUp).
+var fixedMultiSeeds = []uint64{1, 2, 3, 13250440, 15166146, 21322347, 47462567, 77967254, 181892684, 323429555, 365855586, 403378376, 482999897, 502688736, 583131964, 585014640, 595946141, 596343942, 596367550, 696936081, 712366452, 840142194, 860129467, 916710390, 956785183, 959139463}
 
 // knownFailing are seeds that fail for a known cause not yet fixed
 // (scenario.Known*), run with -scenario.known=false to tolerate it; the

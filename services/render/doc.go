@@ -55,8 +55,9 @@
 // execution budget (contract.Template). Jobs are encoded with go-json
 // (contract.EncodeJob, the same bytes as encoding/json).
 //
-// Where to edit what: render.go (consumer and per-recipient steps, the
-// suppression check among them), grouping.go (job groups and their
+// Where to edit what: render.go (its start, each step tried again while
+// the server restarts (shared.SetUp), the consumer and per-recipient
+// steps, the suppression check among them), grouping.go (job groups and their
 // record),
 // giveup.go (batches given up on), noaccount.go (batches held for an
 // enabled account), spec.go (the cached task spec), digest.go (a task's
