@@ -125,16 +125,16 @@ func TestExpiresAtTurnsTheRestExpired(t *testing.T) {
 	require.Equal(t, final.Sent, gw.Ledger().AcceptedKeys())
 }
 
-// TestRetryDeadRequeuesThroughPacing fails some recipients permanently,
-// fixes the gateway, and re-queues the dead letters.
-func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
-	t.Parallel()
-	ts := pipelinetest.Start(t)
+// refusingGateway runs the pipeline on ts with one webhook account whose
+// gateway answers 400 to the idempotency keys refuse picks until fixed is
+// set, and accepts everything else.
+func refusingGateway(t *testing.T, ts *pipelinetest.Server, refuse func(key string) bool) (*gateway.Gateway, *atomic.Bool) {
+	t.Helper()
 	g, err := gateway.New(harness.GatewayOK())
 	require.NoError(t, err)
-	var fixed atomic.Bool
+	fixed := new(atomic.Bool)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !fixed.Load() && strings.Contains(r.Header.Get("Idempotency-Key"), ".1") {
+		if !fixed.Load() && refuse(r.Header.Get("Idempotency-Key")) {
 			http.Error(w, "not yet", http.StatusBadRequest)
 			return
 		}
@@ -143,6 +143,15 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
 	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
+	return g, fixed
+}
+
+// TestRetryDeadRequeuesThroughPacing fails some recipients permanently,
+// fixes the gateway, and re-queues the dead letters.
+func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
+	t.Parallel()
+	ts := pipelinetest.Start(t)
+	g, fixed := refusingGateway(t, ts, func(key string) bool { return strings.Contains(key, ".1") })
 
 	harness.Submit(t, ts, contract.Task{ID: "rd", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("d", 30)})
 	first := ts.WaitFinal(t, "rd", 20*time.Second)
@@ -171,19 +180,7 @@ func TestRetryDeadRequeuesThroughPacing(t *testing.T) {
 func TestRetryDeadLiftsAPauseTheTaskOutran(t *testing.T) {
 	t.Parallel()
 	ts := pipelinetest.Start(t)
-	g, err := gateway.New(harness.GatewayOK())
-	require.NoError(t, err)
-	var fixed atomic.Bool
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !fixed.Load() && strings.HasSuffix(r.Header.Get("Idempotency-Key"), ".1") {
-			http.Error(w, "not yet", http.StatusBadRequest)
-			return
-		}
-		g.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	ts.PutAccount(t, "hook", fmt.Sprintf(`{"channel":"webhook","endpoint":%q,"rate_per_sec":200,"burst":10,"concurrency":8}`, srv.URL))
-	pipelinetest.StartPipeline(t, ts, harness.FastRetries())
+	g, fixed := refusingGateway(t, ts, func(key string) bool { return strings.HasSuffix(key, ".1") })
 
 	harness.Submit(t, ts, contract.Task{ID: "rdp", Channel: "webhook", Template: "x", Recipients: pipelinetest.Recipients("d", 5)})
 	first := ts.WaitFinal(t, "rdp", 20*time.Second)
