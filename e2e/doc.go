@@ -56,5 +56,7 @@
 //     render and dispatch and fed by receipts, bounces and stop replies.
 //   - alerts_test.go: ALERT_URL called once per subject.
 //   - setup_test.go, restart_test.go: as processes, `broadcast setup`
-//     before or after the services, nats-server restarted.
+//     before or after the services, nats-server restarted;
+//     startup_timeout_test.go: every service started while its first
+//     requests time out.
 package e2e

@@ -3,6 +3,7 @@ package shared
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -35,6 +36,24 @@ func SetUp(ctx context.Context, log *slog.Logger, what string, step func(context
 		case <-time.After(setUpRetry):
 		}
 	}
+}
+
+// Step is one step of a service's start, for SetUpAll: What names it in
+// the log and in the error.
+type Step struct {
+	What string
+	Run  func(context.Context) error
+}
+
+// SetUpAll runs steps in order, each through SetUp, and returns the first
+// error, prefixed with its step's name.
+func SetUpAll(ctx context.Context, log *slog.Logger, steps ...Step) error {
+	for _, st := range steps {
+		if err := SetUp(ctx, log, st.What, st.Run); err != nil {
+			return fmt.Errorf("%s: %w", st.What, err)
+		}
+	}
+	return nil
 }
 
 // setUpRetry is how long SetUp waits between tries.

@@ -41,3 +41,27 @@ func TestSetUpRetriesWhatAServerRestartCauses(t *testing.T) {
 	require.ErrorIs(t, err, nats.ErrNoResponders)
 	require.Less(t, time.Since(start), 2*time.Second, "ends with its context")
 }
+
+// TestSetUpAllNamesTheStepThatFailed: steps run in order, each tried
+// again on a timeout; the first that fails otherwise ends the start with
+// its name, and the steps after it do not run.
+func TestSetUpAllNamesTheStepThatFailed(t *testing.T) {
+	var ran []string
+	timeouts := 1
+	bad := errors.New("stream not found")
+	err := shared.SetUpAll(context.Background(), logtest.Logger(),
+		shared.Step{What: "buckets", Run: func(context.Context) error {
+			ran = append(ran, "buckets")
+			if timeouts > 0 {
+				timeouts--
+				return nats.ErrTimeout
+			}
+			return nil
+		}},
+		shared.Step{What: "consumer", Run: func(context.Context) error { ran = append(ran, "consumer"); return bad }},
+		shared.Step{What: "watch", Run: func(context.Context) error { ran = append(ran, "watch"); return nil }},
+	)
+	require.ErrorIs(t, err, bad)
+	require.EqualError(t, err, "consumer: stream not found")
+	require.Equal(t, []string{"buckets", "buckets", "consumer"}, ran)
+}

@@ -110,18 +110,25 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 
 // Run dispatches until ctx is cancelled, then lets in-flight sends finish.
 func (s *Service) Run(ctx context.Context) error {
-	var err error
-	for name, dst := range map[string]*jetstream.KeyValue{contract.BucketLedger: &s.ledger, contract.BucketHealth: &s.healthKV, contract.BucketSends: &s.sends, contract.BucketTasks: &s.tasks, contract.BucketLeases: &s.leases, contract.BucketLanes: &s.asleepKV} {
-		if *dst, err = s.js.KeyValue(ctx, name); err != nil {
-			return fmt.Errorf("dispatch: %s: %w", name, err)
-		}
-	}
-	if s.jobs, err = s.js.Stream(ctx, contract.StreamJobs); err != nil {
-		return fmt.Errorf("dispatch: %s: %w", contract.StreamJobs, err)
-	}
-	st, err := s.leases.Status(ctx)
+	var st jetstream.KeyValueStatus
+	// Each step is tried again while the server restarts (shared.SetUp).
+	err := shared.SetUpAll(ctx, s.log,
+		shared.Step{What: "buckets", Run: func(ctx context.Context) (err error) {
+			for name, dst := range map[string]*jetstream.KeyValue{contract.BucketLedger: &s.ledger, contract.BucketHealth: &s.healthKV, contract.BucketSends: &s.sends, contract.BucketTasks: &s.tasks, contract.BucketLeases: &s.leases, contract.BucketLanes: &s.asleepKV} {
+				if *dst, err = s.js.KeyValue(ctx, name); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			if s.jobs, err = s.js.Stream(ctx, contract.StreamJobs); err != nil {
+				return fmt.Errorf("%s: %w", contract.StreamJobs, err)
+			}
+			if st, err = s.leases.Status(ctx); err != nil {
+				return fmt.Errorf("%s: %w", contract.BucketLeases, err)
+			}
+			return nil
+		}})
 	if err != nil {
-		return fmt.Errorf("dispatch: %s: %w", contract.BucketLeases, err)
+		return fmt.Errorf("dispatch: %w", err)
 	}
 	if s.leaseTTL = st.TTL(); s.leaseTTL <= lease.Margin+lease.Refresh {
 		return fmt.Errorf("dispatch: bucket %s has TTL %s; leases need one above %s (shared.LeaseTTL is %s)",
@@ -148,25 +155,36 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	defer s.events.Close()
-	if s.health, err = shared.WatchHealth(ctx, s.js, s.log); err != nil {
-		return fmt.Errorf("dispatch: %w", err)
-	}
-	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
-		return fmt.Errorf("dispatch: %w", err)
-	}
-	if s.suppressed, err = s.cfg.Suppressions.View(ctx, s.js, s.log); err != nil {
-		return fmt.Errorf("dispatch: %w", err)
-	}
-	if s.policy, err = policy.Watch(ctx, s.js, s.log); err != nil {
-		return fmt.Errorf("dispatch: %w", err)
-	}
-	if s.frequency, err = policy.OpenCounter(ctx, s.js); err != nil {
-		return fmt.Errorf("dispatch: %w", err)
-	}
-	if s.signals, err = shared.WatchSignals(ctx, s.js, s.log, s.signalsChanged); err != nil {
-		return fmt.Errorf("dispatch: %w", err)
-	}
-	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged); err != nil {
+	err = shared.SetUpAll(ctx, s.log,
+		shared.Step{What: "health", Run: func(ctx context.Context) (err error) {
+			s.health, err = shared.WatchHealth(ctx, s.js, s.log)
+			return err
+		}},
+		shared.Step{What: "controls", Run: func(ctx context.Context) (err error) {
+			s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil)
+			return err
+		}},
+		shared.Step{What: "suppressions", Run: func(ctx context.Context) (err error) {
+			s.suppressed, err = s.cfg.Suppressions.View(ctx, s.js, s.log)
+			return err
+		}},
+		shared.Step{What: "policy", Run: func(ctx context.Context) (err error) {
+			if s.policy, err = policy.Watch(ctx, s.js, s.log); err != nil {
+				return err
+			}
+			s.frequency, err = policy.OpenCounter(ctx, s.js)
+			return err
+		}},
+		shared.Step{What: "signals", Run: func(ctx context.Context) (err error) {
+			s.signals, err = shared.WatchSignals(ctx, s.js, s.log, s.signalsChanged)
+			return err
+		}},
+		shared.Step{What: "accounts", Run: func(ctx context.Context) (err error) {
+			s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, s.accountChanged)
+			return err
+		}},
+	)
+	if err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	go shared.Supervise(ctx, s.log, "fair share", s.share.Run) // after the accounts are known: it counts them

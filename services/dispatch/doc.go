@@ -303,7 +303,8 @@
 // broadcast.requeue.<task> (requeue.go).
 //
 // Where to edit what:
-//   - dispatch.go: the service, starting and stopping account runners
+//   - dispatch.go: the service (its start steps tried again while the
+//     server restarts, shared.SetUp), starting and stopping account runners
 //     (a new account it cannot send with starts paused, with the reason).
 //   - account.go: one account's runner: its session while it holds the
 //     lease, its lanes' consumers and their recheck marks, the backlog

@@ -98,7 +98,9 @@
 // compare-and-set, before the post is answered; an update older than the
 // stored one changes nothing.
 //
-// Where to edit what: service.go (starting and stopping the parts),
+// Where to edit what: service.go (starting and stopping the parts, each
+// start step and consumer tried again while the server restarts:
+// shared.SetUp),
 // http.go (the server, body limit, storing before answering), whatsapp.go
 // (Meta's handshake, signature and payload), receipts.go (the webhook
 // channel's receipts), bounce.go (email bounces and the bearer token),

@@ -78,17 +78,24 @@ func (s *Service) Addr() string {
 // into events until ctx ends. It returns an error when it cannot start
 // (the address is taken, a bucket is missing) or a part fails.
 func (s *Service) Run(ctx context.Context) error {
-	var err error
-	if s.signals, err = s.js.KeyValue(ctx, contract.BucketSignals); err != nil {
-		return fmt.Errorf("feedback: %s: %w", contract.BucketSignals, err)
-	}
-	if s.index, err = s.js.KeyValue(ctx, contract.BucketProviderIDs); err != nil {
-		return fmt.Errorf("feedback: %w", err)
-	}
-	if s.suppressions, err = suppress.Open(ctx, s.js); err != nil {
-		return fmt.Errorf("feedback: %w", err)
-	}
-	if s.accounts.aw, err = shared.WatchAccounts(ctx, s.js, s.log, s.accounts.change); err != nil {
+	// Each step is tried again while the server restarts (shared.SetUp).
+	err := shared.SetUpAll(ctx, s.log,
+		shared.Step{What: "buckets", Run: func(ctx context.Context) (err error) {
+			if s.signals, err = s.js.KeyValue(ctx, contract.BucketSignals); err != nil {
+				return fmt.Errorf("%s: %w", contract.BucketSignals, err)
+			}
+			if s.index, err = s.js.KeyValue(ctx, contract.BucketProviderIDs); err != nil {
+				return err
+			}
+			s.suppressions, err = suppress.Open(ctx, s.js)
+			return err
+		}},
+		shared.Step{What: "accounts", Run: func(ctx context.Context) (err error) {
+			s.accounts.aw, err = shared.WatchAccounts(ctx, s.js, s.log, s.accounts.change)
+			return err
+		}},
+	)
+	if err != nil {
 		return fmt.Errorf("feedback: %w", err)
 	}
 	ln, err := net.Listen("tcp", s.cfg.Addr)
@@ -135,7 +142,11 @@ func (s *Service) Run(ctx context.Context) error {
 // consumer again when the server lost it.
 func (s *Service) consume(ctx context.Context, open func(context.Context) (jetstream.Consumer, error), h shared.Handler, concurrency int) error {
 	for {
-		cons, err := open(ctx)
+		var cons jetstream.Consumer
+		err := shared.SetUp(ctx, s.log, "consumer", func(ctx context.Context) (err error) {
+			cons, err = open(ctx)
+			return err
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

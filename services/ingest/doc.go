@@ -37,7 +37,8 @@
 // under the id the message carries (the id field or its Nats-Msg-Id header),
 // or under a fresh ULID that is logged with the TASKS sequence.
 //
-// Where to edit what: ingest.go (the consumer and the handler's steps),
+// Where to edit what: ingest.go (its start, each step tried again while
+// the server restarts (shared.SetUp), the consumer and the handler's steps),
 // validate.go (checks that need configuration: channel, accounts),
 // expand.go (recipient dedup, batch size and batching), start.go (scheduled starts and
 // releases), control.go (pause, resume, cancel, approval, retry-dead,

@@ -83,33 +83,42 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 
 // Run consumes tasks until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
-	var err error
 	s.batchBytes = int(min(s.js.Conn().MaxPayload()/2, maxBatchBytes))
-	if s.tasks, err = s.js.KeyValue(ctx, contract.BucketTasks); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	if s.objects, err = s.js.ObjectStore(ctx, contract.BucketRecipients); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	if s.control, err = s.js.KeyValue(ctx, contract.BucketControl); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	if s.progress, err = s.js.KeyValue(ctx, contract.BucketProgress); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	if s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	if s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamTasks, consumerConfig())
+	var cons, starts jetstream.Consumer
+	// Each step is tried again while the server restarts (shared.SetUp).
+	err := shared.SetUpAll(ctx, s.log,
+		shared.Step{What: "buckets", Run: func(ctx context.Context) (err error) {
+			if s.tasks, err = s.js.KeyValue(ctx, contract.BucketTasks); err != nil {
+				return err
+			}
+			if s.objects, err = s.js.ObjectStore(ctx, contract.BucketRecipients); err != nil {
+				return err
+			}
+			if s.control, err = s.js.KeyValue(ctx, contract.BucketControl); err != nil {
+				return err
+			}
+			s.progress, err = s.js.KeyValue(ctx, contract.BucketProgress)
+			return err
+		}},
+		shared.Step{What: "accounts", Run: func(ctx context.Context) (err error) {
+			s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil)
+			return err
+		}},
+		shared.Step{What: "controls", Run: func(ctx context.Context) (err error) {
+			s.controls, err = shared.WatchControl(ctx, s.js, s.log, nil)
+			return err
+		}},
+		shared.Step{What: "consumer", Run: func(ctx context.Context) (err error) {
+			cons, err = s.js.CreateOrUpdateConsumer(ctx, contract.StreamTasks, consumerConfig())
+			return err
+		}},
+		shared.Step{What: "start consumer", Run: func(ctx context.Context) (err error) {
+			starts, err = s.js.CreateOrUpdateConsumer(ctx, contract.StreamTasks, startConsumerConfig())
+			return err
+		}},
+	)
 	if err != nil {
-		return fmt.Errorf("ingest: consumer: %w", err)
-	}
-	starts, err := s.js.CreateOrUpdateConsumer(ctx, contract.StreamTasks, startConsumerConfig())
-	if err != nil {
-		return fmt.Errorf("ingest: start consumer: %w", err)
+		return fmt.Errorf("ingest: %w", err)
 	}
 	// Control requests are served concurrently: a retry-dead that waits for
 	// dispatch must not hold up a pause behind it.

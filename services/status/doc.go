@@ -115,7 +115,8 @@
 // client, and forward a retry of selected dead letters as a retry-dead
 // control request with their sequences.
 //
-// Where to edit what: status.go (the consume and flush loop, the replay
+// Where to edit what: status.go (its start, each step tried again while
+// the server restarts (shared.SetUp), the consume and flush loop, the replay
 // in stream order at a take-over, the acknowledgement per flush and the
 // rewind past a gap; replay_test.go, acknowledge_test.go,
 // sequence_test.go), reconcile.go

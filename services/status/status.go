@@ -116,29 +116,37 @@ func (s *Service) Run(ctx context.Context) (err error) {
 			err = nil
 		}
 	}()
-	if s.progress, err = s.js.KeyValue(ctx, contract.BucketProgress); err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	if s.checkpoints, err = s.js.ObjectStore(ctx, contract.BucketStatus); err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	// A pause, resume or approval changes the state without any event.
-	s.controls, err = shared.WatchControl(ctx, s.js, s.log, func(taskID string) {
-		select {
-		case s.partFor(taskID).changed <- taskID:
-		default: // the loop is behind; the once-a-second refresh catches up
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
 	qa := &qualityAlerts{s: s, seen: map[string]string{}}
-	if s.signals, err = shared.WatchSignals(ctx, s.js, s.log, qa.changed); err != nil {
+	// Each step is tried again while the server restarts (shared.SetUp).
+	err = shared.SetUpAll(ctx, s.log,
+		shared.Step{What: "buckets", Run: func(ctx context.Context) (err error) {
+			if s.progress, err = s.js.KeyValue(ctx, contract.BucketProgress); err != nil {
+				return err
+			}
+			s.checkpoints, err = s.js.ObjectStore(ctx, contract.BucketStatus)
+			return err
+		}},
+		shared.Step{What: "controls", Run: func(ctx context.Context) (err error) {
+			// A pause, resume or approval changes the state without any event.
+			s.controls, err = shared.WatchControl(ctx, s.js, s.log, func(taskID string) {
+				select {
+				case s.partFor(taskID).changed <- taskID:
+				default: // the loop is behind; the once-a-second refresh catches up
+				}
+			})
+			return err
+		}},
+		shared.Step{What: "signals", Run: func(ctx context.Context) (err error) {
+			s.signals, err = shared.WatchSignals(ctx, s.js, s.log, qa.changed)
+			return err
+		}},
+	)
+	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
 	qa.seed(s.signals)
 	go shared.Supervise(ctx, s.log, "finished-task retention", s.forget)
-	if err := s.watchAccountPauses(ctx); err != nil {
+	if err := shared.SetUp(ctx, s.log, "account pauses", s.watchAccountPauses); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
 	stopDashboard, err := s.startDashboard(ctx)
@@ -148,12 +156,19 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	defer stopDashboard()
 	cons := make([]jetstream.Consumer, len(s.parts))
 	for i, p := range s.parts {
-		if cons[i], err = s.openConsumer(ctx, p); err != nil {
+		if err := shared.SetUp(ctx, s.log, "consumer "+p.consumer, func(ctx context.Context) (err error) {
+			cons[i], err = s.openConsumer(ctx, p)
+			return err
+		}); err != nil {
 			return fmt.Errorf("status: consumer %s: %w", p.consumer, err)
 		}
 	}
-	newLease, stopAnswering, err := s.foldLease(ctx)
-	if err != nil {
+	var newLease func(key string) *lease.Lease
+	var stopAnswering func()
+	if err := shared.SetUp(ctx, s.log, "fold lease", func(ctx context.Context) (err error) {
+		newLease, stopAnswering, err = s.foldLease(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
 	defer stopAnswering()
