@@ -22,7 +22,10 @@
 // paced batches (status.go, receive): at rest one long pull waits for the
 // next event; while events come, one pull every 50 ms takes what gathered
 // (at once after a failed attempt, for the circuit breaker), so a busy
-// fold costs a read per pull, not per event.
+// fold costs a read per pull, not per event. Progress is written every
+// Config.FlushInterval (STATUS_FLUSH_INTERVAL, 500 ms), and 20 ms after a
+// fold turned a task final (finalFlushDelay), so a task's end shows
+// within a pull's pace of its last outcome (finalflush_test.go).
 //
 // One folder per partition: any number of status processes may run, but
 // only the holder of a partition's lease in KV broadcast_leases
@@ -118,8 +121,8 @@
 // Where to edit what: status.go (its start, each step tried again while
 // the server restarts (shared.SetUp), the consume and flush loop, the replay
 // in stream order at a take-over, the acknowledgement per flush and the
-// rewind past a gap; replay_test.go, acknowledge_test.go,
-// sequence_test.go), reconcile.go
+// rewind past a gap, the early write of a final task; replay_test.go,
+// acknowledge_test.go, sequence_test.go, finalflush_test.go), reconcile.go
 // (progress written again where a lost write left it behind its
 // checkpoint; reconcile_test.go), partition.go (the partitions: names,
 // which tasks, where a new consumer starts, making a removed one or one of

@@ -307,7 +307,11 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 	// until a check gets through.
 	checked, reconnects := false, s.js.Conn().Stats().Reconnects
 	var folded []jetstream.Msg
+	// soon fires finalFlushDelay after a fold turned a task final.
+	var soon <-chan time.Time
 	flush := func(ctx context.Context) {
+		soon = nil
+		p.finished.Store(false)
 		s.mu.Lock()
 		s.publishIndex(p)
 		s.mu.Unlock()
@@ -392,7 +396,11 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 			folded = append(folded, m)
 			if len(folded) >= s.cfg.MaxUnflushed {
 				flush(ctx)
+			} else if soon == nil && p.finished.Load() {
+				soon = time.After(finalFlushDelay)
 			}
+		case <-soon:
+			flush(ctx)
 		case <-ticker.C:
 			if r := s.js.Conn().Stats().Reconnects; r != reconnects {
 				checked, reconnects = false, r
@@ -412,6 +420,14 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 		}
 	}
 }
+
+// finalFlushDelay is how soon after a fold turned a task final its
+// progress is written, rather than at the next FlushInterval tick (up to
+// half a second by default): whoever waits for the task's end sees it
+// then. The delay lets the events that came with the last outcome fold
+// first, and bounds these extra writes to one per delay however many
+// tasks end.
+const finalFlushDelay = 20 * time.Millisecond
 
 // receivePace is how long events gather on the server between two pulls
 // while they keep coming, and receiveBatch the most one pull takes.
@@ -547,6 +563,9 @@ func (s *Service) fold(ctx context.Context, p *partition, m jetstream.Msg) error
 	}
 	wasFinal, failedBefore, failsBefore := f.P.State.Final(), f.P.Failed, f.breaker.fails
 	applied := f.apply(&ev)
+	if !wasFinal && f.P.State.Final() {
+		p.finished.Store(true)
+	}
 	if f.breaker.fails > failsBefore && !f.breaker.tripped {
 		// A failed attempt: the breaker should see the next ones at once.
 		select {
