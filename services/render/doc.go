@@ -56,7 +56,7 @@
 // (contract.EncodeJob, the same bytes as encoding/json).
 //
 // Where to edit what: render.go (its start, each step tried again while
-// the server restarts (shared.SetUp), the consumer and per-recipient
+// the server restarts (shared.SetUpAll), the consumer and per-recipient
 // steps, the suppression check among them), grouping.go (job groups and their
 // record),
 // giveup.go (batches given up on), noaccount.go (batches held for an

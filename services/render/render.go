@@ -69,40 +69,34 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 
 // Run consumes render batches until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
-	var err error
-	if err = shared.SetUp(ctx, s.log, "buckets", func(ctx context.Context) (err error) {
-		if s.tasks, err = s.js.KeyValue(ctx, contract.BucketTasks); err != nil || s.cfg.JobsPerMessage <= 1 {
-			return err
-		}
-		s.groupings, err = s.js.KeyValue(ctx, contract.BucketGroupings)
-		return err
-	}); err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	if err = shared.SetUp(ctx, s.log, "accounts", func(ctx context.Context) (err error) {
-		s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil)
-		return err
-	}); err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	if err = shared.SetUp(ctx, s.log, "health", func(ctx context.Context) (err error) {
-		s.health, err = shared.WatchHealth(ctx, s.js, s.log)
-		return err
-	}); err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	if err = shared.SetUp(ctx, s.log, "suppressions", func(ctx context.Context) (err error) {
-		s.suppressed, err = s.cfg.Suppressions.View(ctx, s.js, s.log)
-		return err
-	}); err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
 	var cons jetstream.Consumer
-	if err := shared.SetUp(ctx, s.log, "consumer", func(ctx context.Context) (err error) {
-		cons, err = s.js.CreateOrUpdateConsumer(ctx, contract.StreamRender, consumerConfig())
-		return err
-	}); err != nil {
-		return fmt.Errorf("render: consumer: %w", err)
+	err := shared.SetUpAll(ctx, s.log,
+		shared.Step{What: "buckets", Run: func(ctx context.Context) (err error) {
+			if s.tasks, err = s.js.KeyValue(ctx, contract.BucketTasks); err != nil || s.cfg.JobsPerMessage <= 1 {
+				return err
+			}
+			s.groupings, err = s.js.KeyValue(ctx, contract.BucketGroupings)
+			return err
+		}},
+		shared.Step{What: "accounts", Run: func(ctx context.Context) (err error) {
+			s.accounts, err = shared.WatchAccounts(ctx, s.js, s.log, nil)
+			return err
+		}},
+		shared.Step{What: "health", Run: func(ctx context.Context) (err error) {
+			s.health, err = shared.WatchHealth(ctx, s.js, s.log)
+			return err
+		}},
+		shared.Step{What: "suppressions", Run: func(ctx context.Context) (err error) {
+			s.suppressed, err = s.cfg.Suppressions.View(ctx, s.js, s.log)
+			return err
+		}},
+		shared.Step{What: "consumer", Run: func(ctx context.Context) (err error) {
+			cons, err = s.js.CreateOrUpdateConsumer(ctx, contract.StreamRender, consumerConfig())
+			return err
+		}},
+	)
+	if err != nil {
+		return fmt.Errorf("render: %w", err)
 	}
 	// Jobs and skipped events go out without waiting each (the batch waits
 	// for all of them at its end).

@@ -44,10 +44,6 @@ type partition struct {
 	// events arrive.
 	changed chan string
 	hurry   chan struct{}
-	// finished is set when a fold turns a task final, so the fold loop
-	// writes its progress soon (finalFlushDelay) instead of at the next
-	// tick.
-	finished atomic.Bool
 
 	// Under Service.mu: the fold states of the partition's tasks, and the
 	// recipient index entries folded since it last published (lookup.go).

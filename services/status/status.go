@@ -311,7 +311,6 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 	var soon <-chan time.Time
 	flush := func(ctx context.Context) {
 		soon = nil
-		p.finished.Store(false)
 		s.mu.Lock()
 		s.publishIndex(p)
 		s.mu.Unlock()
@@ -384,7 +383,8 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 				rewind(0)
 				continue
 			}
-			if err := s.fold(ctx, p, m); err != nil {
+			turnedFinal, err := s.fold(ctx, p, m)
+			if err != nil {
 				// Only a checkpoint read can fail here; without its state the
 				// event cannot be folded exactly, and the ones after it must
 				// wait for it, so stop and retry from it later.
@@ -396,7 +396,7 @@ func (s *Service) foldWhileHeld(ctx context.Context, p *partition, cons jetstrea
 			folded = append(folded, m)
 			if len(folded) >= s.cfg.MaxUnflushed {
 				flush(ctx)
-			} else if soon == nil && p.finished.Load() {
+			} else if soon == nil && turnedFinal {
 				soon = time.After(finalFlushDelay)
 			}
 		case <-soon:
@@ -538,14 +538,16 @@ func drain(msgs chan jetstream.Msg) []jetstream.Msg {
 }
 
 // fold applies one event to its task's state, when the task is p's;
-// partition 0 counts every event into the accounts' scores.
-func (s *Service) fold(ctx context.Context, p *partition, m jetstream.Msg) error {
+// partition 0 counts every event into the accounts' scores. It reports
+// whether the event turned the task final, so the fold loop writes that
+// progress soon (finalFlushDelay) instead of at the next tick.
+func (s *Service) fold(ctx context.Context, p *partition, m jetstream.Msg) (turnedFinal bool, err error) {
 	var ev contract.Event
 	if err := contract.DecodeEvent(m.Data(), &ev); err != nil || !contract.ValidID(ev.TaskID) {
 		if p.k == 0 {
 			s.log.Warn("event does not decode; skipped", shared.KeySubject, m.Subject(), "err", err)
 		}
-		return nil
+		return false, nil
 	}
 	if !p.owns(ev.TaskID) {
 		if p.k == 0 {
@@ -553,19 +555,17 @@ func (s *Service) fold(ctx context.Context, p *partition, m jetstream.Msg) error
 			// may count twice in a score, which is an estimate.
 			s.scores.note(&ev, true, time.Now())
 		}
-		return nil
+		return false, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f, err := s.foldFor(ctx, p, ev.TaskID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	wasFinal, failedBefore, failsBefore := f.P.State.Final(), f.P.Failed, f.breaker.fails
 	applied := f.apply(&ev)
-	if !wasFinal && f.P.State.Final() {
-		p.finished.Store(true)
-	}
+	turnedFinal = !wasFinal && f.P.State.Final()
 	if f.breaker.fails > failsBefore && !f.breaker.tripped {
 		// A failed attempt: the breaker should see the next ones at once.
 		select {
@@ -591,7 +591,7 @@ func (s *Service) fold(ctx context.Context, p *partition, m jetstream.Msg) error
 	}
 	s.Folded++
 	s.cfg.metrics.Folded(ev.Kind)
-	return nil
+	return turnedFinal, nil
 }
 
 // foldFor returns a task's fold state in p, loading its checkpoint or
