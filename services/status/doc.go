@@ -34,7 +34,10 @@
 // by and serve the dashboard. A flush asks the lease before each task's
 // write and again between its checkpoint and its progress: a write that
 // waited out a lost connection succeeds after the reconnect, when a
-// standby may hold the partition (foldlease_test.go). Config.Partitions (STATUS_PARTITIONS, default
+// standby may hold the partition (foldlease_test.go). Progress is written
+// over the revision its writer knows (KV Update, progresswrite.go), so a
+// write that reached the server after the next holder's is refused
+// instead of replacing newer progress. Config.Partitions (STATUS_PARTITIONS, default
 // 1) splits the fold by task id (partition.go): each partition has its own
 // consumer, delivered every event, and folds only its tasks, and the
 // processes take the partitions in equal shares (lease.FairShare, under
@@ -128,7 +131,8 @@
 // which tasks, where a new consumer starts, making a removed one or one of
 // another ack policy again), layouts.go (removing another partition
 // count's consumers),
-// foldlease.go (taking, keeping and checking a partition's lease), fold.go (how
+// foldlease.go (taking, keeping and checking a partition's lease),
+// progresswrite.go (progress written fenced by its revision), fold.go (how
 // an event changes a task's progress, receipts included), checkpoint.go (saving and loading
 // fold state; checkpoint_test.go checks a write leaves no goroutine
 // behind, a leak of nats.go before v1.56.0), rate.go (smoothed rate and ETA), dashboard.go (what the

@@ -120,6 +120,9 @@ type taskFold struct {
 	// idle paused task is not checkpointed every second.
 	unsaved   bool
 	lastWrite time.Time
+	// rev is the progress entry's revision as this replica last wrote or
+	// read it, 0 when unknown (writeProgress).
+	rev uint64
 	// lastReceipt is when a receipt last changed the fold: a finished task
 	// receiving receipts stays in memory (keepReceiving) instead of
 	// loading and saving its checkpoint for every flush's worth of them.

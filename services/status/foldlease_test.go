@@ -95,3 +95,89 @@ func TestNoProgressWriteAfterTheConnectionDroppedDuringACheckpoint(t *testing.T)
 		return json.Unmarshal(e.Value(), &p) == nil && p.Sent == n
 	}, "the partition's next holder writes the folded progress")
 }
+
+// TestLateProgressWriteDoesNotReplaceTheNextHolders: a progress write
+// checked against the lease can reach the server after the connection
+// dropped and came back (it waited in the client's reconnect buffer),
+// when the replica that took the partition over has written newer
+// progress. The hook puts the drop, the take-over and the newer write
+// between the last lease check and the write, the order the server sees
+// then; the write must be refused, not replace the newer progress. As a
+// Put it replaced it (sent 20 of 20 over the holder's 999 of 1,000).
+func TestLateProgressWriteDoesNotReplaceTheNextHolders(t *testing.T) {
+	ts := topologytest.Start(t)
+	js := ts.JS
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leases, err := js.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	progress, err := js.KeyValue(ctx, contract.BucketProgress)
+	require.NoError(t, err)
+
+	const task, n = "late", 20
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			data, err := contract.EncodeEvent(&contract.Event{TaskID: task, JobID: fmt.Sprintf("%s.%d", task, i), To: "+15550000000",
+				Account: "a", Kind: contract.EventSent, Index: i, Attempt: 1, At: time.Now().UTC()})
+			require.NoError(t, err)
+			_, err = js.Publish(ctx, contract.EventSubject(task, contract.EventSent), data)
+			require.NoError(t, err)
+		}
+	}
+	publish(0, n/2)
+
+	svc, err := New(js, Config{Logger: logtest.Logger()})
+	require.NoError(t, err)
+	theirs, err := json.Marshal(contract.Progress{TaskID: task, State: contract.StateProcessing, Total: 1000, Sent: 999})
+	require.NoError(t, err)
+	var writes atomic.Int32
+	tookOver := make(chan struct{})
+	testHookProgressWrite = func(taskID string) {
+		// The first write goes through (its revision is then known); the
+		// second is the late one.
+		if taskID != task || writes.Add(1) != 2 {
+			return
+		}
+		defer close(tookOver)
+		conn := svc.js.Conn()
+		before := conn.Stats().Reconnects
+		assert.NoError(t, conn.ForceReconnect())
+		assert.Eventually(t, func() bool { return conn.IsConnected() && conn.Stats().Reconnects > before }, 10*time.Second, 5*time.Millisecond)
+		_, err := leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
+		assert.NoError(t, err)
+		_, err = progress.Put(ctx, task, theirs)
+		assert.NoError(t, err)
+	}
+	t.Cleanup(func() { testHookProgressWrite = nil })
+	stopped := make(chan error, 1)
+	runCtx, stop := context.WithCancel(context.Background())
+	go func() { stopped <- svc.Run(runCtx) }()
+	t.Cleanup(func() { stop(); require.NoError(t, <-stopped) })
+
+	natstest.Eventually(t, 20*time.Second, func() bool { return writes.Load() >= 1 }, "the first progress write")
+	publish(n/2, n)
+	select {
+	case <-tookOver:
+	case <-ctx.Done():
+		t.Fatal("no second progress write")
+	}
+	for range 4 {
+		time.Sleep(500 * time.Millisecond)
+		e, err := progress.Get(ctx, task)
+		require.NoError(t, err)
+		require.JSONEq(t, string(theirs), string(e.Value()), "a late write replaced the next holder's progress")
+		_, err = leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
+		require.NoError(t, err)
+	}
+	// Holding the partition again, it writes over the other's progress
+	// (its revision moved) with what it folded.
+	require.NoError(t, leases.Delete(ctx, FoldLeaseKey(0, 1)))
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		e, err := progress.Get(ctx, task)
+		if err != nil {
+			return false
+		}
+		var p contract.Progress
+		return json.Unmarshal(e.Value(), &p) == nil && p.Sent == n
+	}, "the partition's next holder writes the folded progress")
+}

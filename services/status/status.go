@@ -646,6 +646,10 @@ func (s *Service) pauseTask(taskID, reason string) {
 // task's checkpoint was saved, standing for a slow write.
 var testHookCheckpointSaved func(taskID string)
 
+// testHookProgressWrite, set by tests only, runs in flush just before a
+// task's progress is written, after the lease was last asked.
+var testHookProgressWrite func(taskID string)
+
 // keepReceiving is how long a finished task's fold stays in memory after
 // its last receipt.
 const keepReceiving = time.Minute
@@ -716,7 +720,10 @@ func (s *Service) flush(ctx context.Context, p *partition) error {
 				return errNotConfirmed
 			}
 		}
-		if _, err := s.progress.Put(ctx, w.f.P.TaskID, w.prog); err != nil {
+		if testHookProgressWrite != nil {
+			testHookProgressWrite(w.f.P.TaskID)
+		}
+		if err := s.writeProgress(ctx, p, w.f, w.prog); err != nil {
 			return fmt.Errorf("progress %s: %w", w.f.P.TaskID, err)
 		}
 	}
