@@ -16,6 +16,10 @@
 //     redirects, proxy from the environment, NetPolicy's address checks)
 //     and Result.Err's text (clipped, secrets and URL queries redacted).
 //   - limits.go: an account's effective max_batch and daily cap.
+//   - gate.go: the send gate a Send's caller passes (WithSendGate), asked
+//     again once a connection is ready, before the message is written
+//     (smtp.go and smtp_shared.go ask it; the HTTP adapters, whose
+//     connections are kept alive, do not).
 //   - httpclass.go: mapping HTTP answers and Retry-After onto error classes.
 //   - *_test.go: the tests of the file of the same name;
 //     retryafter_fuzz_test.go fuzzes httpclass.go's ParseRetryAfter.

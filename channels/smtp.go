@@ -442,11 +442,18 @@ func (s *smtpSender) deliverEmail(ctx context.Context, conn *smtpConn, e *email)
 			return s.dialFailure(err), nil
 		}
 	}
+	gate := sendGate(ctx)
+	if !gateOpen(gate) {
+		return GateClosed, conn
+	}
 	err = s.transmit(ctx, conn, e)
 	if err != nil && pooled && ctx.Err() == nil && staleConn(err) {
 		conn.close()
 		if conn, err = s.dial(ctx); err != nil {
 			return s.dialFailure(err), nil
+		}
+		if !gateOpen(gate) {
+			return GateClosed, conn
 		}
 		err = s.transmit(ctx, conn, e)
 	}

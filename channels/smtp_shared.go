@@ -36,6 +36,9 @@ type smtpTxn struct {
 	e     *email
 	state atomic.Int32
 	done  chan Result
+	// gate is the Send's gate (WithSendGate), asked once a connection is
+	// ready for the message; nil when it has none.
+	gate func() bool
 }
 
 const (
@@ -68,7 +71,7 @@ func (s *smtpSender) sendOne(ctx context.Context, m Message) Result {
 	if err != nil {
 		return Result{Class: contract.ClassPermanent, Code: "message", Err: clip(err.Error())}
 	}
-	t := &smtpTxn{e: e, done: make(chan Result, 1)}
+	t := &smtpTxn{e: e, done: make(chan Result, 1), gate: sendGate(ctx)}
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -165,10 +168,17 @@ func (s *smtpSender) carry(conn *smtpConn, group []*smtpTxn) *smtpConn {
 			return nil
 		}
 	}
+	if group = s.passGate(group); len(group) == 0 {
+		return conn
+	}
 	if !chunked(conn) {
 		for _, t := range group {
+			ctx := context.Background()
+			if t.gate != nil {
+				ctx = WithSendGate(ctx, t.gate)
+			}
 			var r Result
-			r, conn = s.deliverEmail(context.Background(), conn, t.e)
+			r, conn = s.deliverEmail(ctx, conn, t.e)
 			s.finish(t, r)
 		}
 		return conn
@@ -178,6 +188,9 @@ func (s *smtpSender) carry(conn *smtpConn, group []*smtpTxn) *smtpConn {
 		conn.close()
 		if conn = s.dialFor(group); conn == nil {
 			return nil
+		}
+		if group = s.passGate(group); len(group) == 0 {
+			return conn
 		}
 		results, _ = s.transmitGroup(conn, group)
 	}
@@ -189,6 +202,20 @@ func (s *smtpSender) carry(conn *smtpConn, group []*smtpTxn) *smtpConn {
 		return nil
 	}
 	return conn
+}
+
+// passGate answers GateClosed to each transaction of group whose gate is
+// shut now that a connection is ready, and returns the others.
+func (s *smtpSender) passGate(group []*smtpTxn) []*smtpTxn {
+	open := group[:0]
+	for _, t := range group {
+		if gateOpen(t.gate) {
+			open = append(open, t)
+		} else {
+			s.finish(t, GateClosed)
+		}
+	}
+	return open
 }
 
 // dialFor dials a shared connection for group, bounded by the sender's

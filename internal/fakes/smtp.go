@@ -48,6 +48,10 @@ type SMTPConfig struct {
 	// RefuseAfter answers the MAIL after a connection's RefuseAfter
 	// messages with 421 and hangs up, as a server ending a session does.
 	RefuseAfter int
+	// GreetDelay holds each connection's greeting that long, as a loaded
+	// server (or one whose accept queue is full) keeps a client waiting
+	// before it can send.
+	GreetDelay time.Duration
 	// LenientData answers DATA with 354 when no recipient was accepted
 	// (the quirk RFC 2920 section 3.1 tells clients to expect) and refuses
 	// the message that follows.
@@ -248,6 +252,7 @@ func (s *SMTP) serve(c net.Conn) {
 			_ = tp.W.Flush()
 		}
 	}
+	time.Sleep(s.cfg.GreetDelay)
 	if s.cfg.Greeting != "" {
 		reply(s.cfg.Greeting)
 		return

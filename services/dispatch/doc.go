@@ -52,7 +52,11 @@
 // lease is checked at a job's grant and again right before its call, since
 // a step between them (the frequency reservation, a KV write) can wait out
 // the loss and succeed after the reconnect, when a standby that heard the
-// holder gone may hold the lease (scheduler.stillValid). The
+// holder gone may hold the lease (scheduler.stillValid). The call passes
+// the same check to the channel (channels.WithSendGate), which asks it
+// again once its connection is ready: an SMTP server slow to greet can
+// outlast the lease, and a message not written then comes back like one
+// stopped before its call. The
 // lanes' ack wait is 2 s, with progress acks every second for slow sends
 // and waiting jobs, so the jobs a killed holder took come back about 2 s
 // after the kill. A progress ack that comes late (a loaded machine) lets

@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/broadcastd/broadcast/contract"
+	"github.com/broadcastd/broadcast/internal/fakes"
 	"github.com/broadcastd/broadcast/internal/lease"
 	"github.com/broadcastd/broadcast/internal/natstest"
 	"github.com/broadcastd/broadcast/internal/topologytest"
@@ -118,4 +121,74 @@ func TestNoSendAfterTheConnectionDroppedSinceTheGrant(t *testing.T) {
 	require.NoError(t, leases.Delete(ctx, "acct"))
 	require.Eventually(t, func() bool { return sentEvents(t, js, "regrant") == 1 }, 10*time.Second, 50*time.Millisecond,
 		"sent once the account is this process's again")
+}
+
+// TestNoSendAfterTheLeaseWentDuringTheDial: the check before a job's call
+// cannot see what the call waits for before the message leaves; an SMTP
+// server slow to greet keeps the dial going while the connection drops
+// and another process takes the account. The channel asks again once the
+// connection is ready (channels.WithSendGate) and does not write the
+// message; the job waits for the lease. Without that second look the
+// message went out 1.5 s into the standby's hold.
+func TestNoSendAfterTheLeaseWentDuringTheDial(t *testing.T) {
+	srv := topologytest.Start(t)
+	js := srv.JS
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leases, err := js.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	mail, err := fakes.StartSMTP(fakes.SMTPConfig{GreetDelay: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(mail.Close)
+
+	svc, err := New(js, Config{})
+	require.NoError(t, err)
+	var hooked atomic.Bool
+	standbyHolds := make(chan struct{})
+	testHookGranted = func(jobID string) {
+		if !hooked.CompareAndSwap(false, true) {
+			return
+		}
+		// Once the dial reached the server (which holds its greeting),
+		// the connection drops and comes back, and another process takes
+		// the account.
+		go func() {
+			defer close(standbyHolds)
+			assert.Eventually(t, func() bool { return mail.Counts().Connections > 0 }, 10*time.Second, time.Millisecond)
+			_, lost := svc.conn.State()
+			assert.NoError(t, svc.js.Conn().ForceReconnect())
+			assert.Eventually(t, func() bool { up, n := svc.conn.State(); return up && n > lost }, 10*time.Second, 5*time.Millisecond)
+			_, err := leases.Put(ctx, "mail", []byte("standby"))
+			assert.NoError(t, err)
+		}()
+	}
+	t.Cleanup(func() { testHookGranted = nil })
+
+	putAccounts(t, js, map[string]string{"mail": fmt.Sprintf(`{"channel":"smtp","host":"127.0.0.1","port":%d,"tls":"none",
+		"from":"Shop <noreply@shop.example>","subject":"Hi","rate_per_sec":100,"burst":5,"concurrency":4,"timeout":"10s"}`, mail.Port())})
+	job := contract.Job{ID: contract.JobID("dial", 0, false), TaskID: "dial", Index: 0, To: "user@example.com",
+		Body: "hi", Channel: "smtp", Account: "mail", Priority: contract.PriorityNormal, MaxAttempts: 3}
+	data, err := json.Marshal(&job)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, contract.JobSubject("mail", contract.PriorityNormal), data)
+	require.NoError(t, err)
+	natstest.RunUntilCleanup(t, svc.Run)
+
+	select {
+	case <-standbyHolds:
+	case <-ctx.Done():
+		t.Fatal("the job was never granted")
+	}
+	// The standby holds the lease for 3 s (refreshing it), past the
+	// greeting, then lets go.
+	for range 6 {
+		time.Sleep(500 * time.Millisecond)
+		require.Empty(t, mail.Received(), "sent while another process held the account")
+		_, err := leases.Put(ctx, "mail", []byte("standby"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, leases.Delete(ctx, "mail"))
+	require.Eventually(t, func() bool { return sentEvents(t, js, "dial") == 1 }, 20*time.Second, 50*time.Millisecond,
+		"sent once the account is this process's again")
+	require.Len(t, mail.Received(), 1)
 }

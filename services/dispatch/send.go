@@ -510,10 +510,17 @@ func (r *accountRunner) sendDirect(ctx context.Context, turn *ticket, d *deliver
 		return nil, shared.RetryAfter(0, lease.ErrLost)
 	}
 	d.called = true
-	res := d.sender.Send(ctx, []channels.Message{d.message()})[0]
+	// The channel asks again once its connection is ready (a dial can
+	// outlast the lease): a message it did not write comes back like one
+	// stopped by the check above.
+	res := d.sender.Send(channels.WithSendGate(ctx, turn.s.stillValid), []channels.Message{d.message()})[0]
 	latency := time.Since(start)
 	turn.sent() // the provider call is over: its in-flight slot is free
 	slot.free()
+	if res == channels.GateClosed {
+		d.called = false
+		return nil, shared.RetryAfter(0, lease.ErrLost)
+	}
 	r.svc.cfg.metrics.Latency(d.acct.Name, latency)
 	return &sendOutcome{res: res, latency: latency, started: start}, nil
 }
