@@ -94,11 +94,7 @@ func TestNoSendAfterTheConnectionDroppedSinceTheGrant(t *testing.T) {
 		// meanwhile another process takes the account.
 		// (assert: this is the job's goroutine, not the test's.)
 		defer close(standbyHolds)
-		_, lost := svc.conn.State()
-		assert.NoError(t, svc.js.Conn().ForceReconnect())
-		assert.Eventually(t, func() bool { up, n := svc.conn.State(); return up && n > lost }, 10*time.Second, 5*time.Millisecond)
-		_, err := leases.Put(ctx, "acct", []byte("standby"))
-		assert.NoError(t, err)
+		takeOverAfterReconnect(ctx, t, svc, leases, "acct")
 	}
 	t.Cleanup(func() { testHookGranted = nil })
 
@@ -112,13 +108,9 @@ func TestNoSendAfterTheConnectionDroppedSinceTheGrant(t *testing.T) {
 		t.Fatal("the job was never granted")
 	}
 	// The standby holds the lease for 2 s (refreshing it), then lets go.
-	for range 4 {
-		time.Sleep(500 * time.Millisecond)
+	holdAsStandby(ctx, t, leases, "acct", 4, func() {
 		require.Zero(t, sentEvents(t, js, "regrant"), "sent while another process held the account")
-		_, err := leases.Put(ctx, "acct", []byte("standby"))
-		require.NoError(t, err)
-	}
-	require.NoError(t, leases.Delete(ctx, "acct"))
+	})
 	require.Eventually(t, func() bool { return sentEvents(t, js, "regrant") == 1 }, 10*time.Second, 50*time.Millisecond,
 		"sent once the account is this process's again")
 }
@@ -155,11 +147,7 @@ func TestNoSendAfterTheLeaseWentDuringTheDial(t *testing.T) {
 		go func() {
 			defer close(standbyHolds)
 			assert.Eventually(t, func() bool { return mail.Counts().Connections > 0 }, 10*time.Second, time.Millisecond)
-			_, lost := svc.conn.State()
-			assert.NoError(t, svc.js.Conn().ForceReconnect())
-			assert.Eventually(t, func() bool { up, n := svc.conn.State(); return up && n > lost }, 10*time.Second, 5*time.Millisecond)
-			_, err := leases.Put(ctx, "mail", []byte("standby"))
-			assert.NoError(t, err)
+			takeOverAfterReconnect(ctx, t, svc, leases, "mail")
 		}()
 	}
 	t.Cleanup(func() { testHookGranted = nil })
@@ -181,14 +169,33 @@ func TestNoSendAfterTheLeaseWentDuringTheDial(t *testing.T) {
 	}
 	// The standby holds the lease for 3 s (refreshing it), past the
 	// greeting, then lets go.
-	for range 6 {
-		time.Sleep(500 * time.Millisecond)
+	holdAsStandby(ctx, t, leases, "mail", 6, func() {
 		require.Empty(t, mail.Received(), "sent while another process held the account")
-		_, err := leases.Put(ctx, "mail", []byte("standby"))
-		require.NoError(t, err)
-	}
-	require.NoError(t, leases.Delete(ctx, "mail"))
+	})
 	require.Eventually(t, func() bool { return sentEvents(t, js, "dial") == 1 }, 20*time.Second, 50*time.Millisecond,
 		"sent once the account is this process's again")
 	require.Len(t, mail.Received(), 1)
+}
+
+// takeOverAfterReconnect drops svc's connection and waits for it to come
+// back, then takes account's lease as another process would.
+// (assert: it runs on svc's goroutines, not the test's.)
+func takeOverAfterReconnect(ctx context.Context, t *testing.T, svc *Service, leases jetstream.KeyValue, account string) {
+	_, lost := svc.conn.State()
+	assert.NoError(t, svc.js.Conn().ForceReconnect())
+	assert.Eventually(t, func() bool { up, n := svc.conn.State(); return up && n > lost }, 10*time.Second, 5*time.Millisecond)
+	_, err := leases.Put(ctx, account, []byte("standby"))
+	assert.NoError(t, err)
+}
+
+// holdAsStandby keeps account's lease for halves half seconds, running
+// check before each refresh, then lets it go.
+func holdAsStandby(ctx context.Context, t *testing.T, leases jetstream.KeyValue, account string, halves int, check func()) {
+	for range halves {
+		time.Sleep(500 * time.Millisecond)
+		check()
+		_, err := leases.Put(ctx, account, []byte("standby"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, leases.Delete(ctx, account))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -47,22 +48,15 @@ func TestNoProgressWriteAfterTheConnectionDroppedDuringACheckpoint(t *testing.T)
 	// What the replica that took the partition wrote meanwhile.
 	theirs, err := json.Marshal(contract.Progress{TaskID: task, State: contract.StateProcessing, Total: 1000, Sent: 999})
 	require.NoError(t, err)
+	sb := &standby{leases: leases, progress: progress, task: task, theirs: theirs}
 	var hooked atomic.Bool
 	tookOver := make(chan struct{})
 	testHookCheckpointSaved = func(taskID string) {
 		if taskID != task || !hooked.CompareAndSwap(false, true) {
 			return
 		}
-		// (assert: this is the flush's goroutine, not the test's.)
 		defer close(tookOver)
-		conn := svc.js.Conn()
-		before := conn.Stats().Reconnects
-		assert.NoError(t, conn.ForceReconnect())
-		assert.Eventually(t, func() bool { return conn.IsConnected() && conn.Stats().Reconnects > before }, 10*time.Second, 5*time.Millisecond)
-		_, err := leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
-		assert.NoError(t, err)
-		_, err = progress.Put(ctx, task, theirs)
-		assert.NoError(t, err)
+		sb.takeOver(ctx, t, svc)
 	}
 	t.Cleanup(func() { testHookCheckpointSaved = nil })
 	stopped := make(chan error, 1)
@@ -77,23 +71,7 @@ func TestNoProgressWriteAfterTheConnectionDroppedDuringACheckpoint(t *testing.T)
 	}
 	// The other replica holds the partition for 2 s (refreshing its
 	// lease); its progress stands.
-	for range 4 {
-		time.Sleep(500 * time.Millisecond)
-		e, err := progress.Get(ctx, task)
-		require.NoError(t, err)
-		require.JSONEq(t, string(theirs), string(e.Value()), "progress written by a replica that no longer held the partition")
-		_, err = leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
-		require.NoError(t, err)
-	}
-	require.NoError(t, leases.Delete(ctx, FoldLeaseKey(0, 1)))
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		e, err := progress.Get(ctx, task)
-		if err != nil {
-			return false
-		}
-		var p contract.Progress
-		return json.Unmarshal(e.Value(), &p) == nil && p.Sent == n
-	}, "the partition's next holder writes the folded progress")
+	sb.hold(ctx, t, n, "progress written by a replica that no longer held the partition")
 }
 
 // TestLateProgressWriteDoesNotReplaceTheNextHolders: a progress write
@@ -130,6 +108,7 @@ func TestLateProgressWriteDoesNotReplaceTheNextHolders(t *testing.T) {
 	require.NoError(t, err)
 	theirs, err := json.Marshal(contract.Progress{TaskID: task, State: contract.StateProcessing, Total: 1000, Sent: 999})
 	require.NoError(t, err)
+	sb := &standby{leases: leases, progress: progress, task: task, theirs: theirs}
 	var writes atomic.Int32
 	tookOver := make(chan struct{})
 	testHookProgressWrite = func(taskID string) {
@@ -139,14 +118,7 @@ func TestLateProgressWriteDoesNotReplaceTheNextHolders(t *testing.T) {
 			return
 		}
 		defer close(tookOver)
-		conn := svc.js.Conn()
-		before := conn.Stats().Reconnects
-		assert.NoError(t, conn.ForceReconnect())
-		assert.Eventually(t, func() bool { return conn.IsConnected() && conn.Stats().Reconnects > before }, 10*time.Second, 5*time.Millisecond)
-		_, err := leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
-		assert.NoError(t, err)
-		_, err = progress.Put(ctx, task, theirs)
-		assert.NoError(t, err)
+		sb.takeOver(ctx, t, svc)
 	}
 	t.Cleanup(func() { testHookProgressWrite = nil })
 	stopped := make(chan error, 1)
@@ -161,19 +133,48 @@ func TestLateProgressWriteDoesNotReplaceTheNextHolders(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no second progress write")
 	}
+	// Holding the partition again, svc writes over the other's progress
+	// (its revision moved) with what it folded.
+	sb.hold(ctx, t, n, "a late write replaced the next holder's progress")
+}
+
+// standby plays the replica that takes partition 0 of 1 over from svc
+// while svc's connection drops, writing its own progress for task.
+type standby struct {
+	leases, progress jetstream.KeyValue
+	task             string
+	theirs           []byte
+}
+
+// takeOver drops svc's connection and waits for it to come back, then
+// takes the partition's lease and writes its progress.
+// (assert: it runs on svc's goroutine, not the test's.)
+func (sb *standby) takeOver(ctx context.Context, t *testing.T, svc *Service) {
+	conn := svc.js.Conn()
+	before := conn.Stats().Reconnects
+	assert.NoError(t, conn.ForceReconnect())
+	assert.Eventually(t, func() bool { return conn.IsConnected() && conn.Stats().Reconnects > before }, 10*time.Second, 5*time.Millisecond)
+	_, err := sb.leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
+	assert.NoError(t, err)
+	_, err = sb.progress.Put(ctx, sb.task, sb.theirs)
+	assert.NoError(t, err)
+}
+
+// hold keeps the lease for 2 s, checking each half second that its
+// progress stands (why names what replaced it), then lets go and waits
+// for svc, holding the partition again, to write the n sent it folded.
+func (sb *standby) hold(ctx context.Context, t *testing.T, n int, why string) {
 	for range 4 {
 		time.Sleep(500 * time.Millisecond)
-		e, err := progress.Get(ctx, task)
+		e, err := sb.progress.Get(ctx, sb.task)
 		require.NoError(t, err)
-		require.JSONEq(t, string(theirs), string(e.Value()), "a late write replaced the next holder's progress")
-		_, err = leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
+		require.JSONEq(t, string(sb.theirs), string(e.Value()), why)
+		_, err = sb.leases.Put(ctx, FoldLeaseKey(0, 1), []byte("standby"))
 		require.NoError(t, err)
 	}
-	// Holding the partition again, it writes over the other's progress
-	// (its revision moved) with what it folded.
-	require.NoError(t, leases.Delete(ctx, FoldLeaseKey(0, 1)))
+	require.NoError(t, sb.leases.Delete(ctx, FoldLeaseKey(0, 1)))
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		e, err := progress.Get(ctx, task)
+		e, err := sb.progress.Get(ctx, sb.task)
 		if err != nil {
 			return false
 		}
