@@ -34,7 +34,8 @@ func TestSMTPAsksTheGateOnceTheConnectionIsReady(t *testing.T) {
 			var open atomic.Bool
 			open.Store(true)
 			go func() {
-				for srv.Counts().Connections == 0 {
+				deadline := time.Now().Add(5 * time.Second)
+				for srv.Counts().Connections == 0 && time.Now().Before(deadline) {
 					time.Sleep(time.Millisecond)
 				}
 				open.Store(false) // while the server holds its greeting

@@ -25,30 +25,14 @@ import (
 // must not go out then: the lease is asked again. (dispatch's send had
 // the same gap: TestNoSendAfterTheConnectionDroppedSinceTheGrant.)
 func TestNoProgressWriteAfterTheConnectionDroppedDuringACheckpoint(t *testing.T) {
-	ts := topologytest.Start(t)
-	js := ts.JS
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	leases, err := js.KeyValue(ctx, contract.BucketLeases)
-	require.NoError(t, err)
-	progress, err := js.KeyValue(ctx, contract.BucketProgress)
-	require.NoError(t, err)
-
 	const task, n = "fenced", 20
-	for i := range n {
-		data, err := contract.EncodeEvent(&contract.Event{TaskID: task, JobID: fmt.Sprintf("%s.%d", task, i), To: "+15550000000",
-			Account: "a", Kind: contract.EventSent, Index: i, Attempt: 1, At: time.Now().UTC()})
-		require.NoError(t, err)
-		_, err = js.Publish(ctx, contract.EventSubject(task, contract.EventSent), data)
-		require.NoError(t, err)
-	}
-
+	publishSent(ctx, t, js, task, 0, n)
 	svc, err := New(js, Config{Logger: logtest.Logger()})
 	require.NoError(t, err)
-	// What the replica that took the partition wrote meanwhile.
-	theirs, err := json.Marshal(contract.Progress{TaskID: task, State: contract.StateProcessing, Total: 1000, Sent: 999})
-	require.NoError(t, err)
-	sb := &standby{leases: leases, progress: progress, task: task, theirs: theirs}
+	sb := newStandby(ctx, t, js, task)
 	var hooked atomic.Bool
 	tookOver := make(chan struct{})
 	testHookCheckpointSaved = func(taskID string) {
@@ -83,32 +67,14 @@ func TestNoProgressWriteAfterTheConnectionDroppedDuringACheckpoint(t *testing.T)
 // then; the write must be refused, not replace the newer progress. As a
 // Put it replaced it (sent 20 of 20 over the holder's 999 of 1,000).
 func TestLateProgressWriteDoesNotReplaceTheNextHolders(t *testing.T) {
-	ts := topologytest.Start(t)
-	js := ts.JS
+	js := topologytest.Start(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	leases, err := js.KeyValue(ctx, contract.BucketLeases)
-	require.NoError(t, err)
-	progress, err := js.KeyValue(ctx, contract.BucketProgress)
-	require.NoError(t, err)
-
 	const task, n = "late", 20
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			data, err := contract.EncodeEvent(&contract.Event{TaskID: task, JobID: fmt.Sprintf("%s.%d", task, i), To: "+15550000000",
-				Account: "a", Kind: contract.EventSent, Index: i, Attempt: 1, At: time.Now().UTC()})
-			require.NoError(t, err)
-			_, err = js.Publish(ctx, contract.EventSubject(task, contract.EventSent), data)
-			require.NoError(t, err)
-		}
-	}
-	publish(0, n/2)
-
+	publishSent(ctx, t, js, task, 0, n/2)
 	svc, err := New(js, Config{Logger: logtest.Logger()})
 	require.NoError(t, err)
-	theirs, err := json.Marshal(contract.Progress{TaskID: task, State: contract.StateProcessing, Total: 1000, Sent: 999})
-	require.NoError(t, err)
-	sb := &standby{leases: leases, progress: progress, task: task, theirs: theirs}
+	sb := newStandby(ctx, t, js, task)
 	var writes atomic.Int32
 	tookOver := make(chan struct{})
 	testHookProgressWrite = func(taskID string) {
@@ -127,7 +93,7 @@ func TestLateProgressWriteDoesNotReplaceTheNextHolders(t *testing.T) {
 	t.Cleanup(func() { stop(); require.NoError(t, <-stopped) })
 
 	natstest.Eventually(t, 20*time.Second, func() bool { return writes.Load() >= 1 }, "the first progress write")
-	publish(n/2, n)
+	publishSent(ctx, t, js, task, n/2, n)
 	select {
 	case <-tookOver:
 	case <-ctx.Done():
@@ -144,6 +110,28 @@ type standby struct {
 	leases, progress jetstream.KeyValue
 	task             string
 	theirs           []byte
+}
+
+// newStandby returns the standby of task, which writes sent 999 of 1,000.
+func newStandby(ctx context.Context, t *testing.T, js jetstream.JetStream, task string) *standby {
+	leases, err := js.KeyValue(ctx, contract.BucketLeases)
+	require.NoError(t, err)
+	progress, err := js.KeyValue(ctx, contract.BucketProgress)
+	require.NoError(t, err)
+	theirs, err := json.Marshal(contract.Progress{TaskID: task, State: contract.StateProcessing, Total: 1000, Sent: 999})
+	require.NoError(t, err)
+	return &standby{leases: leases, progress: progress, task: task, theirs: theirs}
+}
+
+// publishSent stores the sent events of task's recipients from..to-1.
+func publishSent(ctx context.Context, t *testing.T, js jetstream.JetStream, task string, from, to int) {
+	for i := from; i < to; i++ {
+		data, err := contract.EncodeEvent(&contract.Event{TaskID: task, JobID: fmt.Sprintf("%s.%d", task, i), To: "+15550000000",
+			Account: "a", Kind: contract.EventSent, Index: i, Attempt: 1, At: time.Now().UTC()})
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, contract.EventSubject(task, contract.EventSent), data)
+		require.NoError(t, err)
+	}
 }
 
 // takeOver drops svc's connection and waits for it to come back, then
